@@ -1,0 +1,116 @@
+"""Calibrate the tolerance model (docs/tolerance.md): correct implementations must stay ≤ 1 on many
+generated cases, every mutant must go above 1 on the default sweep.
+
+    python benchmarks/calibrate_tolerance.py --cases 2000          # ≈ 15 min on 2 cores
+    python benchmarks/calibrate_tolerance.py --cases 50 --json out.json
+
+Correct implementations: torch (autograd) and torch-native-backward outside their recorded known
+issues, the textbook implementation in tests/mutants.py, and the baseline judged by the formula
+bound alone (judged against itself it would pass trivially).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+from hypothesis import HealthCheck, Phase, given, settings
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from normcheck import compare  # noqa: E402
+from normcheck.compare import FAIL, KNOWN  # noqa: E402
+from normcheck.dtypes import DTYPE_CHOICES  # noqa: E402
+from normcheck.strategies import cases  # noqa: E402
+from normcheck.sweep import default_sweep  # noqa: E402
+from normcheck.tolerance import CONSTANTS, Constants  # noqa: E402
+from tests import mutants  # noqa: E402
+
+FORMULA_ONLY = Constants(CONSTANTS.growth, CONSTANTS.rounding, baseline_factor=0.0)
+
+
+def correct_impls(op: str):
+    textbook = mutants.bn_textbook if op == "batchnorm" else mutants.gn_textbook
+    return [("torch", "torch", CONSTANTS), ("torch-native-backward", "torch-native-backward", CONSTANTS),
+            ("textbook", textbook, CONSTANTS), ("baseline (formula only)", "baseline", FORMULA_ONLY)]
+
+
+def survey(op: str, dtype: str, count: int) -> dict:
+    ratios = defaultdict(list)
+    known = defaultdict(int)
+    failures = []
+
+    @settings(max_examples=count, derandomize=True, database=None, phases=[Phase.generate], deadline=None,
+              suppress_health_check=list(HealthCheck))
+    @given(cases(op, dtypes=[dtype]))
+    def run(case):
+        for label, impl, constants in correct_impls(op):
+            report = compare(op, impl, case, constants)
+            if report.verdict == KNOWN:
+                known[label] += 1
+                continue
+            if report.verdict == FAIL:
+                failures.append(f"{label}: {case.label}: {report.summary()}")
+            if report.worst is not None:
+                ratios[label].append(report.worst.max_ratio)
+
+    run()
+    return {
+        label: {"cases": len(r), "known": known[label], "max": float(np.max(r)),
+                "p99": float(np.percentile(r, 99)), "median": float(np.median(r))}
+        for label, r in ratios.items()
+    } | {"failures": failures}
+
+
+def mutant_margins(op: str) -> dict:
+    table = mutants.BN_MUTANTS if op == "batchnorm" else mutants.GN_MUTANTS
+    sweep = default_sweep(op)
+    out = {}
+    for name, fn in table.items():
+        reports = [compare(op, fn, case) for case in sweep]
+        failing = [r for r in reports if r.verdict == FAIL]
+        ratios = [r.worst.max_ratio for r in failing if r.worst is not None and not r.message]
+        out[name] = {"caught_by": len(failing), "of": len(sweep),
+                     "max_ratio": float(max(ratios)) if ratios else None,
+                     "interface_failures": sum(bool(r.message) for r in failing)}
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--cases", type=int, default=2000, help="generated cases per dtype and op")
+    parser.add_argument("--ops", default="batchnorm,groupnorm")
+    parser.add_argument("--json", help="also write the raw results here")
+    args = parser.parse_args()
+    results = {}
+    for op in args.ops.split(","):
+        start = time.perf_counter()
+        results[op] = {"correct": {d: survey(op, d, args.cases) for d in DTYPE_CHOICES}, "mutants": mutant_margins(op)}
+        print(f"## {op}  ({time.perf_counter() - start:.0f} s, constants {CONSTANTS})\n")
+        print("| dtype | implementation | cases | known issues | median | p99 | max |")
+        print("|---|---|---|---|---|---|---|")
+        for d, res in results[op]["correct"].items():
+            for label, s in res.items():
+                if label != "failures":
+                    print(f"| {d} | {label} | {s['cases']} | {s['known']} | {s['median']:.3g} | {s['p99']:.3g} | {s['max']:.3g} |")
+        fails = [f for res in results[op]["correct"].values() for f in res["failures"]]
+        print(f"\ncorrect implementations failing: {len(fails)}")
+        for f in fails[:20]:
+            print("  -", f)
+        print("\n| mutant | caught by (default sweep) | max ratio |")
+        print("|---|---|---|")
+        for name, m in results[op]["mutants"].items():
+            ratio = "interface failure" if m["max_ratio"] is None else f"{m['max_ratio']:.3g}"
+            print(f"| {name} | {m['caught_by']}/{m['of']} | {ratio} |")
+        print()
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,167 @@
+"""`normcheck compare | list`: build cases, run them, print one row per case and a summary."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from .cases import Case
+from .compare import FAIL, KNOWN, MISTRUSTED, PASS, SKIP, VERDICTS, Report, compare
+from .dtypes import DTYPE_CHOICES, parse_dtype
+from .errors import UsageError
+from .layouts import FORMATS
+from .ops import OPS, get_op
+from .profiles import PROFILES
+from .registry import list_impls, resolve_impl
+from .sweep import default_sweep
+
+# Case options that, when given, replace the default sweep with explicitly built cases.
+_CASE_OPTIONS = ("shape", "dtype", "memory_format", "groups", "profile", "eps", "momentum", "no_affine")
+_DEFAULT_SHAPE = (4, 6, 5, 5)
+_DEFAULT_GROUPS = 3
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2 — never a usage dump
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="normcheck", description="Check normalization-layer gradients against a float64 reference.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    cmp = sub.add_parser("compare", help="compare an implementation with the reference")
+    cmp.add_argument("--op", required=True, choices=sorted(OPS))
+    cmp.add_argument("--impl", default=None, help="a registered name (see `normcheck list`) or module:attr")
+    cmp.add_argument("--shape", type=_shape, help="N,C[,D][,H][,W]")
+    cmp.add_argument("--dtype", help=f"one of {', '.join(DTYPE_CHOICES)}")
+    cmp.add_argument("--memory-format", help=f"X[:DY], each one of {', '.join(FORMATS)}")
+    cmp.add_argument("--groups", type=int, help="GroupNorm groups (C must be divisible)")
+    cmp.add_argument("--profile", help=f"one of {', '.join(PROFILES)}")
+    cmp.add_argument("--eps", type=float)
+    cmp.add_argument("--momentum", type=float, help="running-stat momentum (default 0.1)")
+    cmp.add_argument("--no-affine", action="store_true", help="weight and bias are None")
+    cmp.add_argument("--cases", type=_positive, default=1, help="seeds per case (default 1)")
+    cmp.add_argument("--seed", type=int, default=0)
+    cmp.add_argument("--strict", action="store_true", help="known upstream issues fail the run too")
+    cmp.add_argument("--json", action="store_true", help="print a JSON report instead of the table")
+
+    lst = sub.add_parser("list", help="list ops and implementations")
+    lst.add_argument("--op", choices=sorted(OPS))
+    lst.add_argument("--json", action="store_true")
+    return parser
+
+
+def _shape(text: str) -> tuple[int, ...]:
+    try:
+        shape = tuple(int(s) for s in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
+    return shape
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def build_cases(args) -> list[Case]:
+    explicit = any(getattr(args, k) not in (None, False) for k in _CASE_OPTIONS)
+    seeds = range(args.seed, args.seed + args.cases)
+    if not explicit:
+        return [case for seed in seeds for case in default_sweep(args.op, seed)]
+    spec = parse_dtype(args.dtype or "f32")
+    x_format, _, dy_format = (args.memory_format or "contiguous").partition(":")
+    groups = args.groups if args.groups is not None else (_DEFAULT_GROUPS if args.op == "groupnorm" else None)
+    return [
+        Case(args.op, args.shape or _DEFAULT_SHAPE, spec.dtype, spec.param_dtype, x_format, dy_format or None,
+             args.profile or "normal", 1e-5 if args.eps is None else args.eps,
+             0.1 if args.momentum is None else args.momentum, affine=not args.no_affine, groups=groups, seed=seed)
+        for seed in seeds
+    ]
+
+
+def run_compare(args, out) -> int:
+    impl = resolve_impl(args.op, args.impl)
+    cases = build_cases(args)
+    start = time.perf_counter()
+    reports = []
+    for case in cases:
+        report = compare(args.op, impl, case)
+        reports.append(report)
+        if not args.json:
+            print(_row(report), file=out, flush=True)
+            if report.verdict == FAIL:
+                print(f"    replay: {replay_command(report)}", file=out, flush=True)
+    elapsed = time.perf_counter() - start
+    counts = {v: sum(r.verdict == v for r in reports) for v in VERDICTS}
+    if args.json:
+        json.dump({"op": args.op, "impl": impl.name, "seconds": round(elapsed, 3),
+                   "summary": {k.lower(): v for k, v in counts.items()},
+                   "cases": [r.to_dict() for r in reports]}, out, indent=1)
+        print(file=out)
+    else:
+        tally = ", ".join(f"{n} {_VERDICT_WORDS[v]}" for v, n in counts.items() if n or v in (PASS, FAIL))
+        print(f"{args.op} / {impl.name}: {len(reports)} cases: {tally} in {elapsed:.1f} s", file=out)
+    return 1 if counts[FAIL] or (args.strict and counts[KNOWN]) else 0
+
+
+_VERDICT_WORDS = {PASS: "passed", FAIL: "failed", KNOWN: "known upstream issues", SKIP: "skipped",
+                  MISTRUSTED: "mistrusted"}
+
+
+def replay_command(r: Report) -> str:
+    """The command line that re-runs exactly this case."""
+    c = r.case
+    dtype = f"mixed-{c.dtype}" if c.dtypes.is_mixed else c.dtype
+    fmt = c.x_format if c.dy_format == c.x_format else f"{c.x_format}:{c.dy_format}"
+    parts = ["normcheck compare", f"--op {r.op}", f"--impl {r.impl}", "--shape " + ",".join(map(str, c.shape)),
+             f"--dtype {dtype}", f"--memory-format {fmt}", f"--profile {c.profile}", f"--seed {c.seed}"]
+    if c.eps != Case.eps:
+        parts.append(f"--eps {c.eps!r}")
+    if c.momentum != Case.momentum:
+        parts.append(f"--momentum {c.momentum!r}")
+    if c.groups is not None:
+        parts.append(f"--groups {c.groups}")
+    if not c.affine:
+        parts.append("--no-affine")
+    return " ".join(parts)
+
+
+def _row(r: Report) -> str:
+    worst = r.worst
+    ratio = f"{worst.max_ratio:9.3g}" if worst and not r.message else " " * 9
+    return f"{r.verdict:<10} {ratio}  {r.case.label:<52} {r.summary()}"
+
+
+def run_list(args, out) -> int:
+    ops = [get_op(args.op)] if args.op else list(OPS.values())
+    if args.json:
+        json.dump([{"op": op.name, "description": op.description, "signature": op.signature,
+                    "impls": [{"name": i.name, "description": i.description, "supports": i.capabilities}
+                              for i in list_impls(op.name)]} for op in ops], out, indent=1)
+        print(file=out)
+        return 0
+    for op in ops:
+        print(f"{op.name}: {op.description}", file=out)
+        print(f"  --impl module:attr contract: {op.signature}", file=out)
+        for impl in list_impls(op.name):
+            print(f"  {impl.name:<24} {impl.description}; supports {impl.capabilities}", file=out)
+    return 0
+
+
+def main(argv: list[str] | None = None, out=None) -> int:
+    out = out or sys.stdout
+    try:
+        args = build_parser().parse_args(argv)
+        return {"compare": run_compare, "list": run_list}[args.command](args, out)
+    except UsageError as e:
+        print(f"normcheck: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,179 @@
+"""Run one implementation on one case and compare every output with the float64 reference."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import torch
+
+from .baseline import run_baseline
+from .cases import Case
+from .dtypes import TORCH_DTYPES, dtype_name
+from .ops import get_op
+from .registry import Impl, resolve_impl
+from .runners import ImplError, check_tensor
+from .tolerance import CONSTANTS, Constants, budget_ratio, element_bounds, output_dtype
+
+PASS, FAIL, MISTRUSTED, SKIP, KNOWN = "PASS", "FAIL", "MISTRUSTED", "SKIP", "KNOWN"
+VERDICTS = (PASS, FAIL, KNOWN, SKIP, MISTRUSTED)
+
+# Below this fraction of non-zero reference elements a pass proves little (benchdnn's MISTRUSTED).
+MIN_NONZERO_FRACTION = 0.01
+
+
+@dataclass(frozen=True)
+class TensorReport:
+    name: str
+    max_abs_error: float
+    max_ratio: float            # max over elements of error / allowed; ≤ 1 passes
+    worst_index: tuple[int, ...]
+    got: float
+    expected: float
+    nonfinite_mismatches: int   # elements where exactly one of got/expected is NaN or ±Inf (or they differ)
+    verdict: str
+
+    def to_dict(self) -> dict:
+        return dict(vars(self), worst_index=list(self.worst_index))
+
+
+@dataclass
+class Report:
+    op: str
+    impl: str
+    case: Case
+    verdict: str
+    tensors: list[TensorReport] = field(default_factory=list)
+    message: str = ""          # why a case failed or was skipped when that is not one tensor's fault
+    seconds: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict != FAIL
+
+    @property
+    def worst(self) -> TensorReport | None:
+        return max(self.tensors, key=lambda t: t.max_ratio, default=None)
+
+    def tensor(self, name: str) -> TensorReport:
+        return next(t for t in self.tensors if t.name == name)
+
+    def summary(self) -> str:
+        """One line: what went wrong first, else the worst tensor and its budget ratio."""
+        if self.message:
+            return self.message
+        worst = self.worst
+        if worst is None:
+            return "nothing compared"
+        return _worst_failure(self.tensors) or f"worst {worst.name} ratio {worst.max_ratio:.3g}"
+
+    def to_dict(self) -> dict:
+        return {
+            "op": self.op, "impl": self.impl, "case": self.case.label, "verdict": self.verdict,
+            "message": self.message, "seconds": round(self.seconds, 4),
+            "tensors": [t.to_dict() for t in self.tensors],
+        }
+
+
+def compare(op: str, impl: str | Impl | Callable | None, case: Case, constants: Constants = CONSTANTS) -> Report:
+    """Run `impl` on `case`; compare each output it produces with the float64 reference.
+
+    `constants` are the tolerance model's (tolerance.Constants); only calibration changes them.
+    """
+    the_op = get_op(op)
+    impl = resolve_impl(op, impl)
+    start = time.perf_counter()
+
+    def report(verdict: str, tensors=(), message: str = "") -> Report:
+        known = impl.known_issue(case) if verdict == FAIL else None
+        if known is not None:  # still reported with its numbers, attributed to the recorded cause
+            verdict = KNOWN
+            message = f"known issue {known.key}: " + (message or _worst_failure(tensors))
+        return Report(op, impl.name, case, verdict, list(tensors), message, time.perf_counter() - start)
+
+    reason = impl.supports(case)
+    if reason:
+        return report(SKIP, message=f"not supported: {reason}")
+
+    inputs = case.make_inputs()
+    t = inputs.torch_inputs()
+    before = t.snapshot()
+    try:
+        outputs = impl.run(case, t)
+        if not isinstance(outputs, dict):
+            raise ImplError(f"runner returned {type(outputs).__name__}, expected a dict of outputs")
+        outputs = {k: v for k, v in outputs.items() if v is not None}
+        for name in the_op.required:
+            if name in ("dweight", "dbias") and not case.affine:
+                continue
+            if name not in outputs:
+                raise ImplError(f"produced no {name}")
+    except ImplError as e:
+        return report(FAIL, message=str(e))
+    except Exception as e:  # the implementation raised: that is a finding, not a crash of ours
+        return report(FAIL, message=f"raised {type(e).__name__}: {_first_line(e)}")
+    modified = t.modified_since(before)
+    if modified:
+        return report(FAIL, message=f"modified its input {', '.join(modified)} in place")
+
+    ref = the_op.reference(inputs)
+    bounds = element_bounds(case, inputs, constants)
+    baseline = run_baseline(case, inputs.torch_inputs()) if constants.baseline_factor else {}
+    tensors = []
+    for name, expected in ref.items():
+        if name not in outputs:
+            continue
+        try:
+            got = _as_float64(name, outputs[name], case, expected.shape)
+        except ImplError as e:
+            return report(FAIL, tensors, str(e))
+        base = baseline.get(name)
+        base = None if base is None else _as_float64(name, base, case, expected.shape, check_dtype=False)
+        ratio = budget_ratio(got, expected, bounds[name], base, output_dtype(case, name), constants)
+        tensors.append(_tensor_report(name, got, expected, ratio))
+    verdicts = {t.verdict for t in tensors}
+    verdict = FAIL if FAIL in verdicts else MISTRUSTED if MISTRUSTED in verdicts else PASS
+    return report(verdict, tensors)
+
+
+def _worst_failure(tensors) -> str:
+    failing = [t for t in tensors if t.verdict == FAIL]
+    if not failing:
+        return ""
+    t = max(failing, key=lambda t: t.max_ratio)
+    nan = f", {t.nonfinite_mismatches} NaN/Inf mismatches" if t.nonfinite_mismatches else ""
+    error = abs(t.got - t.expected)
+    return (f"{t.name}: ratio {t.max_ratio:.3g} at {list(t.worst_index)} "
+            f"(got {t.got:.10g}, expected {t.expected:.10g}, error {error:.3g}){nan}")
+
+
+def _as_float64(name, value, case: Case, shape, check_dtype: bool = True) -> np.ndarray:
+    # Saved statistics may legitimately come back in another float dtype; everything else must not.
+    strict = check_dtype and name not in ("mean", "invstd", "rstd")
+    dtype = TORCH_DTYPES[output_dtype(case, name)] if strict else value.dtype
+    value = check_tensor(name, value, shape, dtype)
+    return value.detach().to(torch.float64).contiguous().numpy()
+
+
+def _tensor_report(name: str, got: np.ndarray, expected: np.ndarray, ratio: np.ndarray) -> TensorReport:
+    nonfinite = int(np.count_nonzero(np.isinf(ratio) & ~(np.isfinite(got) & np.isfinite(expected))))
+    if ratio.size == 0:
+        return TensorReport(name, 0.0, 0.0, (), 0.0, 0.0, 0, PASS)
+    flat = int(np.nanargmax(np.where(np.isnan(ratio), np.inf, ratio)))
+    idx = tuple(int(i) for i in np.unravel_index(flat, ratio.shape))
+    with np.errstate(invalid="ignore"):
+        err = np.abs(got - expected)
+    max_ratio = float(ratio.flat[flat])
+    verdict = PASS if max_ratio <= 1.0 else FAIL
+    if verdict == PASS and np.count_nonzero(expected) < MIN_NONZERO_FRACTION * expected.size:
+        verdict = MISTRUSTED
+    return TensorReport(
+        name, float(np.nanmax(np.where(np.isnan(err), np.inf, err))), max_ratio, idx,
+        float(got.flat[flat]), float(expected.flat[flat]), nonfinite, verdict,
+    )
+
+
+def _first_line(e: BaseException) -> str:
+    lines = str(e).strip().splitlines()
+    return lines[0][:200] if lines else ""

@@ -1,0 +1,60 @@
+"""The default sweep: a small set of cases designed from the classes of error, not from known bugs.
+
+Axes and the bug classes they expose:
+  dtype       f64 f32 f16 bf16, and f16/bf16 with f32 parameters: accumulation precision, moments
+              stored in low precision, mixed-dtype dispatch
+  profile     normal, offset (cancellation), near-constant (var ≈ eps, var = 0), heavy tails,
+              exact data, sparse dy: variance formulas, eps handling, dropped or mis-scaled terms
+  reduction   small sets (8 elements: biased/unbiased and count errors are 1/M large) and large
+              sets (8192 elements, GroupNorm HxW ≥ 2048: error growth of sums, kernels that switch
+              strategy on size)
+  layout      contiguous, channels_last, channels_last_3d, strided views, and x and dy in different
+              formats: kernels that assume strides
+Every dtype × profile × reduction combination appears once; layouts rotate through them so every
+(dtype, layout) and (profile, layout) pair appears too (a pairwise covering design, checked in
+tests/test_sweep.py). Shape rank follows the layout: 2-D to 5-D all occur.
+"""
+from __future__ import annotations
+
+from .cases import Case
+from .profiles import PROFILES
+
+SWEEP_DTYPES = (("f64", "f64"), ("f32", "f32"), ("f16", "f16"), ("bf16", "bf16"), ("f16", "f32"), ("bf16", "f32"))
+SWEEP_LAYOUTS = (
+    ("contiguous", "contiguous"),
+    ("channels_last", "channels_last"),
+    ("channels_last_3d", "channels_last_3d"),
+    ("strided", "strided"),
+    ("channels_last", "contiguous"),
+    ("contiguous", "channels_last"),
+)
+
+# (op, size) -> shape per rank. Small sets hold 8 elements; large ones 8192 (GroupNorm: HxW = 2048).
+_SHAPES = {
+    ("batchnorm", "small"): {2: (8, 3), 3: (2, 3, 4), 4: (2, 3, 2, 2), 5: (2, 3, 2, 2, 1)},
+    ("batchnorm", "large"): {2: (8192, 3), 3: (16, 3, 512), 4: (8, 3, 32, 32), 5: (4, 3, 8, 16, 16)},
+    ("groupnorm", "small"): {2: (3, 48), 3: (3, 6, 4), 4: (2, 6, 2, 2), 5: (2, 6, 2, 2, 1)},
+    ("groupnorm", "large"): {2: (2, 16384), 3: (2, 8, 2048), 4: (2, 8, 32, 64), 5: (2, 8, 8, 16, 16)},
+}
+_GROUPS = {2: 6, 3: 3, 4: 3, 5: 3}  # small GN: C/G = 8, 2, 2, 2 (large: C/G = 8192/HxW)
+_LARGE_GROUPS = {2: 2, 3: 2, 4: 2, 5: 2}
+_RANK_BY_LAYOUT = {"channels_last": 4, "channels_last_3d": 5}
+
+
+def default_sweep(op: str, seed: int = 0) -> list[Case]:
+    cases = []
+    for d, (dtype, param_dtype) in enumerate(SWEEP_DTYPES):
+        for p, profile in enumerate(PROFILES):
+            for s, size in enumerate(("small", "large")):
+                i = len(cases)
+                x_format, dy_format = SWEEP_LAYOUTS[(d + 2 * p + s) % len(SWEEP_LAYOUTS)]
+                rank = _RANK_BY_LAYOUT.get(x_format, _RANK_BY_LAYOUT.get(dy_format, 2 + i % 3))
+                shape = _SHAPES[(op, size)][rank]
+                groups = None
+                if op == "groupnorm":
+                    groups = (_GROUPS if size == "small" else _LARGE_GROUPS)[rank]
+                cases.append(Case(
+                    op, shape, dtype, param_dtype, x_format, dy_format, profile,
+                    affine=(i % 5 != 4), groups=groups, seed=seed,
+                ))
+    return cases

@@ -1,0 +1,88 @@
+"""Cases make deterministic, correctly quantised and laid-out inputs; bad cases are rejected."""
+import numpy as np
+import pytest
+import torch
+
+from normcheck import Case, UsageError
+from normcheck.dtypes import TORCH_DTYPES, parse_dtype, quantise
+from normcheck.layouts import describe
+
+
+def test_same_case_same_bits_different_seed_different_bits():
+    a = Case("batchnorm", (2, 3, 4, 4), "bf16", seed=7).make_inputs()
+    b = Case("batchnorm", (2, 3, 4, 4), "bf16", seed=7).make_inputs()
+    c = Case("batchnorm", (2, 3, 4, 4), "bf16", seed=8).make_inputs()
+    assert np.array_equal(a.x, b.x) and np.array_equal(a.dy, b.dy)
+    assert not np.array_equal(a.x, c.x)
+
+
+@pytest.mark.parametrize("dtype", ["f64", "f32", "f16", "bf16", "mixed-f16", "mixed-bf16"])
+def test_master_copies_are_exactly_representable_in_the_case_dtypes(dtype):
+    spec = parse_dtype(dtype)
+    inputs = Case("groupnorm", (2, 4, 3, 3), spec.dtype, spec.param_dtype, groups=2, profile="offset").make_inputs()
+    t = inputs.torch_inputs()
+    assert t.x.dtype == TORCH_DTYPES[spec.dtype] and t.weight.dtype == TORCH_DTYPES[spec.param_dtype]
+    # The reference sees exactly what the implementation sees.
+    assert np.array_equal(t.x.double().numpy(), inputs.x)
+    assert np.array_equal(t.weight.double().numpy(), inputs.weight)
+    assert np.array_equal(quantise(inputs.x, spec.dtype), inputs.x)
+
+
+@pytest.mark.parametrize("fmt, shape", [("contiguous", (2, 3, 4, 5)), ("channels_last", (2, 3, 4, 5)),
+                                        ("channels_last_3d", (2, 3, 2, 4, 5)), ("strided", (2, 3, 4, 5)),
+                                        ("strided", (6, 3))])
+def test_layouts_are_really_applied_and_values_kept(fmt, shape):
+    inputs = Case("batchnorm", shape, "f32", x_format=fmt).make_inputs()
+    x = inputs.torch_inputs().x
+    assert describe(x) == fmt if fmt != "strided" else not x.is_contiguous()
+    if fmt == "strided":
+        assert not x.is_contiguous(memory_format=torch.channels_last) or x.dim() != 4
+    assert np.array_equal(x.numpy(), inputs.x)
+
+
+def test_x_and_dy_can_have_different_layouts():
+    t = Case("batchnorm", (2, 3, 4, 5), x_format="channels_last", dy_format="contiguous").make_inputs().torch_inputs()
+    assert describe(t.x) == "channels_last" and describe(t.dy) == "contiguous"
+
+
+def test_torch_inputs_are_fresh_storage_every_time():
+    inputs = Case("batchnorm", (2, 3, 4)).make_inputs()
+    a, b = inputs.torch_inputs(), inputs.torch_inputs()
+    a.x.add_(1)
+    assert not torch.equal(a.x, b.x)
+    assert np.array_equal(b.x.numpy(), inputs.x)
+
+
+def test_gamma_not_ones_and_beta_not_zeros():
+    inputs = Case("batchnorm", (4, 8, 3)).make_inputs()
+    assert not np.allclose(inputs.weight, 1) and (inputs.weight < 0).any() and (inputs.weight > 0).any()
+    assert not np.allclose(inputs.bias, 0)
+
+
+def test_no_affine_has_no_parameters():
+    inputs = Case("groupnorm", (2, 4, 3), groups=2, affine=False).make_inputs()
+    assert inputs.weight is None and inputs.bias is None
+    assert inputs.torch_inputs().weight is None
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(op="groupnorm", shape=(2, 6, 4), groups=4), "not divisible by groups"),
+    (dict(op="groupnorm", shape=(2, 6, 4)), "needs --groups"),
+    (dict(op="batchnorm", shape=(2, 6, 4), groups=2), "groupnorm only"),
+    (dict(op="batchnorm", shape=(2, 6, 4), dtype="f8"), "unknown dtype"),
+    (dict(op="batchnorm", shape=(2, 6, 4), x_format="nhwc"), "unknown memory format"),
+    (dict(op="batchnorm", shape=(2, 6, 4), x_format="channels_last"), "needs a 4-D input"),
+    (dict(op="batchnorm", shape=(2, 6, 4, 4), dy_format="channels_last_3d"), "needs a 5-D input"),
+    (dict(op="batchnorm", shape=(6,)), r"must be \(N, C\)"),
+    (dict(op="batchnorm", shape=(1, 3)), "values per channel"),
+    (dict(op="groupnorm", shape=(1, 3), groups=3), "values per group"),
+    (dict(op="batchnorm", shape=(2, 3, 4), profile="gaussian"), "unknown profile"),
+    (dict(op="batchnorm", shape=(2, 3, 4), eps=-1.0), "eps must be"),
+    (dict(op="batchnorm", shape=(2, 3, 4), dtype="f64", param_dtype="f32"), "mixed precision"),
+    (dict(op="batchnorm", shape=(4, 3, 4), split=(1, 2)), "sums to 3"),
+    (dict(op="layernorm", shape=(4, 3, 4)), "unknown op"),
+])
+def test_bad_cases_are_one_line_usage_errors(kwargs, message):
+    with pytest.raises(UsageError, match=message) as info:
+        Case(**kwargs)
+    assert "\n" not in str(info.value)

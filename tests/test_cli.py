@@ -1,0 +1,121 @@
+"""The command line: rows and a summary, exit 0 / 1 / 2, one-line errors, never a traceback."""
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from normcheck.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(*argv):
+    out = io.StringIO()
+    code = main(list(argv), out)
+    return code, out.getvalue()
+
+
+def run_process(*argv, cwd=ROOT):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "normcheck", *argv], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("op", ["batchnorm", "groupnorm"])
+def test_default_sweep_passes_torch_with_exit_0(op):
+    proc = run_process("compare", "--op", op)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 73  # 72 rows and the summary
+    assert lines[-1].startswith(f"{op} / torch: 72 cases:") and " 0 failed" in lines[-1]
+    assert proc.stderr == ""
+
+
+@pytest.mark.parametrize("op, mutant", [("batchnorm", "bn_naive_variance"), ("groupnorm", "gn_ignore_strides")])
+def test_a_mutant_given_as_impl_exits_1_with_replay_lines(op, mutant):
+    code, out = run("compare", "--op", op, "--impl", f"tests.mutants:{mutant}")
+    assert code == 1
+    failing = [line for line in out.splitlines() if line.startswith("FAIL")]
+    replays = [line.strip() for line in out.splitlines() if line.strip().startswith("replay:")]
+    assert failing and len(replays) == len(failing)
+    # The replay line re-runs exactly that case, and it fails again.
+    argv = replays[0].split()[3:]
+    again, again_out = run("compare", *argv)
+    assert again == 1 and again_out.splitlines()[0] == failing[0]
+
+
+def test_explicit_case_options_and_cases_count():
+    code, out = run("compare", "--op", "groupnorm", "--shape", "2,8,4,4", "--groups", "4", "--dtype", "mixed-bf16",
+                    "--memory-format", "channels_last:contiguous", "--profile", "exact", "--cases", "3", "--seed", "9")
+    rows = out.strip().splitlines()
+    assert code == 0 and len(rows) == 4
+    assert all("2x8x4x4 G=4 bf16/f32 channels_last:contiguous exact" in r for r in rows[:3])
+
+
+def test_json_report():
+    code, out = run("compare", "--op", "batchnorm", "--shape", "4,3,5", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["summary"]["pass"] == 1 and data["impl"] == "torch"
+    tensors = {t["name"]: t for t in data["cases"][0]["tensors"]}
+    assert set(tensors) >= {"y", "dx", "dweight", "dbias", "running_mean", "running_var"}
+    assert all(t["max_ratio"] <= 1 and t["verdict"] == "PASS" for t in tensors.values())
+
+
+def test_list_shows_ops_and_impls():
+    code, out = run("list")
+    assert code == 0 and "batchnorm:" in out and "groupnorm:" in out and "torch-native-backward" in out
+    code, out = run("list", "--op", "groupnorm", "--json")
+    data = json.loads(out)
+    assert [d["op"] for d in data] == ["groupnorm"]
+    assert {i["name"] for i in data[0]["impls"]} == {"torch", "torch-native-backward", "baseline"}
+
+
+def test_user_impl_from_a_file(tmp_path):
+    (tmp_path / "mybn.py").write_text(
+        "import torch.nn.functional as F\n"
+        "def bn(x, rm, rv, w, b, training, momentum, eps):\n"
+        "    return F.batch_norm(x, rm, rv, w, b, training, momentum, eps)\n")
+    code, out = run("compare", "--op", "batchnorm", "--impl", f"{tmp_path / 'mybn.py'}:bn", "--shape", "3,2,4")
+    assert code == 0 and out.splitlines()[0].startswith("PASS")
+
+
+def test_user_impl_module_is_importable_from_the_current_directory(tmp_path):
+    (tmp_path / "mygn.py").write_text("from torch.nn.functional import group_norm as gn\n")
+    proc = run_process("compare", "--op", "groupnorm", "--impl", "mygn:gn", "--shape", "2,4,3", "--groups", "2",
+                       cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["compare", "--op", "groupnorm", "--shape", "2,6,4", "--groups", "4"], "not divisible by groups"),
+    (["compare", "--op", "batchnorm", "--shape", "2,6,x"], "not a comma-separated list"),
+    (["compare", "--op", "batchnorm", "--shape", "2,6,4", "--groups", "2"], "groupnorm only"),
+    (["compare", "--op", "batchnorm", "--dtype", "fp8"], "unknown dtype 'fp8'"),
+    (["compare", "--op", "batchnorm", "--memory-format", "nhwc"], "unknown memory format 'nhwc'"),
+    (["compare", "--op", "batchnorm", "--shape", "2,3,4", "--memory-format", "channels_last"], "needs a 4-D input"),
+    (["compare", "--op", "batchnorm", "--impl", "no_such_module_xyz:fn"], "cannot import no_such_module_xyz"),
+    (["compare", "--op", "batchnorm", "--impl", "json:nothing_here"], "has no attribute nothing_here"),
+    (["compare", "--op", "batchnorm", "--impl", "math:pi"], "not callable"),
+    (["compare", "--op", "batchnorm", "--impl", "math:sqrt"], "takes 1 positional arguments"),
+    (["compare", "--op", "batchnorm", "--impl", "json:dumps"], "the contract is"),
+    (["compare", "--op", "batchnorm", "--impl", "nonsense"], "unknown implementation 'nonsense'"),
+    (["compare", "--op", "layernorm"], "invalid choice"),
+    (["compare"], "required: --op"),
+    (["compare", "--op", "batchnorm", "--cases", "0"], "must be >= 1"),
+])
+def test_usage_errors_are_one_line_and_exit_2(argv, message, capsys):
+    code = main(argv, io.StringIO())
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("normcheck: error:") and message in err
+    assert "Traceback" not in err
+
+
+def test_usage_error_from_a_real_process_has_no_traceback():
+    proc = run_process("compare", "--op", "groupnorm", "--shape", "2,6,4", "--groups", "4")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == "normcheck: error: C=6 is not divisible by groups=4\n"

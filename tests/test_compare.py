@@ -1,0 +1,107 @@
+"""The compare engine: every misbehaviour of an implementation becomes a failing row that says what
+happened; correct ones pass; known upstream issues are attributed, not hidden."""
+import torch
+import torch.nn.functional as F
+
+from normcheck import Case, compare, resolve_impl
+from normcheck.compare import FAIL, KNOWN, MISTRUSTED, PASS, SKIP
+
+BN = Case("batchnorm", (4, 3, 5), "f32")
+GN = Case("groupnorm", (2, 4, 6), "f32", groups=2)
+
+
+def test_torch_passes_and_reports_every_output():
+    report = compare("batchnorm", "torch", BN)
+    assert report.verdict == PASS
+    assert {t.name for t in report.tensors} == {"y", "dx", "dweight", "dbias", "running_mean", "running_var"}
+    assert all(0 <= t.max_ratio <= 1 for t in report.tensors)
+
+
+def test_native_backward_also_reports_saved_statistics():
+    names = {t.name for t in compare("groupnorm", "torch-native-backward", GN).tensors}
+    assert {"mean", "rstd", "dx"} <= names
+
+
+def test_raising_implementation_is_a_failing_row():
+    def broken(*args):
+        raise RuntimeError("kernel exploded\nsecond line")
+
+    report = compare("batchnorm", broken, BN)
+    assert report.verdict == FAIL and report.message == "raised RuntimeError: kernel exploded"
+
+
+def test_wrong_shape_and_dtype_are_named():
+    report = compare("groupnorm", lambda x, g, w, b, eps: F.group_norm(x, g, w, b, eps)[:1], GN)
+    assert report.verdict == FAIL and "y has shape (1, 4, 6), expected (2, 4, 6)" in report.message
+    report = compare("groupnorm", lambda x, g, w, b, eps: F.group_norm(x, g, w, b, eps).double(), GN)
+    assert report.verdict == FAIL and "y has dtype f64, expected f32" in report.message
+
+
+def test_nan_outputs_are_counted_as_mismatches():
+    report = compare("groupnorm", lambda x, g, w, b, eps: F.group_norm(x, g, w, b, eps) * float("nan"), GN)
+    assert report.verdict == FAIL
+    assert report.tensor("y").nonfinite_mismatches == x_numel(GN)
+
+
+def x_numel(case):
+    return case.numel
+
+
+def test_input_modification_is_detected():
+    def sneaky(x, g, w, b, eps):
+        y = F.group_norm(x, g, w, b, eps)
+        w.data.mul_(2)
+        return y
+
+    report = compare("groupnorm", sneaky, GN)
+    assert report.verdict == FAIL and report.message == "modified its input weight in place"
+
+
+def test_detached_output_and_missing_gradient():
+    report = compare("groupnorm", lambda x, g, w, b, eps: F.group_norm(x, g, w, b, eps).detach(), GN)
+    assert report.verdict == FAIL and "detached" in report.message
+    report = compare("groupnorm", lambda x, g, w, b, eps: F.group_norm(x, g, w.detach(), b, eps), GN)
+    assert report.verdict == FAIL and report.message == "dweight is None: no gradient reaches that input"
+
+
+def test_running_stats_not_updated_is_a_failure():
+    report = compare("batchnorm", lambda x, rm, rv, w, b, t, m, e: F.batch_norm(x, None, None, w, b, t, m, e), BN)
+    assert report.verdict == FAIL and report.worst.name in ("running_mean", "running_var")
+
+
+def test_wrong_gradient_names_tensor_index_and_values():
+    class Wrong(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w, b):
+            return F.group_norm(x, 2, w, b, 1e-5)
+
+        @staticmethod
+        def backward(ctx, dy):
+            return dy, dy.sum((0, 2)), dy.sum((0, 2))  # dx = dy: plausible-looking, wrong
+
+    report = compare("groupnorm", lambda x, g, w, b, eps: Wrong.apply(x, w, b), GN)
+    assert report.verdict == FAIL
+    dx = report.tensor("dx")
+    assert dx.verdict == FAIL and dx.max_ratio > 1e3 and len(dx.worst_index) == 3
+    assert "dx: ratio" in report.summary() and "expected" in report.summary()
+
+
+def test_unsupported_case_is_a_skip_with_reason():
+    report = compare("groupnorm", "torch-native-backward", GN.with_(x_format="strided"))
+    assert report.verdict == SKIP and "requires x contiguous" in report.message
+
+
+def test_known_upstream_issue_is_reported_with_its_numbers():
+    case = Case("groupnorm", (2, 8, 32, 64), "f32", x_format="channels_last", profile="offset", groups=2)
+    report = compare("groupnorm", "torch", case)
+    assert report.verdict == KNOWN
+    assert report.message.startswith("known issue torch-gn-channels-last-variance: dx: ratio")
+    assert report.worst.max_ratio > 1e3
+    # The same case through an implementation without that record is a plain failure.
+    assert compare("groupnorm", resolve_impl("groupnorm", F.group_norm), case).verdict == FAIL
+
+
+def test_all_zero_reference_is_mistrusted_not_passed():
+    case = Case("batchnorm", (6, 1, 4), "f64", profile="sparse_dy")  # one channel, dy all zero
+    report = compare("batchnorm", "torch", case)
+    assert report.verdict == MISTRUSTED and report.tensor("dx").verdict == MISTRUSTED

@@ -1,0 +1,36 @@
+"""Meta-tests of the hypothesis strategies: every draw is a valid, cheap case; every axis is reachable."""
+from math import prod
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from normcheck.layouts import FORMATS
+from normcheck.profiles import PROFILES
+from normcheck.strategies import MAX_NUMEL, cases
+
+
+@given(st.sampled_from(["batchnorm", "groupnorm"]).flatmap(cases))
+def test_every_drawn_case_is_valid_and_cheap(case):
+    case.validate()
+    assert prod(case.shape) <= MAX_NUMEL + prod(case.shape) // max(case.shape)  # one bump allowed
+    assert case.view.set_size >= 2
+
+
+def test_every_axis_is_reachable():
+    seen = {"dtype": set(), "format": set(), "profile": set(), "rank": set(), "mixed_layout": False}
+
+    @settings(max_examples=300, derandomize=True, database=None)
+    @given(cases("groupnorm"))
+    def collect(case):
+        seen["dtype"].add(case.dtypes.label)
+        seen["format"].add(case.x_format)
+        seen["profile"].add(case.profile)
+        seen["rank"].add(len(case.shape))
+        seen["mixed_layout"] |= case.x_format != case.dy_format
+
+    collect()
+    assert seen["dtype"] == {"f64", "f32", "f16", "bf16", "f16/f32", "bf16/f32"}
+    assert seen["format"] == set(FORMATS)
+    assert seen["profile"] == set(PROFILES)
+    assert seen["rank"] == {2, 3, 4, 5}
+    assert seen["mixed_layout"]

@@ -1,0 +1,43 @@
+"""The default sweep is a pairwise covering design over the axes that expose bug classes."""
+from itertools import product
+
+import pytest
+
+from normcheck.profiles import PROFILES
+from normcheck.sweep import SWEEP_DTYPES, SWEEP_LAYOUTS, default_sweep
+
+
+@pytest.mark.parametrize("op", ["batchnorm", "groupnorm"])
+def test_pairwise_coverage(op):
+    cases = default_sweep(op)
+    dtypes = {(c.dtype, c.param_dtype) for c in cases}
+    layouts = {(c.x_format, c.dy_format) for c in cases}
+    assert dtypes == set(SWEEP_DTYPES) and layouts == set(SWEEP_LAYOUTS)
+    pairs = {
+        "dtype×layout": ({((c.dtype, c.param_dtype), (c.x_format, c.dy_format)) for c in cases},
+                         set(product(SWEEP_DTYPES, SWEEP_LAYOUTS))),
+        "profile×layout": ({(c.profile, (c.x_format, c.dy_format)) for c in cases},
+                           set(product(PROFILES, SWEEP_LAYOUTS))),
+        "dtype×profile×size": ({((c.dtype, c.param_dtype), c.profile, c.view.set_size > 1000) for c in cases},
+                               set(product(SWEEP_DTYPES, PROFILES, (False, True)))),
+    }
+    for name, (seen, wanted) in pairs.items():
+        assert seen == wanted, f"{name} misses {sorted(wanted - seen)[:3]}"
+
+
+@pytest.mark.parametrize("op", ["batchnorm", "groupnorm"])
+def test_sizes_ranks_and_parameters_vary(op):
+    cases = default_sweep(op)
+    sizes = {c.view.set_size for c in cases}
+    assert min(sizes) <= 8 and max(sizes) >= 8192
+    assert {len(c.shape) for c in cases} == {2, 3, 4, 5}
+    assert {c.affine for c in cases} == {True, False}
+    if op == "groupnorm":
+        hxw = {c.numel // (c.shape[0] * c.shape[1]) for c in cases}
+        assert min(hxw) < 2048 <= max(hxw)  # both sides of torch's strategy threshold
+        assert any(c.shape[1] // c.groups > 1 for c in cases)  # γ varies inside a group
+
+
+def test_sweep_is_deterministic_and_seeded():
+    assert default_sweep("batchnorm") == default_sweep("batchnorm")
+    assert {c.seed for c in default_sweep("batchnorm", seed=5)} == {5}

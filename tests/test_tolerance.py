@@ -1,0 +1,70 @@
+"""Meta-tests of the tolerance model: the ratio arithmetic, and the bound's behaviour."""
+import numpy as np
+import pytest
+
+from normcheck import Case, compare
+from normcheck.compare import PASS
+from normcheck.sweep import default_sweep
+from normcheck.tolerance import CONSTANTS, Constants, budget_ratio, element_bounds
+
+FORMULA_ONLY = Constants(CONSTANTS.growth, CONSTANTS.rounding, baseline_factor=0.0)
+
+
+def test_ratio_arithmetic():
+    ref = np.array([1.0, 2.0, np.inf, np.nan, 1.0, 0.0])
+    got = np.array([1.5, 2.0, np.inf, np.nan, np.nan, 0.0])
+    bound = np.full(6, 1.0)
+    r = budget_ratio(got, ref, bound, None, "f64")
+    assert r[0] == pytest.approx(0.5) and r[1] == 0 and r[2] == 0 and r[3] == 0 and r[5] == 0
+    assert np.isinf(r[4])  # NaN where the reference is finite
+
+
+def test_overflow_to_inf_is_the_correct_rounding():
+    ref = np.array([1e6, -1e6, 1e6])
+    got = np.array([np.inf, -np.inf, -np.inf])
+    r = budget_ratio(got, ref, np.ones(3), None, "f16")
+    assert r[0] == 0 and r[1] == 0 and np.isinf(r[2])
+
+
+def test_baseline_allowance_only_widens_and_never_from_a_nan_baseline():
+    ref, got = np.array([1.0, 1.0]), np.array([1.1, 1.1])
+    tight = budget_ratio(got, ref, np.array([0.01, 0.01]), None, "f64")
+    widened = budget_ratio(got, ref, np.array([0.01, 0.01]), np.array([1.05, np.nan]), "f64")
+    assert widened[0] < 1 < tight[0] and widened[1] == tight[1]
+
+
+@pytest.mark.parametrize("op", ["batchnorm", "groupnorm"])
+def test_bounds_are_positive_finite_and_shaped_like_outputs(op):
+    for case in default_sweep(op)[::7]:
+        inputs = case.make_inputs()
+        bounds = element_bounds(case, inputs)
+        assert bounds["y"].shape == bounds["dx"].shape == case.shape
+        assert bounds["dweight"].shape == (case.channels,)
+        for name, b in bounds.items():
+            # Zero only where the output is exactly zero whatever the rounding (e.g. dy = 0 in a whole set).
+            assert np.isfinite(b).all() and (b >= 0).all() and (b > 0).any(), (case.label, name)
+
+
+def test_bound_scales_with_the_dtype():
+    y = {d: element_bounds(Case("batchnorm", (4, 3, 8), d), Case("batchnorm", (4, 3, 8), d).make_inputs())["y"].max()
+         for d in ("f64", "f32", "bf16")}
+    assert y["f64"] < 1e-12 < y["f32"] < 1e-5 < y["bf16"] < 0.1
+
+
+@pytest.mark.parametrize("op", ["batchnorm", "groupnorm"])
+def test_the_baseline_passes_the_formula_alone(op):
+    # Judged against itself the baseline passes trivially; this checks the formula is not too tight.
+    for case in default_sweep(op):
+        report = compare(op, "baseline", case, FORMULA_ONLY)
+        assert report.verdict in (PASS, "MISTRUSTED"), f"{case.label}: {report.summary()}"
+
+
+def test_catastrophic_cancellation_is_visible_in_float64():
+    # E[x²] − E[x]² at |mean|/std = 1e4 loses ~8 digits even in float64.
+    case = Case("batchnorm", (8, 2, 4), "f64", profile="offset")
+    inputs = case.make_inputs()
+    x = inputs.x.transpose(1, 0, 2).reshape(2, -1)
+    naive_var = (x * x).mean(1) - x.mean(1) ** 2
+    true_var = x.var(1)
+    allowed_relative = element_bounds(case, inputs)["invstd"] * np.sqrt(true_var + case.eps) * 2
+    assert (np.abs(naive_var - true_var) / true_var > 2 * allowed_relative).all()
