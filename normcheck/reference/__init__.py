@@ -1,0 +1,19 @@
+"""Float64 NumPy reference implementations of the normalisation ops (no torch import).
+
+Every function accepts arrays of any float dtype and any strides, computes in float64 and
+never modifies its inputs.  See the module docstrings for the math.
+"""
+
+from ._moments import NormBackward
+from .batchnorm import BatchNormForward, batch_norm_backward, batch_norm_forward
+from .groupnorm import GroupNormForward, group_norm_backward, group_norm_forward
+
+__all__ = [
+    "BatchNormForward",
+    "GroupNormForward",
+    "NormBackward",
+    "batch_norm_backward",
+    "batch_norm_forward",
+    "group_norm_backward",
+    "group_norm_forward",
+]
