@@ -6,13 +6,13 @@ values upcast to float64, the implementation sees them in the case's dtypes and 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from math import prod
 
 import numpy as np
 import torch
 
-from .dtypes import TORCH_DTYPES, DtypeSpec, parse_dtype, quantise
+from .dtypes import TORCH_DTYPES, DtypeSpec, quantise
 from .errors import UsageError
 from .layouts import check_format, lay_out
 from .profiles import PROFILES

@@ -133,7 +133,7 @@ def replay_command(r: Report) -> str:
 
 def _row(r: Report) -> str:
     worst = r.worst
-    ratio = f"{worst.max_ratio:9.3g}" if worst and not r.message else " " * 9
+    ratio = f"{worst.max_ratio:9.3g}" if worst else " " * 9
     return f"{r.verdict:<10} {ratio}  {r.case.label:<52} {r.summary()}"
 
 
@@ -141,7 +141,8 @@ def run_list(args, out) -> int:
     ops = [get_op(args.op)] if args.op else list(OPS.values())
     if args.json:
         json.dump([{"op": op.name, "description": op.description, "signature": op.signature,
-                    "impls": [{"name": i.name, "description": i.description, "supports": i.capabilities}
+                    "impls": [{"name": i.name, "description": i.description, "supports": i.capabilities,
+                               "known_issues": [{"key": k.key, "summary": k.summary} for k in i.known_issues]}
                               for i in list_impls(op.name)]} for op in ops], out, indent=1)
         print(file=out)
         return 0
@@ -150,6 +151,8 @@ def run_list(args, out) -> int:
         print(f"  --impl module:attr contract: {op.signature}", file=out)
         for impl in list_impls(op.name):
             print(f"  {impl.name:<24} {impl.description}; supports {impl.capabilities}", file=out)
+            if impl.known_issues:
+                print(f"  {'':<24} known upstream issues: {', '.join(k.key for k in impl.known_issues)}", file=out)
     return 0
 
 

@@ -10,7 +10,7 @@ import torch
 
 from .baseline import run_baseline
 from .cases import Case
-from .dtypes import TORCH_DTYPES, dtype_name
+from .dtypes import TORCH_DTYPES
 from .ops import get_op
 from .registry import Impl, resolve_impl
 from .runners import ImplError, check_tensor

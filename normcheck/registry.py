@@ -15,8 +15,9 @@ import torch.nn.functional as F
 from .baseline import run_baseline
 from .cases import Case
 from .errors import UsageError
-from .known_issues import (BN_F16_OVERFLOW, BN_MIXED_SLOW_PATH, GN_CHANNELS_LAST_VARIANCE, GN_MIXED_MOMENTS,
-                           GN_NATIVE_DY_LAYOUT, KnownIssue)
+from .known_issues import (BN_CHANNELS_LAST_F32_CANCELLATION, BN_F16_INTERMEDIATES, BN_MIXED_SLOW_PATH,
+                           GN_CHANNELS_LAST_VARIANCE, GN_F16_OVERFLOW, GN_MIXED_MOMENTS, GN_NATIVE_DY_LAYOUT,
+                           KnownIssue)
 from .ops import get_op
 from .runners import Runner, functional_batchnorm, functional_groupnorm, native_batchnorm_backward, native_groupnorm_backward
 
@@ -53,8 +54,8 @@ def _native_group_norm_layouts(case: Case) -> str | None:
     return None
 
 
-_TORCH_BN_ISSUES = (BN_MIXED_SLOW_PATH, BN_F16_OVERFLOW)
-_TORCH_GN_ISSUES = (GN_CHANNELS_LAST_VARIANCE, GN_MIXED_MOMENTS)
+_TORCH_BN_ISSUES = (BN_MIXED_SLOW_PATH, BN_F16_INTERMEDIATES, BN_CHANNELS_LAST_F32_CANCELLATION)
+_TORCH_GN_ISSUES = (GN_CHANNELS_LAST_VARIANCE, GN_MIXED_MOMENTS, GN_F16_OVERFLOW)
 
 for _impl in (
     Impl("torch", "batchnorm", "torch.nn.functional.batch_norm through autograd", functional_batchnorm(F.batch_norm),

@@ -13,7 +13,7 @@ from typing import Callable
 import torch
 
 from .cases import Case, TorchInputs
-from .dtypes import TORCH_DTYPES, dtype_name
+from .dtypes import dtype_name
 
 Outputs = dict[str, "torch.Tensor | None"]
 Runner = Callable[[Case, TorchInputs], Outputs]
@@ -100,8 +100,3 @@ def native_groupnorm_backward(case: Case, t: TorchInputs) -> Outputs:
     dx, dw, db = aten.native_group_norm_backward(t.dy, t.x, mean, rstd, t.weight, n, c, hxw, case.groups, _mask(t))
     return {"y": y, "mean": mean, "rstd": rstd, "dx": dx, "dweight": dw, "dbias": db}
 
-
-def expected_dtype(case: Case, name: str) -> torch.dtype:
-    from .tolerance import output_dtype
-
-    return TORCH_DTYPES[output_dtype(case, name)]

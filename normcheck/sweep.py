@@ -5,9 +5,9 @@ Axes and the bug classes they expose:
               stored in low precision, mixed-dtype dispatch
   profile     normal, offset (cancellation), near-constant (var ≈ eps, var = 0), heavy tails,
               exact data, sparse dy: variance formulas, eps handling, dropped or mis-scaled terms
-  reduction   small sets (8 elements: biased/unbiased and count errors are 1/M large) and large
-              sets (8192 elements, GroupNorm HxW ≥ 2048: error growth of sums, kernels that switch
-              strategy on size)
+  reduction   small sets (8 elements: biased/unbiased and count errors are 1/M large), large sets
+              (8192 elements, GroupNorm HxW = 2048: kernels that switch strategy on size) and huge
+              sets (65536 elements: error growth of sums, stagnation, cancellation in long sums)
   layout      contiguous, channels_last, channels_last_3d, strided views, and x and dy in different
               formats: kernels that assume strides
 Every dtype × profile × reduction combination appears once; layouts rotate through them so every
@@ -29,15 +29,19 @@ SWEEP_LAYOUTS = (
     ("contiguous", "channels_last"),
 )
 
-# (op, size) -> shape per rank. Small sets hold 8 elements; large ones 8192 (GroupNorm: HxW = 2048).
+SIZES = ("small", "large", "huge")
+
+# (op, size) -> shape per rank. Sets hold 8, 8192 (GroupNorm: HxW = 2048) and 65536 elements.
 _SHAPES = {
     ("batchnorm", "small"): {2: (8, 3), 3: (2, 3, 4), 4: (2, 3, 2, 2), 5: (2, 3, 2, 2, 1)},
     ("batchnorm", "large"): {2: (8192, 3), 3: (16, 3, 512), 4: (8, 3, 32, 32), 5: (4, 3, 8, 16, 16)},
     ("groupnorm", "small"): {2: (3, 48), 3: (3, 6, 4), 4: (2, 6, 2, 2), 5: (2, 6, 2, 2, 1)},
     ("groupnorm", "large"): {2: (2, 16384), 3: (2, 8, 2048), 4: (2, 8, 32, 64), 5: (2, 8, 8, 16, 16)},
+    ("batchnorm", "huge"): {2: (65536, 3), 3: (64, 3, 1024), 4: (16, 3, 64, 64), 5: (16, 3, 4, 32, 32)},
+    ("groupnorm", "huge"): {2: (2, 131072), 3: (2, 8, 16384), 4: (2, 8, 128, 128), 5: (2, 8, 16, 32, 32)},
 }
-_GROUPS = {2: 6, 3: 3, 4: 3, 5: 3}  # small GN: C/G = 8, 2, 2, 2 (large: C/G = 8192/HxW)
-_LARGE_GROUPS = {2: 2, 3: 2, 4: 2, 5: 2}
+_GROUPS = {"small": 3, "large": 2, "huge": 2}  # small GN: C/G = 2 (2-D: 16); larger: C/G = 4 (2-D: set/1)
+_GROUPS_2D = {"small": 6, "large": 2, "huge": 2}
 _RANK_BY_LAYOUT = {"channels_last": 4, "channels_last_3d": 5}
 
 
@@ -45,14 +49,14 @@ def default_sweep(op: str, seed: int = 0) -> list[Case]:
     cases = []
     for d, (dtype, param_dtype) in enumerate(SWEEP_DTYPES):
         for p, profile in enumerate(PROFILES):
-            for s, size in enumerate(("small", "large")):
+            for s, size in enumerate(SIZES):
                 i = len(cases)
                 x_format, dy_format = SWEEP_LAYOUTS[(d + 2 * p + s) % len(SWEEP_LAYOUTS)]
                 rank = _RANK_BY_LAYOUT.get(x_format, _RANK_BY_LAYOUT.get(dy_format, 2 + i % 3))
                 shape = _SHAPES[(op, size)][rank]
                 groups = None
                 if op == "groupnorm":
-                    groups = (_GROUPS if size == "small" else _LARGE_GROUPS)[rank]
+                    groups = (_GROUPS_2D if rank == 2 else _GROUPS)[size]
                 cases.append(Case(
                     op, shape, dtype, param_dtype, x_format, dy_format, profile,
                     affine=(i % 5 != 4), groups=groups, seed=seed,

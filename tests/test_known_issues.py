@@ -25,11 +25,15 @@ BARE_GN_NATIVE = Impl("bare-native", "groupnorm", "native_group_norm_backward, n
 WITNESSES = [
     (k.BN_MIXED_SLOW_PATH, "batchnorm", BARE_BN,
      Case("batchnorm", (2, 3, 2, 2), "bf16", "f32", "contiguous", "channels_last"), "dbias"),
-    (k.BN_F16_OVERFLOW, "batchnorm", BARE_BN, Case("batchnorm", (8, 3, 32, 32), "f16", profile="offset"), "dweight"),
+    (k.BN_F16_INTERMEDIATES, "batchnorm", BARE_BN, Case("batchnorm", (8, 3, 32, 32), "f16", profile="offset"), "dweight"),
+    (k.BN_CHANNELS_LAST_F32_CANCELLATION, "batchnorm", BARE_BN,
+     Case("batchnorm", (16, 3, 4, 32, 32), "f32", x_format="channels_last_3d", profile="offset"), "dx"),
     (k.GN_CHANNELS_LAST_VARIANCE, "groupnorm", BARE_GN,
      Case("groupnorm", (2, 8, 32, 64), "f32", x_format="channels_last", profile="offset", groups=2), "dx"),
     (k.GN_MIXED_MOMENTS, "groupnorm", BARE_GN,
      Case("groupnorm", (2, 11, 46, 3), "f16", "f32", profile="offset", groups=11, affine=False, seed=1), "dx"),
+    (k.GN_F16_OVERFLOW, "groupnorm", BARE_GN, Case("groupnorm", (2, 8, 128, 128), "f16", profile="offset", groups=2),
+     "dweight"),
     (k.GN_NATIVE_DY_LAYOUT, "groupnorm", BARE_GN_NATIVE,
      Case("groupnorm", (5, 12, 30), "f64", None, "contiguous", "strided", "exact", groups=6), "dx"),
 ]
