@@ -15,9 +15,16 @@ from .ops import OPS, get_op
 from .profiles import PROFILES
 from .registry import list_impls, resolve_impl
 from .sweep import default_sweep
+from .syncbn import BACKENDS, DEFAULT_TIMEOUT, RECIPES, check_world
+
+
+def _default_backend(impl) -> str:
+    recipe = RECIPES.get(impl.name)
+    return recipe.default_backend if recipe else "gloo"
 
 # Case options that, when given, replace the default sweep with explicitly built cases.
-_CASE_OPTIONS = ("shape", "dtype", "memory_format", "groups", "profile", "eps", "momentum", "no_affine")
+_CASE_OPTIONS = ("shape", "dtype", "memory_format", "groups", "profile", "eps", "momentum", "no_affine",
+                 "world_size", "split")
 _DEFAULT_SHAPE = (4, 6, 5, 5)
 _DEFAULT_GROUPS = 3
 
@@ -42,6 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--eps", type=float)
     cmp.add_argument("--momentum", type=float, help="running-stat momentum (default 0.1)")
     cmp.add_argument("--no-affine", action="store_true", help="weight and bias are None")
+    cmp.add_argument("--world-size", type=int, help="syncbn: number of ranks (the batch is split evenly)")
+    cmp.add_argument("--split", type=_split, help="syncbn: per-rank batch sizes, e.g. 3,0,5 (0: an empty rank)")
+    cmp.add_argument("--backend", choices=BACKENDS, help="syncbn: where ranks run (default: the recipe's own, "
+                     "gloo for torch's function and user code)")
+    cmp.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="syncbn: seconds per case (default 60)")
     cmp.add_argument("--cases", type=_positive, default=1, help="seeds per case (default 1)")
     cmp.add_argument("--seed", type=int, default=0)
     cmp.add_argument("--strict", action="store_true", help="known upstream issues fail the run too")
@@ -61,6 +73,13 @@ def _shape(text: str) -> tuple[int, ...]:
     return shape
 
 
+def _split(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(s) for s in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
+
+
 def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -76,17 +95,44 @@ def build_cases(args) -> list[Case]:
     spec = parse_dtype(args.dtype or "f32")
     x_format, _, dy_format = (args.memory_format or "contiguous").partition(":")
     groups = args.groups if args.groups is not None else (_DEFAULT_GROUPS if args.op == "groupnorm" else None)
+    shape, split = _shape_and_split(args)
     return [
-        Case(args.op, args.shape or _DEFAULT_SHAPE, spec.dtype, spec.param_dtype, x_format, dy_format or None,
+        Case(args.op, shape, spec.dtype, spec.param_dtype, x_format, dy_format or None,
              args.profile or "normal", 1e-5 if args.eps is None else args.eps,
-             0.1 if args.momentum is None else args.momentum, affine=not args.no_affine, groups=groups, seed=seed)
+             0.1 if args.momentum is None else args.momentum, affine=not args.no_affine, groups=groups, seed=seed,
+             split=split)
         for seed in seeds
     ]
 
 
+def _shape_and_split(args) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
+    """--split fixes N when --shape does not; --world-size alone splits N as evenly as possible."""
+    if args.op != "syncbn":
+        if args.split is not None or args.world_size is not None:
+            raise UsageError(f"--split and --world-size apply to syncbn only, not {args.op}")
+        return args.shape or _DEFAULT_SHAPE, None
+    split = args.split
+    if split is not None and args.world_size is not None and len(split) != args.world_size:
+        raise UsageError(f"--split has {len(split)} ranks but --world-size is {args.world_size}")
+    if split is not None and any(s < 0 for s in split):
+        raise UsageError(f"--split {','.join(map(str, split))} has a negative size")
+    shape = args.shape or ((sum(split),) + _DEFAULT_SHAPE[1:] if split is not None else _DEFAULT_SHAPE)
+    if split is None:
+        world = args.world_size or 1
+        if world < 1:
+            raise UsageError(f"--world-size must be >= 1, got {world}")
+        split = tuple(shape[0] // world + (r < shape[0] % world) for r in range(world))
+    return shape, split
+
+
 def run_compare(args, out) -> int:
-    impl = resolve_impl(args.op, args.impl)
+    if args.backend is not None and args.op != "syncbn":
+        raise UsageError(f"--backend applies to syncbn only, not {args.op}")
+    impl = resolve_impl(args.op, args.impl, args.backend, args.timeout)
     cases = build_cases(args)
+    if args.op == "syncbn":
+        for case in cases:
+            check_world(case, args.backend or _default_backend(impl))
     start = time.perf_counter()
     reports = []
     for case in cases:
@@ -126,6 +172,8 @@ def replay_command(r: Report) -> str:
         parts.append(f"--momentum {c.momentum!r}")
     if c.groups is not None:
         parts.append(f"--groups {c.groups}")
+    if c.split is not None:
+        parts.append("--split " + ",".join(map(str, c.split)))
     if not c.affine:
         parts.append("--no-affine")
     return " ".join(parts)

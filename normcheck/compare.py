@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import numpy as np
@@ -33,6 +33,7 @@ class TensorReport:
     expected: float
     nonfinite_mismatches: int   # elements where exactly one of got/expected is NaN or ±Inf (or they differ)
     verdict: str
+    rank: int | None = None     # SyncBN: the rank holding the worst element of y or dx
 
     def to_dict(self) -> dict:
         return dict(vars(self), worst_index=list(self.worst_index))
@@ -121,20 +122,29 @@ def compare(op: str, impl: str | Impl | Callable | None, case: Case, constants: 
     bounds = element_bounds(case, inputs, constants)
     baseline = run_baseline(case, inputs.torch_inputs()) if constants.baseline_factor else {}
     tensors = []
-    for name, expected in ref.items():
-        if name not in outputs:
+    for name in outputs:
+        base_name = name.split("[")[0]  # "running_mean[rank 2]" is compared like "running_mean"
+        if base_name not in ref:
             continue
+        expected = ref[base_name]
         try:
-            got = _as_float64(name, outputs[name], case, expected.shape)
+            got = _as_float64(base_name, outputs[name], case, expected.shape, label=name)
         except ImplError as e:
             return report(FAIL, tensors, str(e))
-        base = baseline.get(name)
-        base = None if base is None else _as_float64(name, base, case, expected.shape, check_dtype=False)
-        ratio = budget_ratio(got, expected, bounds[name], base, output_dtype(case, name), constants)
-        tensors.append(_tensor_report(name, got, expected, ratio))
+        base = baseline.get(base_name)
+        base = None if base is None else _as_float64(base_name, base, case, expected.shape, check_dtype=False)
+        ratio = budget_ratio(got, expected, bounds[base_name], base, output_dtype(case, base_name), constants)
+        tensor = _tensor_report(name, got, expected, ratio)
+        if case.split is not None and name in ("y", "dx") and tensor.worst_index:
+            tensor = replace(tensor, rank=_rank_of_row(case.split, tensor.worst_index[0]))
+        tensors.append(tensor)
     verdicts = {t.verdict for t in tensors}
     verdict = FAIL if FAIL in verdicts else MISTRUSTED if MISTRUSTED in verdicts else PASS
     return report(verdict, tensors)
+
+
+def _rank_of_row(split: tuple[int, ...], row: int) -> int:
+    return next(r for r in range(len(split)) if row < sum(split[: r + 1]))
 
 
 def _worst_failure(tensors) -> str:
@@ -144,15 +154,16 @@ def _worst_failure(tensors) -> str:
     t = max(failing, key=lambda t: t.max_ratio)
     nan = f", {t.nonfinite_mismatches} NaN/Inf mismatches" if t.nonfinite_mismatches else ""
     error = abs(t.got - t.expected)
-    return (f"{t.name}: ratio {t.max_ratio:.3g} at {list(t.worst_index)} "
+    where = f" on rank {t.rank}" if t.rank is not None else ""
+    return (f"{t.name}{where}: ratio {t.max_ratio:.3g} at {list(t.worst_index)} "
             f"(got {t.got:.10g}, expected {t.expected:.10g}, error {error:.3g}){nan}")
 
 
-def _as_float64(name, value, case: Case, shape, check_dtype: bool = True) -> np.ndarray:
+def _as_float64(name, value, case: Case, shape, check_dtype: bool = True, label: str | None = None) -> np.ndarray:
     # Saved statistics may legitimately come back in another float dtype; everything else must not.
     strict = check_dtype and name not in ("mean", "invstd", "rstd")
     dtype = TORCH_DTYPES[output_dtype(case, name)] if strict else value.dtype
-    value = check_tensor(name, value, shape, dtype)
+    value = check_tensor(label or name, value, shape, dtype)
     return value.detach().to(torch.float64).contiguous().numpy()
 
 

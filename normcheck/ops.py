@@ -23,7 +23,7 @@ class Op:
     signature: str                     # the public contract for `--impl module:attr`
     required: tuple[str, ...]          # outputs every implementation must produce
     reference: Callable[[CaseInputs], dict[str, np.ndarray]]
-    adapt: Callable[[Callable], Runner]  # wraps a user function with `signature`
+    adapt: Callable[[Callable], Runner] | None  # wraps a user function with `signature`
 
 
 def _batchnorm_reference(i: CaseInputs) -> dict[str, np.ndarray]:
@@ -56,6 +56,15 @@ OPS: dict[str, Op] = {
         required=("y", "dx", "dweight", "dbias", "running_mean", "running_var"),
         reference=_batchnorm_reference,
         adapt=functional_batchnorm,
+    ),
+    "syncbn": Op(
+        name="syncbn",
+        description="SyncBatchNorm: BatchNorm statistics over the batch split across ranks (empty ranks allowed)",
+        signature="fn(input, weight, bias, running_mean, running_var, eps, momentum, process_group, world_size)"
+        " -> Tensor  (torch.nn.modules._functions.SyncBatchNorm.apply)",
+        required=("y", "dx", "dweight", "dbias", "running_mean", "running_var"),
+        reference=_batchnorm_reference,  # the full batch, as if on one device
+        adapt=None,  # syncbn implementations also need a world: see normcheck.syncbn
     ),
     "groupnorm": Op(
         name="groupnorm",

@@ -18,6 +18,7 @@ from .errors import UsageError
 from .known_issues import (BN_CHANNELS_LAST_F32_CANCELLATION, BN_F16_INTERMEDIATES, BN_MIXED_SLOW_PATH,
                            GN_CHANNELS_LAST_VARIANCE, GN_F16_OVERFLOW, GN_MIXED_MOMENTS, GN_NATIVE_DY_LAYOUT,
                            KnownIssue)
+from . import syncbn
 from .ops import get_op
 from .runners import Runner, functional_batchnorm, functional_groupnorm, native_batchnorm_backward, native_groupnorm_backward
 
@@ -78,18 +79,47 @@ for _impl in (
 DEFAULT_IMPL = "torch"
 
 
+def _syncbn_impl(spec: str, backend: str | None, timeout: float) -> Impl:
+    """SyncBN implementations run in a world: a recipe by name, or user code given as module:attr."""
+    recipe = syncbn.RECIPES.get(spec)
+    if recipe is not None:
+        backend = backend or recipe.default_backend
+        return Impl(recipe.name, "syncbn", recipe.description, syncbn.world_runner(recipe.spec, backend, timeout),
+                    supports=syncbn.supports(recipe, backend),
+                    capabilities=f"{', '.join(recipe.backends)} worlds; all dtypes and memory formats",
+                    known_issues=recipe.known_issues)
+    if ":" not in spec:
+        raise UsageError(f"unknown implementation {spec!r} for syncbn; use one of {', '.join(syncbn.RECIPES)} "
+                         "or module:attr")
+    _check_arity(spec, load_callable(spec), get_op("syncbn").signature)  # fail early, in this process
+    return Impl(spec, "syncbn", f"user implementation {spec}",
+                syncbn.world_runner(spec, backend or "gloo", timeout), capabilities="unknown (user code)")
+
+
+for _recipe in syncbn.RECIPES.values():
+    register(_syncbn_impl(_recipe.name, None, syncbn.DEFAULT_TIMEOUT))
+
+
 def list_impls(op: str) -> list[Impl]:
     get_op(op)
     return list(IMPLS.get(op, {}).values())
 
 
-def resolve_impl(op: str, spec: str | Impl | Callable | None = None) -> Impl:
-    """A registered name, a `module:attr` / `path/to/file.py:attr` spec, an Impl or a callable."""
+def resolve_impl(op: str, spec: str | Impl | Callable | None = None, backend: str | None = None,
+                 timeout: float = syncbn.DEFAULT_TIMEOUT) -> Impl:
+    """A registered name, a `module:attr` / `path/to/file.py:attr` spec, an Impl or a callable.
+
+    `backend` and `timeout` choose the world of a syncbn implementation.
+    """
     the_op = get_op(op)
     if spec is None:
         spec = DEFAULT_IMPL
     if isinstance(spec, Impl):
         return spec
+    if op == "syncbn":
+        if callable(spec):  # a function is sent to gloo workers by name: it must be importable
+            spec = f"{spec.__module__}:{spec.__qualname__}"
+        return _syncbn_impl(spec, backend, timeout)
     if callable(spec):
         return _user_impl(op, getattr(spec, "__qualname__", repr(spec)), spec)
     if spec in IMPLS.get(op, {}):

@@ -36,13 +36,22 @@ def shapes(draw, op: str, ranks=(2, 3, 4, 5), max_numel: int = MAX_NUMEL) -> tup
     return shape
 
 
+@st.composite
+def splits(draw, n: int, max_world: int = 8) -> tuple[int, ...]:
+    """A per-rank split of n rows over 1..max_world ranks; empty ranks allowed (and likely)."""
+    world = draw(st.integers(1, max_world))
+    cuts = sorted(draw(st.lists(st.integers(0, n), min_size=world - 1, max_size=world - 1)))
+    bounds = [0, *cuts, n]
+    return tuple(b - a for a, b in zip(bounds, bounds[1:]))
+
+
 def formats_for(rank: int) -> list[str]:
     return [f for f in FORMATS if (f != "channels_last" or rank == 4) and (f != "channels_last_3d" or rank == 5)]
 
 
 @st.composite
 def cases(draw, op: str, dtypes=DTYPE_CHOICES, profiles=tuple(PROFILES), ranks=(2, 3, 4, 5),
-          max_numel: int = MAX_NUMEL) -> Case:
+          max_numel: int = MAX_NUMEL, max_world: int = 8) -> Case:
     shape = draw(shapes(op, ranks, max_numel))
     spec = parse_dtype(draw(st.sampled_from(list(dtypes))))
     layouts = formats_for(len(shape))
@@ -60,4 +69,5 @@ def cases(draw, op: str, dtypes=DTYPE_CHOICES, profiles=tuple(PROFILES), ranks=(
         affine=draw(st.booleans()),
         groups=groups,
         seed=draw(st.integers(0, 2**31 - 1)),
+        split=draw(splits(shape[0], max_world)) if op == "syncbn" else None,
     )

@@ -46,6 +46,8 @@ _RANK_BY_LAYOUT = {"channels_last": 4, "channels_last_3d": 5}
 
 
 def default_sweep(op: str, seed: int = 0) -> list[Case]:
+    if op == "syncbn":
+        return syncbn_sweep(seed)
     cases = []
     for d, (dtype, param_dtype) in enumerate(SWEEP_DTYPES):
         for p, profile in enumerate(PROFILES):
@@ -61,4 +63,26 @@ def default_sweep(op: str, seed: int = 0) -> list[Case]:
                     op, shape, dtype, param_dtype, x_format, dy_format, profile,
                     affine=(i % 5 != 4), groups=groups, seed=seed,
                 ))
+    return cases
+
+
+# SyncBN: every split with every dtype; layouts and profiles rotate through them. The splits are
+# uneven and include empty ranks (first, middle, last); 17x19 spatial sizes make per-rank counts
+# (323·n) that bf16 or f16 cannot hold exactly, so counts kept in the wrong dtype show.
+SYNCBN_SPLITS = ((4,), (3, 5), (2, 0, 6), (0, 3, 5), (1, 2, 3, 2), (5, 3, 0, 1))
+SYNCBN_DTYPES = (("f64", "f64"), ("f32", "f32"), ("bf16", "bf16"), ("bf16", "f32"), ("f16", "f32"))
+SYNCBN_LAYOUTS = (("contiguous", (3, 17, 19)), ("channels_last", (3, 17, 19)), ("channels_last_3d", (3, 2, 5, 7)),
+                  ("strided", (3, 41)), ("channels_last", (3, 5, 7)))
+SYNCBN_PROFILES = ("normal", "offset", "near_constant", "heavy_tailed")
+
+
+def syncbn_sweep(seed: int = 0) -> list[Case]:
+    cases = []
+    for s, split in enumerate(SYNCBN_SPLITS):
+        for d, (dtype, param_dtype) in enumerate(SYNCBN_DTYPES):
+            i = len(cases)
+            layout, rest = SYNCBN_LAYOUTS[(s + d) % len(SYNCBN_LAYOUTS)]
+            cases.append(Case("syncbn", (sum(split),) + rest, dtype, param_dtype, layout, layout,
+                              SYNCBN_PROFILES[i % len(SYNCBN_PROFILES)], affine=(i % 7 != 6), seed=seed,
+                              split=split))
     return cases

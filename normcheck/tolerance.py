@@ -76,8 +76,10 @@ def element_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) -> 
     d_mu = ua * mean_growth * mean(np.abs(x)) + c.rounding * us * np.abs(mu)
     # Two-pass and Welford variances both lose about u_a·ρ(M) of σ², and Welford's running mean adds
     # a term in |μ|·mean|x − μ|; E[x²] − E[x]² would lose u_a·μ², which is what we must not allow.
-    # Σ(x − μ̃)² = Σ(x − μ)² + M·δμ², and the variance may be held in the moments' dtype.
-    d_var = ua * mean_growth * (var + np.abs(mu) * mean(np.abs(dev))) + d_mu * d_mu + c.rounding * us * var
+    # Σ(x − μ̃)² = Σ(x − μ)² + M·δμ², and the variance may be held in the moments' dtype. SyncBN's
+    # primitives pass invstd = 1/sqrt(σ² + eps) between ranks and recover σ² from it: u_a·(σ² + eps).
+    d_var = (ua * mean_growth * (var + np.abs(mu) * mean(np.abs(dev))) + d_mu * d_mu + c.rounding * us * var
+             + c.rounding * ua * eps)
     rel_r = 0.5 * d_var / (var + eps) + c.rounding * us
     d_xhat = r * d_mu + np.abs(xhat) * rel_r
 

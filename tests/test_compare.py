@@ -96,7 +96,7 @@ def test_known_upstream_issue_is_reported_with_its_numbers():
     report = compare("groupnorm", "torch", case)
     assert report.verdict == KNOWN
     assert report.message.startswith("known issue torch-gn-channels-last-variance: dx: ratio")
-    assert report.worst.max_ratio > 1e3
+    assert report.worst.max_ratio > 10
     # The same case through an implementation without that record is a plain failure.
     assert compare("groupnorm", resolve_impl("groupnorm", F.group_norm), case).verdict == FAIL
 

@@ -48,7 +48,9 @@ def test_bounds_are_positive_finite_and_shaped_like_outputs(op):
 def test_bound_scales_with_the_dtype():
     y = {d: element_bounds(Case("batchnorm", (4, 3, 8), d), Case("batchnorm", (4, 3, 8), d).make_inputs())["y"].max()
          for d in ("f64", "f32", "bf16")}
-    assert y["f64"] < 1e-12 < y["f32"] < 1e-5 < y["bf16"] < 0.1
+    # Roughly proportional to each dtype's unit roundoff (2^-53, 2^-24, 2^-8), and never vacuous.
+    assert y["f32"] / y["f64"] > 1e6 and y["bf16"] / y["f32"] > 1e3
+    assert y["bf16"] < 0.5
 
 
 @pytest.mark.parametrize("op", ["batchnorm", "groupnorm"])

@@ -1,0 +1,1 @@
+"""Implementations under test that normcheck owns (SyncBN primitives and recipes, GroupNorm kernel)."""

@@ -1,0 +1,89 @@
+"""Pieces several recipes share: per-rank statistics and their all-gather merge."""
+from __future__ import annotations
+
+import torch
+
+from .. import collectives
+
+
+def stats_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype the primitives keep statistics in: float32 for half inputs and float32, else float64."""
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def channels_last_or_contiguous(t: torch.Tensor) -> torch.Tensor:
+    """The primitives read contiguous or channels-last tensors; anything else is made contiguous."""
+    for fmt in (torch.channels_last, torch.channels_last_3d):
+        if t.dim() == (4 if fmt is torch.channels_last else 5) and t.is_contiguous(memory_format=fmt):
+            return t
+    return t.contiguous()
+
+
+def local_stats(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """[mean (C), invstd (C), count (1)] of this rank's slice; zeros for an empty rank, which must
+    still take part in the gather (in the statistics dtype, so every rank sends the same dtype)."""
+    channels = x.shape[1]
+    if x.numel() == 0:
+        return torch.zeros(2 * channels + 1, dtype=stats_dtype(x))
+    mean, invstd = torch.batch_norm_stats(x, eps)
+    count = torch.full((1,), x.numel() // channels, dtype=mean.dtype)
+    return torch.cat([mean, invstd, count])
+
+
+def gather_global_stats(x, eps, momentum, running_mean, running_var, group, equal_counts: bool = False):
+    """All-gather every rank's (mean, invstd, count) and merge them with batch_norm_gather_stats_with_counts.
+
+    Returns (mean, invstd, per-rank counts as int32). `equal_counts` reproduces the pre-1.5
+    assumption that every rank holds as many elements as this one.
+    """
+    channels = x.shape[1]
+    gathered = collectives.all_gather(local_stats(x, eps), group)
+    mean_all, invstd_all, count_all = torch.split(gathered, channels, dim=1)
+    counts = count_all.reshape(-1)
+    if equal_counts:
+        counts = torch.full_like(counts, x.numel() // channels)
+    keep = counts >= 1  # empty ranks carry no statistics
+    mean_all, invstd_all, counts = mean_all[keep], invstd_all[keep], counts[keep]
+    if running_mean is not None:
+        counts = counts.to(running_mean.dtype)
+    mean, invstd = torch.batch_norm_gather_stats_with_counts(
+        x, mean_all, invstd_all, running_mean, running_var, momentum, eps, counts)
+    return mean, invstd, count_all.reshape(-1).to(torch.int32)
+
+
+def normalise(x, weight, bias, mean, invstd, eps):
+    if x.numel() == 0:
+        return torch.empty_like(x)
+    return torch.batch_norm_elemt(x, weight, bias, mean, invstd, eps)
+
+
+def local_backward_sums(dy, x, mean, invstd, weight, needs):
+    """This rank's (Σdy, Σdy·(x − μ)) and local dγ, dβ; zeros for an empty rank."""
+    if x.numel() == 0:
+        zeros = torch.zeros(x.shape[1], dtype=mean.dtype)
+        return zeros, zeros.clone(), None, None
+    return torch.batch_norm_backward_reduce(dy, x, mean, invstd, weight, *needs[:3])
+
+
+def input_grad(dy, x, mean, invstd, weight, sum_dy, sum_dy_xmu, counts):
+    """dx from the GLOBAL sums and the per-rank counts (int32), with the torch ≥ 1.9 kernel."""
+    if x.numel() == 0:
+        return None
+    return torch.batch_norm_backward_elemt(dy, x, mean, invstd, weight, sum_dy, sum_dy_xmu, counts)
+
+
+def backward_outputs(x, dx, weight, grad_weight, grad_bias, needs, extra: int):
+    """autograd's tuple: dx, dγ, dβ, then None for the `extra` non-tensor arguments."""
+    if x.numel() == 0:
+        return (dx, None, None) + (None,) * extra
+    return (dx, *param_grads(weight, grad_weight, grad_bias, needs)) + (None,) * extra
+
+
+def param_grads(weight, grad_weight, grad_bias, needs):
+    """Local dγ/dβ as autograd wants them (None where not needed); the optimizer-side all-reduce
+    of parameter gradients is the training loop's job, not SyncBN's."""
+    if weight is None or not needs[1]:
+        grad_weight = None
+    if weight is None or not needs[2]:
+        grad_bias = None
+    return grad_weight, grad_bias

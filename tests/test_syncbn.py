@@ -1,0 +1,133 @@
+"""SyncBN end to end in the lockstep world: recipes, expected failures, mutants, world errors."""
+import pytest
+from hypothesis import given, settings
+
+from normcheck import Case, UsageError, compare, resolve_impl
+from normcheck.cli import replay_command
+from normcheck.compare import FAIL, PASS, SKIP
+from normcheck.strategies import cases
+from normcheck.syncbn import RECIPES
+from normcheck.worlds.lockstep import run_lockstep
+from tests import syncbn_mutants
+
+LOCKSTEP_RECIPES = [name for name, r in RECIPES.items() if "lockstep" in r.backends and name != "pre15"]
+
+
+def lockstep(name, timeout=10.0):
+    return resolve_impl("syncbn", name, "lockstep", timeout)
+
+
+@pytest.mark.parametrize("name", LOCKSTEP_RECIPES)
+def test_recipe_agrees_with_reference_across_worlds(name):
+    impl = lockstep(name)
+    # InplaceABN recomputes x̂ from the stored y, so y's rounding (divided by γ) enters dγ and dx:
+    # at half precision that exceeds the budget by design (see the test below).
+    dtypes = ("f64", "f32") if name == "inplace-abn" else ("f64", "f32", "f16", "bf16", "mixed-f16", "mixed-bf16")
+
+    @settings(max_examples=25)
+    @given(cases("syncbn", dtypes=dtypes, max_world=6, max_numel=4096))
+    def check(case):
+        report = compare("syncbn", impl, case)
+        assert report.verdict != FAIL, f"{report.summary()}\n  replay: {replay_command(report)} --backend lockstep"
+
+    check()
+
+
+def test_large_worlds_and_many_empty_ranks():
+    split = (0, 3) + (0,) * 30 + (2,) + (1,) * 30  # 64 ranks, 31 of them empty
+    case = Case("syncbn", (sum(split), 3, 4), "f32", split=split)
+    assert compare("syncbn", lockstep("torch19"), case).verdict == PASS
+
+
+@pytest.mark.parametrize("split, fails", [((4, 4), False), ((2, 2, 2), False), ((3, 5), True), ((2, 0, 6), True)])
+def test_pre15_fails_exactly_on_uneven_splits(split, fails):
+    case = Case("syncbn", (sum(split), 3, 5, 7), "f32", split=split)
+    report = compare("syncbn", lockstep("pre15"), case)
+    assert (report.verdict == FAIL) == fails, report.summary()
+    if fails:  # the global statistics are wrong, so the tensors built on them are named
+        failing = {t.name for t in report.tensors if t.verdict == FAIL}
+        assert failing & {"y", "dx", "running_mean", "running_var"}, report.summary()
+
+
+def test_inplace_abn_loses_half_precision_activations_rounding_in_dweight():
+    case = Case("syncbn", (8, 3, 5, 7), "bf16", "f32", split=(3, 5))
+    report = compare("syncbn", lockstep("inplace-abn"), case)
+    assert report.verdict == FAIL and report.worst.name in ("dweight", "dx")
+    assert compare("syncbn", lockstep("torch19"), case).verdict == PASS
+
+
+def test_inplace_abn_error_grows_as_gamma_shrinks():
+    ratios = []
+    for scale in (1.0, 1e-2, 1e-4):
+        case = Case("syncbn", (8, 3, 5, 7), "f32", split=(3, 5), gamma_scale=scale)
+        report = compare("syncbn", lockstep("inplace-abn"), case)
+        ratios.append(max(report.tensor("dweight").max_ratio, report.tensor("dx").max_ratio))
+    assert ratios[0] < ratios[1] < ratios[2]
+    assert ratios[0] <= 1 < ratios[2]
+    # The same data with γ at full scale passes through torch19: the growth is InplaceABN's.
+    small = Case("syncbn", (8, 3, 5, 7), "f32", split=(3, 5), gamma_scale=1e-4)
+    assert compare("syncbn", lockstep("torch19"), small).verdict == PASS
+
+
+MUTANT_CASES = [
+    ("mean_dy_over_world_size", Case("syncbn", (8, 3, 5, 7), "f64", split=(3, 5)), "dx"),
+    ("param_grads_all_reduced", Case("syncbn", (8, 3, 5, 7), "f64", split=(3, 5)), "dweight"),
+    ("biased_running_var", Case("syncbn", (8, 3, 5, 7), "f64", split=(3, 5)), "running_var"),
+]
+
+
+@pytest.mark.parametrize("bug, case, tensor", MUTANT_CASES, ids=[m[0] for m in MUTANT_CASES])
+def test_syncbn_mutants_fail_on_the_named_tensor(bug, case, tensor):
+    report = compare("syncbn", syncbn_mutants.MUTANTS[bug], case)
+    assert report.verdict == FAIL and tensor in {t.name for t in report.tensors if t.verdict == FAIL}
+
+
+def test_empty_rank_skipping_collectives_is_a_timeout_not_a_hang():
+    impl = resolve_impl("syncbn", syncbn_mutants.MUTANTS["skip_collectives_when_empty"], "lockstep", timeout=1.5)
+    report = compare("syncbn", impl, Case("syncbn", (8, 3, 4), "f32", split=(3, 0, 5)))
+    assert report.verdict == FAIL
+    assert report.message.startswith("rank 1: never joined a collective that ranks 0, 2 waited in")
+    assert "timed out after 1.5 s" in report.message
+    assert report.seconds < 10
+
+
+def test_count_in_the_wrong_dtype_is_rejected_by_the_primitive():
+    report = compare("syncbn", syncbn_mutants.MUTANTS["count_in_input_dtype"],
+                     Case("syncbn", (8, 3, 4), "bf16", "f32", split=(3, 5)))
+    assert report.verdict == FAIL and report.message.startswith("rank 0: raised")
+    assert "int32" in report.message or "Int" in report.message
+
+
+def test_rank_errors_are_named():
+    def bad(x, w, b, rm, rv, eps, momentum, group, world_size):
+        if group.rank() == 2:
+            raise RuntimeError("kernel launch failed")
+        from normcheck.kernels.syncbn.recipes.torch19 import sync_batch_norm
+        return sync_batch_norm(x, w, b, rm, rv, eps, momentum, group, world_size)
+
+    with pytest.raises(Exception, match=r"rank 2: raised RuntimeError: kernel launch failed"):
+        run_lockstep(Case("syncbn", (6, 3, 4), split=(2, 2, 2)), bad, timeout=5)
+
+
+def test_wrong_shape_on_one_rank_is_named():
+    def bad(x, w, b, rm, rv, eps, momentum, group, world_size):
+        from normcheck.kernels.syncbn.recipes.torch19 import sync_batch_norm
+        y = sync_batch_norm(x, w, b, rm, rv, eps, momentum, group, world_size)
+        return y[:1] if group.rank() == 1 else y
+
+    with pytest.raises(Exception, match=r"rank 1: y has shape \(1, 3, 4\), expected \(2, 3, 4\)"):
+        run_lockstep(Case("syncbn", (6, 3, 4), split=(2, 2, 2)), bad, timeout=5)
+
+
+def test_master_worker_needs_the_lockstep_world():
+    impl = resolve_impl("syncbn", "master-worker", "gloo")
+    report = compare("syncbn", impl, Case("syncbn", (4, 3, 4), split=(2, 2)))
+    assert report.verdict == SKIP and "lockstep" in report.message
+
+
+@pytest.mark.parametrize("split, backend, message", [((1,) * 65, "lockstep", "outside 1-64"),
+                                                     ((1,) * 9, "gloo", "outside 1-8")])
+def test_world_size_limits(split, backend, message):
+    case = Case("syncbn", (len(split), 3, 4), split=split)
+    with pytest.raises(UsageError, match=message):
+        resolve_impl("syncbn", "torch19", backend).run(case, None)
