@@ -15,7 +15,8 @@ from .ops import OPS, get_op
 from .profiles import PROFILES
 from .registry import list_impls, resolve_impl
 from .sweep import default_sweep
-from .syncbn import BACKENDS, DEFAULT_TIMEOUT, RECIPES, check_world
+from .runners import ImplError
+from .syncbn import BACKENDS, DEFAULT_TIMEOUT, RECIPES, check_world, close_env_world, env_world
 
 
 def _default_backend(impl) -> str:
@@ -88,10 +89,16 @@ def _positive(text: str) -> int:
 
 
 def build_cases(args) -> list[Case]:
-    explicit = any(getattr(args, k) not in (None, False) for k in _CASE_OPTIONS)
+    explicit = any(getattr(args, k) is not None and getattr(args, k) is not False for k in _CASE_OPTIONS)
     seeds = range(args.seed, args.seed + args.cases)
     if not explicit:
-        return [case for seed in seeds for case in default_sweep(args.op, seed)]
+        cases = [case for seed in seeds for case in default_sweep(args.op, seed)]
+        if args.op == "syncbn" and args.backend == "env":  # the launcher fixed the world size
+            size = env_world(args.timeout).world_size
+            cases = [c for c in cases if len(c.split) == size]
+            if not cases:
+                raise UsageError(f"the default sweep has no case for world size {size}; give --split")
+        return cases
     spec = parse_dtype(args.dtype or "f32")
     x_format, _, dy_format = (args.memory_format or "contiguous").partition(":")
     groups = args.groups if args.groups is not None else (_DEFAULT_GROUPS if args.op == "groupnorm" else None)
@@ -118,7 +125,7 @@ def _shape_and_split(args) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
         raise UsageError(f"--split {','.join(map(str, split))} has a negative size")
     shape = args.shape or ((sum(split),) + _DEFAULT_SHAPE[1:] if split is not None else _DEFAULT_SHAPE)
     if split is None:
-        world = args.world_size or 1
+        world = 1 if args.world_size is None else args.world_size
         if world < 1:
             raise UsageError(f"--world-size must be >= 1, got {world}")
         split = tuple(shape[0] // world + (r < shape[0] % world) for r in range(world))
@@ -133,6 +140,8 @@ def run_compare(args, out) -> int:
     if args.op == "syncbn":
         for case in cases:
             check_world(case, args.backend or _default_backend(impl))
+        if args.backend == "env" and env_world(args.timeout).rank != 0:
+            return _serve_as_peer(args, impl, cases)
     start = time.perf_counter()
     reports = []
     for case in cases:
@@ -179,6 +188,17 @@ def replay_command(r: Report) -> str:
     return " ".join(parts)
 
 
+def _serve_as_peer(args, impl, cases) -> int:
+    """Under torchrun every rank runs every case; rank 0 compares and reports, the others stay quiet."""
+    spec = RECIPES[impl.name].spec if impl.name in RECIPES else impl.name
+    for case in cases:
+        try:
+            env_world(args.timeout).run(case, spec)
+        except ImplError:
+            pass  # rank 0 reports it
+    return 0
+
+
 def _row(r: Report) -> str:
     worst = r.worst
     ratio = f"{worst.max_ratio:9.3g}" if worst else " " * 9
@@ -208,7 +228,10 @@ def main(argv: list[str] | None = None, out=None) -> int:
     out = out or sys.stdout
     try:
         args = build_parser().parse_args(argv)
-        return {"compare": run_compare, "list": run_list}[args.command](args, out)
+        try:
+            return {"compare": run_compare, "list": run_list}[args.command](args, out)
+        finally:
+            close_env_world()
     except UsageError as e:
         print(f"normcheck: error: {e}", file=sys.stderr)
         return 2

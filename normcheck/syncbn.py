@@ -79,9 +79,19 @@ def run_ranks(case: Case, spec: str, backend: str, timeout: float):
         from .worlds.gloo import get_world
 
         return get_world(len(case.split), timeout).run(case, spec, timeout)
-    from .worlds.env import EnvWorld
+    return env_world(timeout).run(case, spec)
 
-    return EnvWorld.from_environment().run(case, spec)
+
+_ENV_WORLD = []
+
+
+def env_world(timeout: float = DEFAULT_TIMEOUT):
+    """This process's rank in the launcher's process group, joined once per process."""
+    if not _ENV_WORLD:
+        from .worlds.env import EnvWorld
+
+        _ENV_WORLD.append(EnvWorld.from_environment(timeout=timeout))
+    return _ENV_WORLD[0]
 
 
 def supports(recipe: Recipe, backend: str):
@@ -91,3 +101,9 @@ def supports(recipe: Recipe, backend: str):
         return None
 
     return check
+
+
+def close_env_world() -> None:
+    """Leave the launcher's process group cleanly (a gloo group alive at exit aborts the process)."""
+    if _ENV_WORLD:
+        _ENV_WORLD.pop().close()

@@ -10,8 +10,9 @@ When registration happens
 -------------------------
 On the first import of this module -- ``import normcheck.kernels.syncbn`` imports it -- for the
 life of the process.  Each op is registered only if the dispatcher has no CPU kernel for it yet
-(``torch._C._dispatch_has_computed_kernel_for_dispatch_key``, composite kernels included): a torch that ships its own CPU kernel keeps
-it, and importing again (a reload, a second import path) registers nothing twice.  The
+(``torch._C._dispatch_has_computed_kernel_for_dispatch_key``, composite kernels included): a
+torch that ships its own CPU kernel keeps it, and importing again (a reload, a second import
+path) registers nothing twice.  The
 ``torch.library.Library`` object lives at module level (dropping it would unregister the
 kernels).  ``REGISTERED`` says, per op, who provides the CPU kernel: ``"normcheck"`` (this module)
 or ``"pre-existing"`` (torch, or another library, had one first).  The ``.out`` overloads need
