@@ -27,13 +27,18 @@ def run_baseline(case: Case, t: TorchInputs) -> dict[str, torch.Tensor | None]:
     var = (dev * dev).mean(dim=axes, keepdim=True)
     r = torch.rsqrt(var + case.eps)
     xhat = dev * r
+    y = gamma * xhat + beta
+    if case.op == "syncbn_silu":  # the fused epilogue: z = SiLU(y), and dz reaches BN as dz·silu'(y)
+        s = torch.sigmoid(y)
+        dy = dy * s * (1 + y * (1 - s))
+        y = y * s
     g = gamma * dy
     dx = r * (g - g.mean(dim=axes, keepdim=True) - xhat * (g * xhat).mean(dim=axes, keepdim=True))
 
     out_dtype, param_dtype = t.x.dtype, TORCH_DTYPES[case.param_dtype]
     stats_shape = (case.channels,) if case.groups is None else (case.shape[0], case.groups)
     out = {
-        "y": view.ungroup(gamma * xhat + beta).to(out_dtype),
+        "y": view.ungroup(y).to(out_dtype),
         "dx": view.ungroup(dx).to(out_dtype),
         "dweight": view.channel_sum(dy * xhat).to(param_dtype) if t.weight is not None else None,
         "dbias": view.channel_sum(dy).to(param_dtype) if t.bias is not None else None,

@@ -18,7 +18,8 @@ from .layouts import check_format, lay_out
 from .profiles import PROFILES
 from .sets import SetView
 
-OPS = ("batchnorm", "groupnorm", "syncbn")
+OPS = ("batchnorm", "groupnorm", "syncbn", "syncbn_silu")
+DISTRIBUTED_OPS = ("syncbn", "syncbn_silu")
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ class Case:
             object.__setattr__(self, "dy_format", self.x_format)
         if self.split is not None:
             object.__setattr__(self, "split", tuple(int(s) for s in self.split))
-        elif self.op == "syncbn" and self.shape:
+        elif self.op in DISTRIBUTED_OPS and self.shape:
             object.__setattr__(self, "split", (int(self.shape[0]),))  # one rank holds the whole batch
         self.validate()
 

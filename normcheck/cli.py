@@ -6,7 +6,7 @@ import json
 import sys
 import time
 
-from .cases import Case
+from .cases import DISTRIBUTED_OPS, Case
 from .compare import FAIL, KNOWN, MISTRUSTED, PASS, SKIP, VERDICTS, Report, compare
 from .dtypes import DTYPE_CHOICES, parse_dtype
 from .errors import UsageError
@@ -93,7 +93,7 @@ def build_cases(args) -> list[Case]:
     seeds = range(args.seed, args.seed + args.cases)
     if not explicit:
         cases = [case for seed in seeds for case in default_sweep(args.op, seed)]
-        if args.op == "syncbn" and args.backend == "env":  # the launcher fixed the world size
+        if args.op in DISTRIBUTED_OPS and args.backend == "env":  # the launcher fixed the world size
             size = env_world(args.timeout).world_size
             cases = [c for c in cases if len(c.split) == size]
             if not cases:
@@ -114,7 +114,7 @@ def build_cases(args) -> list[Case]:
 
 def _shape_and_split(args) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
     """--split fixes N when --shape does not; --world-size alone splits N as evenly as possible."""
-    if args.op != "syncbn":
+    if args.op not in DISTRIBUTED_OPS:
         if args.split is not None or args.world_size is not None:
             raise UsageError(f"--split and --world-size apply to syncbn only, not {args.op}")
         return args.shape or _DEFAULT_SHAPE, None
@@ -133,11 +133,11 @@ def _shape_and_split(args) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
 
 
 def run_compare(args, out) -> int:
-    if args.backend is not None and args.op != "syncbn":
+    if args.backend is not None and args.op not in DISTRIBUTED_OPS:
         raise UsageError(f"--backend applies to syncbn only, not {args.op}")
     impl = resolve_impl(args.op, args.impl, args.backend, args.timeout)
     cases = build_cases(args)
-    if args.op == "syncbn":
+    if args.op in DISTRIBUTED_OPS:
         for case in cases:
             check_world(case, args.backend or _default_backend(impl))
         if args.backend == "env" and env_world(args.timeout).rank != 0:

@@ -36,6 +36,14 @@ def _batchnorm_reference(i: CaseInputs) -> dict[str, np.ndarray]:
     )
 
 
+def _silu_bn_reference(i: CaseInputs) -> dict[str, np.ndarray]:
+    c = i.case
+    z, fwd = reference.silu_bn_forward(i.x, i.weight, i.bias, i.running_mean, i.running_var, c.momentum, c.eps)
+    bwd = reference.silu_bn_backward(i.dy, i.x, i.weight, i.bias, c.eps)
+    return _drop_none(y=z, running_mean=fwd.running_mean, running_var=fwd.running_var,
+                      dx=bwd.dx, dweight=bwd.dweight, dbias=bwd.dbias)
+
+
 def _groupnorm_reference(i: CaseInputs) -> dict[str, np.ndarray]:
     c = i.case
     fwd = reference.group_norm_forward(i.x, c.groups, i.weight, i.bias, c.eps)
@@ -65,6 +73,15 @@ OPS: dict[str, Op] = {
         required=("y", "dx", "dweight", "dbias", "running_mean", "running_var"),
         reference=_batchnorm_reference,  # the full batch, as if on one device
         adapt=None,  # syncbn implementations also need a world: see normcheck.syncbn
+    ),
+    "syncbn_silu": Op(
+        name="syncbn_silu",
+        description="SyncBatchNorm followed by SiLU, fused (the output is SiLU(BN(x)); y names that output)",
+        signature="fn(input, weight, bias, running_mean, running_var, eps, momentum, process_group, world_size)"
+        " -> SiLU(SyncBN(input))",
+        required=("y", "dx", "dweight", "dbias", "running_mean", "running_var"),
+        reference=_silu_bn_reference,
+        adapt=None,  # runs in a world, like syncbn
     ),
     "groupnorm": Op(
         name="groupnorm",

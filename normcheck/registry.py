@@ -13,7 +13,7 @@ from typing import Callable
 import torch.nn.functional as F
 
 from .baseline import run_baseline
-from .cases import Case
+from .cases import DISTRIBUTED_OPS, Case
 from .errors import UsageError
 from .known_issues import (BN_CHANNELS_LAST_F32_CANCELLATION, BN_F16_INTERMEDIATES, BN_MIXED_SLOW_PATH,
                            GN_CHANNELS_LAST_VARIANCE, GN_F16_OVERFLOW, GN_MIXED_MOMENTS, GN_NATIVE_DY_LAYOUT,
@@ -77,27 +77,28 @@ for _impl in (
     register(_impl)
 
 DEFAULT_IMPL = "torch"
+DEFAULT_IMPLS = {"syncbn_silu": "fused-silu"}  # torch ships no fused BN + SiLU
 
 
-def _syncbn_impl(spec: str, backend: str | None, timeout: float) -> Impl:
+def _syncbn_impl(op: str, spec: str, backend: str | None, timeout: float) -> Impl:
     """SyncBN implementations run in a world: a recipe by name, or user code given as module:attr."""
     recipe = syncbn.RECIPES.get(spec)
-    if recipe is not None:
+    if recipe is not None and recipe.op == op:
         backend = backend or recipe.default_backend
-        return Impl(recipe.name, "syncbn", recipe.description, syncbn.world_runner(recipe.spec, backend, timeout),
+        return Impl(recipe.name, op, recipe.description, syncbn.world_runner(recipe.spec, backend, timeout),
                     supports=syncbn.supports(recipe, backend),
                     capabilities=f"{', '.join(recipe.backends)} worlds; all dtypes and memory formats",
                     known_issues=recipe.known_issues)
     if ":" not in spec:
-        raise UsageError(f"unknown implementation {spec!r} for syncbn; use one of {', '.join(syncbn.RECIPES)} "
-                         "or module:attr")
-    _check_arity(spec, load_callable(spec), get_op("syncbn").signature)  # fail early, in this process
-    return Impl(spec, "syncbn", f"user implementation {spec}",
+        known = ", ".join(name for name, r in syncbn.RECIPES.items() if r.op == op)
+        raise UsageError(f"unknown implementation {spec!r} for {op}; use one of {known} or module:attr")
+    _check_arity(spec, load_callable(spec), get_op(op).signature)  # fail early, in this process
+    return Impl(spec, op, f"user implementation {spec}",
                 syncbn.world_runner(spec, backend or "gloo", timeout), capabilities="unknown (user code)")
 
 
 for _recipe in syncbn.RECIPES.values():
-    register(_syncbn_impl(_recipe.name, None, syncbn.DEFAULT_TIMEOUT))
+    register(_syncbn_impl(_recipe.op, _recipe.name, None, syncbn.DEFAULT_TIMEOUT))
 
 
 def list_impls(op: str) -> list[Impl]:
@@ -113,13 +114,13 @@ def resolve_impl(op: str, spec: str | Impl | Callable | None = None, backend: st
     """
     the_op = get_op(op)
     if spec is None:
-        spec = DEFAULT_IMPL
+        spec = DEFAULT_IMPLS.get(op, DEFAULT_IMPL)
     if isinstance(spec, Impl):
         return spec
-    if op == "syncbn":
+    if op in DISTRIBUTED_OPS:
         if callable(spec):  # a function is sent to gloo workers by name: it must be importable
             spec = f"{spec.__module__}:{spec.__qualname__}"
-        return _syncbn_impl(spec, backend, timeout)
+        return _syncbn_impl(op, spec, backend, timeout)
     if callable(spec):
         return _user_impl(op, getattr(spec, "__qualname__", repr(spec)), spec)
     if spec in IMPLS.get(op, {}):

@@ -10,7 +10,7 @@ from math import prod
 
 from hypothesis import strategies as st
 
-from .cases import Case
+from .cases import DISTRIBUTED_OPS, Case
 from .dtypes import DTYPE_CHOICES, parse_dtype
 from .layouts import FORMATS
 from .profiles import PROFILES
@@ -69,5 +69,5 @@ def cases(draw, op: str, dtypes=DTYPE_CHOICES, profiles=tuple(PROFILES), ranks=(
         affine=draw(st.booleans()),
         groups=groups,
         seed=draw(st.integers(0, 2**31 - 1)),
-        split=draw(splits(shape[0], max_world)) if op == "syncbn" else None,
+        split=draw(splits(shape[0], max_world)) if op in DISTRIBUTED_OPS else None,
     )

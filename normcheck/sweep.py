@@ -16,7 +16,7 @@ tests/test_sweep.py). Shape rank follows the layout: 2-D to 5-D all occur.
 """
 from __future__ import annotations
 
-from .cases import Case
+from .cases import DISTRIBUTED_OPS, Case
 from .profiles import PROFILES
 
 SWEEP_DTYPES = (("f64", "f64"), ("f32", "f32"), ("f16", "f16"), ("bf16", "bf16"), ("f16", "f32"), ("bf16", "f32"))
@@ -46,8 +46,8 @@ _RANK_BY_LAYOUT = {"channels_last": 4, "channels_last_3d": 5}
 
 
 def default_sweep(op: str, seed: int = 0) -> list[Case]:
-    if op == "syncbn":
-        return syncbn_sweep(seed)
+    if op in DISTRIBUTED_OPS:
+        return syncbn_sweep(seed, op)
     cases = []
     for d, (dtype, param_dtype) in enumerate(SWEEP_DTYPES):
         for p, profile in enumerate(PROFILES):
@@ -76,13 +76,13 @@ SYNCBN_LAYOUTS = (("contiguous", (3, 17, 19)), ("channels_last", (3, 17, 19)), (
 SYNCBN_PROFILES = ("normal", "offset", "near_constant", "heavy_tailed")
 
 
-def syncbn_sweep(seed: int = 0) -> list[Case]:
+def syncbn_sweep(seed: int = 0, op: str = "syncbn") -> list[Case]:
     cases = []
     for s, split in enumerate(SYNCBN_SPLITS):
         for d, (dtype, param_dtype) in enumerate(SYNCBN_DTYPES):
             i = len(cases)
             layout, rest = SYNCBN_LAYOUTS[(s + d) % len(SYNCBN_LAYOUTS)]
-            cases.append(Case("syncbn", (sum(split),) + rest, dtype, param_dtype, layout, layout,
+            cases.append(Case(op, (sum(split),) + rest, dtype, param_dtype, layout, layout,
                               SYNCBN_PROFILES[i % len(SYNCBN_PROFILES)], affine=(i % 7 != 6), seed=seed,
                               split=split))
     return cases

@@ -29,6 +29,7 @@ class Recipe:
     backends: tuple[str, ...]
     default_backend: str
     known_issues: tuple[KnownIssue, ...] = ()
+    op: str = "syncbn"
 
 
 def _recipe(name, module, description, backends=BACKENDS, default="lockstep") -> Recipe:
@@ -46,6 +47,9 @@ RECIPES = {r.name: r for r in (
     _recipe("inplace-abn", "inplace_abn", "InplaceABN style: backward recomputes x from y (error grows as |γ| → 0)"),
     _recipe("master-worker", "master_worker",
             "pytorch-syncbn DataParallel protocol: replica threads, master/worker queues", ("lockstep",)),
+    Recipe("fused-silu", f"{_RECIPES_MODULE}.fused_silu:sync_batch_norm_silu",
+           "fused SyncBN + SiLU; backward recomputes BN(x) instead of saving it", BACKENDS, "lockstep",
+           op="syncbn_silu"),
 )}
 
 

@@ -83,18 +83,33 @@ def element_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) -> 
     rel_r = 0.5 * d_var / (var + eps) + c.rounding * us
     d_xhat = r * d_mu + np.abs(xhat) * rel_r
 
+    bound_y = c.rounding * uo * (np.abs(gamma * xhat) + np.abs(beta)) + np.abs(gamma) * d_xhat
+    d_dy = 0.0  # error in the dy that enters the BatchNorm backward (non-zero after a fused epilogue)
+    if case.op == "syncbn_silu":
+        # z = SiLU(y): z inherits y's error through silu'(y); the backward's dy = dz·silu'(y) is
+        # recomputed from an inexact y (silu'') and rounded to the input dtype.
+        y_bn = gamma * xhat + beta
+        s = 0.5 * (1 + np.tanh(0.5 * y_bn))
+        silu1 = s * (1 + y_bn * (1 - s))
+        silu2 = s * (1 - s) * (2 + y_bn * (1 - 2 * s))
+        z = y_bn * s
+        dy = dy * silu1
+        d_dy = np.abs(view.group(inputs.dy) * silu2) * bound_y + c.rounding * uo * np.abs(dy)
+        bound_y = np.abs(silu1) * bound_y + c.rounding * uo * np.abs(z)
+
     # Backward: dx = r·(g − ḡ − x̂·h).
     g = gamma * dy
+    d_g = np.abs(gamma) * d_dy
     gbar = mean(g)
     h = mean(g * xhat)
-    d_gbar = ua * rho(size) * mean(np.abs(g))
-    d_h = ua * rho(size) * mean(np.abs(g * xhat)) + mean(np.abs(g) * d_xhat)
+    d_gbar = ua * rho(size) * mean(np.abs(g)) + mean(d_g + 0 * g)
+    d_h = ua * rho(size) * mean(np.abs(g * xhat)) + mean(np.abs(g) * d_xhat) + mean(d_g * np.abs(xhat))
     dx = r * (g - gbar - xhat * h)
 
     bounds = {
-        "y": c.rounding * uo * (np.abs(gamma * xhat) + np.abs(beta)) + np.abs(gamma) * d_xhat,
+        "y": bound_y,
         "dx": c.rounding * uo * r * (np.abs(g) + np.abs(gbar) + np.abs(xhat * h))
-        + r * (d_gbar + np.abs(xhat) * d_h + np.abs(h) * d_xhat)
+        + r * (d_g + d_gbar + np.abs(xhat) * d_h + np.abs(h) * d_xhat)
         + np.abs(dx) * rel_r,
     }
     bounds = {k: view.ungroup(np.broadcast_to(v, x.shape)) for k, v in bounds.items()}
@@ -102,12 +117,21 @@ def element_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) -> 
     per_channel = view.channel_count
     dweight = view.channel_sum(dy * xhat)
     dbias = view.channel_sum(dy)
+    d_dy_full = d_dy + 0 * dy  # broadcast to the data's shape
     bounds["dweight"] = (
         ua * rho(per_channel) * view.channel_sum(np.abs(dy * xhat))
-        + view.channel_sum(np.abs(dy) * d_xhat)
+        + view.channel_sum(np.abs(dy) * d_xhat + d_dy_full * np.abs(xhat))
         + c.rounding * up * np.abs(dweight)
     )
-    bounds["dbias"] = ua * rho(per_channel) * view.channel_sum(np.abs(dy)) + c.rounding * up * np.abs(dbias)
+    bounds["dbias"] = (ua * rho(per_channel) * view.channel_sum(np.abs(dy)) + view.channel_sum(d_dy_full)
+                       + c.rounding * up * np.abs(dbias))
+    if case.split is not None:
+        # Each rank rounds its local dγ/dβ to the parameter dtype before they are summed, and local
+        # sums can be much larger than their total: c·u_p·Σ_r |local_r| on top.
+        for name, per_element in (("dweight", dy * xhat), ("dbias", dy + 0 * xhat)):
+            starts = np.cumsum((0,) + case.split)
+            local = [np.abs(view.channel_sum(per_element[a:b])) for a, b in zip(starts[:-1], starts[1:])]
+            bounds[name] = bounds[name] + c.rounding * up * np.sum(local, axis=0)
 
     # Saved statistics are returned in the accumulation precision: (C,) for BN, (N, G) for GN.
     stats_shape = (case.channels,) if case.groups is None else (case.shape[0], case.groups)

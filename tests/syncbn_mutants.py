@@ -70,3 +70,12 @@ BUGS = ("mean_dy_over_world_size", "param_grads_all_reduced", "biased_running_va
         "count_in_input_dtype")
 MUTANTS = {bug: _mutant(bug) for bug in BUGS}
 globals().update(MUTANTS)
+
+
+def silu_backward_skipped(input, weight, bias, running_mean, running_var, eps, momentum, process_group, world_size):
+    """Fused BN + SiLU whose backward forgets the SiLU factor (passes dz straight to BN)."""
+    from normcheck.kernels.syncbn.recipes.torch19 import sync_batch_norm
+
+    y = sync_batch_norm(input, weight, bias, running_mean, running_var, eps, momentum, process_group, world_size)
+    silu = torch.nn.functional.silu(y.detach().float()).to(y.dtype)
+    return y + (silu - y).detach()  # forward value SiLU(y), gradient of plain BN

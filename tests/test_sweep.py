@@ -41,3 +41,19 @@ def test_sizes_ranks_and_parameters_vary(op):
 def test_sweep_is_deterministic_and_seeded():
     assert default_sweep("batchnorm") == default_sweep("batchnorm")
     assert {c.seed for c in default_sweep("batchnorm", seed=5)} == {5}
+
+
+def test_syncbn_sweep_has_uneven_and_empty_rank_splits_in_every_dtype_and_layout():
+    from normcheck.sweep import SYNCBN_DTYPES, SYNCBN_SPLITS
+
+    cases = default_sweep("syncbn")
+    assert {(c.split, (c.dtype, c.param_dtype)) for c in cases} == set(product(SYNCBN_SPLITS, SYNCBN_DTYPES))
+    assert {len(c.split) for c in cases} == {1, 2, 3, 4}
+    empty = [c for c in cases if 0 in c.split]
+    assert {c.split.index(0) == 0 for c in empty} == {True, False}  # empty first and elsewhere
+    assert {c.x_format for c in empty} == {c.x_format for c in cases}
+    assert any(len(set(c.split) - {0}) > 1 for c in cases)  # uneven
+    # Some per-rank counts are not exactly representable in bf16 (8 significant bits).
+    counts = {n * c.numel // (c.shape[0] * c.shape[1]) for c in cases for n in c.split}
+    significant_bits = [n.bit_length() - (n & -n).bit_length() + 1 for n in counts if n]
+    assert max(significant_bits) > 8

@@ -16,7 +16,7 @@ LOCKSTEP_RECIPES = [name for name, r in RECIPES.items() if "lockstep" in r.backe
 
 
 def lockstep(name, timeout=10.0):
-    return resolve_impl("syncbn", name, "lockstep", timeout)
+    return resolve_impl(RECIPES[name].op, name, "lockstep", timeout)
 
 
 @pytest.mark.parametrize("name", LOCKSTEP_RECIPES)
@@ -26,10 +26,12 @@ def test_recipe_agrees_with_reference_across_worlds(name):
     # at half precision that exceeds the budget by design (see the test below).
     dtypes = ("f64", "f32") if name == "inplace-abn" else ("f64", "f32", "f16", "bf16", "mixed-f16", "mixed-bf16")
 
+    op = RECIPES[name].op
+
     @settings(max_examples=25)
-    @given(cases("syncbn", dtypes=dtypes, max_world=6, max_numel=4096))
+    @given(cases(op, dtypes=dtypes, max_world=6, max_numel=4096))
     def check(case):
-        report = compare("syncbn", impl, case)
+        report = compare(op, impl, case)
         assert report.verdict != FAIL, f"{report.summary()}\n  replay: {replay_command(report)} --backend lockstep"
 
     check()
@@ -133,3 +135,45 @@ def test_world_size_limits(split, backend, message):
     case = Case("syncbn", (len(split), 3, 4), split=split)
     with pytest.raises(UsageError, match=message):
         resolve_impl("syncbn", "torch19", backend).run(case, None)
+
+
+def test_silu_bn_reference_matches_torch_float64_autograd():
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+
+    from normcheck import reference
+
+    rng = np.random.default_rng(0)
+    x, dz = rng.normal(size=(6, 3, 5)), rng.normal(size=(6, 3, 5))
+    w, b = rng.normal(size=3), rng.normal(size=3)
+    z, _ = reference.silu_bn_forward(x, w, b)
+    grads = reference.silu_bn_backward(dz, x, w, b)
+    tx, tw, tb = (torch.tensor(a, requires_grad=True) for a in (x, w, b))
+    tz = F.silu(F.batch_norm(tx, None, None, tw, tb, True, 0.1, 1e-5))
+    tz.backward(torch.tensor(dz))
+    for ours, theirs in ((z, tz), (grads.dx, tx.grad), (grads.dweight, tw.grad), (grads.dbias, tb.grad)):
+        assert np.abs(ours - theirs.detach().numpy()).max() <= 1e-12 * np.abs(ours).max()
+
+
+def test_fused_silu_recipe_passes_and_a_wrong_backward_fails():
+    impl = resolve_impl("syncbn_silu", "fused-silu", "lockstep")
+    for split in ((4,), (3, 0, 5)):
+        for dtype, param in (("f64", "f64"), ("bf16", "f32")):
+            case = Case("syncbn_silu", (sum(split), 3, 5, 7), dtype, param, split=split, profile="heavy_tailed")
+            assert compare("syncbn_silu", impl, case).verdict == PASS
+    wrong = resolve_impl("syncbn_silu", syncbn_mutants.silu_backward_skipped, "lockstep")
+    report = compare("syncbn_silu", wrong, Case("syncbn_silu", (8, 3, 5, 7), "f32", split=(3, 5)))
+    assert report.verdict == FAIL and report.worst.name == "dx"
+
+
+def test_torchs_own_function_in_gloo_agrees_across_worlds():
+    impl = resolve_impl("syncbn", "torch", "gloo", 30)
+
+    @settings(max_examples=20)
+    @given(cases("syncbn", max_world=4, max_numel=2048))
+    def check(case):
+        report = compare("syncbn", impl, case)  # KNOWN rows (torch's recorded issues) are allowed
+        assert report.verdict != FAIL, f"{report.summary()}\n  replay: {replay_command(report)}"
+
+    check()

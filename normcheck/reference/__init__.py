@@ -7,6 +7,7 @@ never modifies its inputs.  See the module docstrings for the math.
 from ._moments import NormBackward
 from .batchnorm import BatchNormForward, batch_norm_backward, batch_norm_forward
 from .groupnorm import GroupNormForward, group_norm_backward, group_norm_forward
+from .silu_bn import silu_bn_backward, silu_bn_forward, silu_grad
 
 __all__ = [
     "BatchNormForward",
@@ -16,4 +17,7 @@ __all__ = [
     "batch_norm_forward",
     "group_norm_backward",
     "group_norm_forward",
+    "silu_bn_backward",
+    "silu_bn_forward",
+    "silu_grad",
 ]

@@ -1,0 +1,47 @@
+"""Fused SyncBN + SiLU with recompute: the forward returns SiLU(BN(x)) and saves x (not BN(x));
+the backward recomputes BN(x), turns dz into dy = dz·σ(y)·(1 + y·(1 − σ(y))) and runs the ≥ 1.9
+SyncBN backward. Unlike the fused kernel it learns from, it does not scale grad_output in place."""
+from __future__ import annotations
+
+import torch
+
+from .. import collectives
+from .common import backward_outputs, channels_last_or_contiguous, gather_global_stats, input_grad, \
+    local_backward_sums, normalise, stats_dtype
+
+
+def _silu_grad(y: torch.Tensor) -> torch.Tensor:
+    s = torch.sigmoid(y)
+    return s * (1 + y * (1 - s))
+
+
+class SyncBatchNormSiLU(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, running_mean, running_var, eps, momentum, group, world_size):
+        x = channels_last_or_contiguous(x)
+        mean, invstd, counts = gather_global_stats(x, eps, momentum, running_mean, running_var, group)
+        ctx.save_for_backward(x, weight, bias, mean, invstd, counts)
+        ctx.group, ctx.eps = group, eps
+        y = normalise(x, weight, bias, mean, invstd, eps)
+        return torch.nn.functional.silu(y.to(stats_dtype(x))).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, dz):
+        x, weight, bias, mean, invstd, counts = ctx.saved_tensors
+        acc = stats_dtype(x)
+        y = normalise(x, weight, bias, mean, invstd, ctx.eps).to(acc)  # recomputed, not saved
+        dy = channels_last_or_contiguous((dz.to(acc) * _silu_grad(y)).to(x.dtype))
+        needs = ctx.needs_input_grad
+        sum_dy, sum_dy_xmu, grad_weight, grad_bias = local_backward_sums(dy, x, mean, invstd, weight, needs)
+        dx = None
+        if needs[0]:
+            combined = torch.cat([sum_dy, sum_dy_xmu])
+            collectives.all_reduce(combined, ctx.group)
+            sum_dy, sum_dy_xmu = torch.split(combined, x.shape[1])
+            dx = input_grad(dy, x, mean, invstd, weight, sum_dy, sum_dy_xmu, counts)
+        return backward_outputs(x, dx, weight, grad_weight, grad_bias, needs, extra=6)
+
+
+def sync_batch_norm_silu(input, weight, bias, running_mean, running_var, eps, momentum, process_group, world_size):
+    return SyncBatchNormSiLU.apply(input, weight, bias, running_mean, running_var, eps, momentum, process_group,
+                                   world_size)
