@@ -65,6 +65,19 @@ def local_backward_sums(dy, x, mean, invstd, weight, needs):
     return torch.batch_norm_backward_reduce(dy, x, mean, invstd, weight, *needs[:3])
 
 
+def global_backward_sums(dy, x, mean, invstd, weight, needs, group):
+    """The ≥ 1.9 backward's first half: local sums, then ONE all-reduce of [Σdy, Σdy·(x − μ)].
+
+    Returns (global Σdy, global Σdy·(x − μ), local dγ, local dβ). Without an input gradient to
+    compute there is nothing to synchronise (every rank skips the collective alike)."""
+    sum_dy, sum_dy_xmu, grad_weight, grad_bias = local_backward_sums(dy, x, mean, invstd, weight, needs)
+    if needs[0]:
+        combined = torch.cat([sum_dy, sum_dy_xmu])
+        collectives.all_reduce(combined, group)
+        sum_dy, sum_dy_xmu = torch.split(combined, x.shape[1])
+    return sum_dy, sum_dy_xmu, grad_weight, grad_bias
+
+
 def input_grad(dy, x, mean, invstd, weight, sum_dy, sum_dy_xmu, counts):
     """dx from the GLOBAL sums and the per-rank counts (int32), with the torch ≥ 1.9 kernel."""
     if x.numel() == 0:

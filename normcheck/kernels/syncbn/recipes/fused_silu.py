@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from .. import collectives
-from .common import backward_outputs, channels_last_or_contiguous, gather_global_stats, input_grad, \
-    local_backward_sums, normalise, stats_dtype
+from .common import backward_outputs, channels_last_or_contiguous, gather_global_stats, global_backward_sums, \
+    input_grad, normalise, stats_dtype
 
 
 def _silu_grad(y: torch.Tensor) -> torch.Tensor:
@@ -32,13 +31,9 @@ class SyncBatchNormSiLU(torch.autograd.Function):
         y = normalise(x, weight, bias, mean, invstd, ctx.eps).to(acc)  # recomputed, not saved
         dy = channels_last_or_contiguous((dz.to(acc) * _silu_grad(y)).to(x.dtype))
         needs = ctx.needs_input_grad
-        sum_dy, sum_dy_xmu, grad_weight, grad_bias = local_backward_sums(dy, x, mean, invstd, weight, needs)
-        dx = None
-        if needs[0]:
-            combined = torch.cat([sum_dy, sum_dy_xmu])
-            collectives.all_reduce(combined, ctx.group)
-            sum_dy, sum_dy_xmu = torch.split(combined, x.shape[1])
-            dx = input_grad(dy, x, mean, invstd, weight, sum_dy, sum_dy_xmu, counts)
+        sum_dy, sum_dy_xmu, grad_weight, grad_bias = global_backward_sums(dy, x, mean, invstd, weight, needs,
+                                                                          ctx.group)
+        dx = input_grad(dy, x, mean, invstd, weight, sum_dy, sum_dy_xmu, counts) if needs[0] else None
         return backward_outputs(x, dx, weight, grad_weight, grad_bias, needs, extra=6)
 
 

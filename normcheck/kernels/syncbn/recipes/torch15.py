@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from .. import collectives
-from .common import backward_outputs, channels_last_or_contiguous, gather_global_stats, input_grad, \
-    local_backward_sums, normalise
+from .common import backward_outputs, channels_last_or_contiguous, gather_global_stats, global_backward_sums, \
+    input_grad, normalise
 
 
 class SyncBatchNorm15(torch.autograd.Function):
@@ -24,14 +23,13 @@ class SyncBatchNorm15(torch.autograd.Function):
         x, weight, mean, invstd, counts = ctx.saved_tensors
         dy = channels_last_or_contiguous(dy)
         needs = ctx.needs_input_grad
-        sum_dy, sum_dy_xmu, grad_weight, grad_bias = local_backward_sums(dy, x, mean, invstd, weight, needs)
+        sum_dy, sum_dy_xmu, grad_weight, grad_bias = global_backward_sums(dy, x, mean, invstd, weight, needs,
+                                                                          ctx.group)
         dx = None
         if needs[0]:
-            combined = torch.cat([sum_dy, sum_dy_xmu])
-            collectives.all_reduce(combined, ctx.group)
             total = counts.sum()
-            mean_dy, mean_dy_xmu = (combined / total).split(x.shape[1])
-            dx = input_grad(dy, x, mean, invstd, weight, mean_dy, mean_dy_xmu, torch.ones(1, dtype=torch.int32))
+            dx = input_grad(dy, x, mean, invstd, weight, sum_dy / total, sum_dy_xmu / total,
+                            torch.ones(1, dtype=torch.int32))
         return backward_outputs(x, dx, weight, grad_weight, grad_bias, needs, extra=6)
 
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from .. import collectives
-from .common import backward_outputs, channels_last_or_contiguous, gather_global_stats, input_grad, \
-    local_backward_sums, normalise
+from .common import backward_outputs, channels_last_or_contiguous, gather_global_stats, global_backward_sums, \
+    input_grad, normalise
 
 
 class SyncBatchNorm19(torch.autograd.Function):
@@ -23,13 +22,9 @@ class SyncBatchNorm19(torch.autograd.Function):
         x, weight, mean, invstd, counts = ctx.saved_tensors
         dy = channels_last_or_contiguous(dy)
         needs = ctx.needs_input_grad
-        sum_dy, sum_dy_xmu, grad_weight, grad_bias = local_backward_sums(dy, x, mean, invstd, weight, needs)
-        dx = None
-        if needs[0]:
-            combined = torch.cat([sum_dy, sum_dy_xmu])
-            collectives.all_reduce(combined, ctx.group)
-            sum_dy, sum_dy_xmu = torch.split(combined, x.shape[1])
-            dx = input_grad(dy, x, mean, invstd, weight, sum_dy, sum_dy_xmu, counts)
+        sum_dy, sum_dy_xmu, grad_weight, grad_bias = global_backward_sums(dy, x, mean, invstd, weight, needs,
+                                                                          ctx.group)
+        dx = input_grad(dy, x, mean, invstd, weight, sum_dy, sum_dy_xmu, counts) if needs[0] else None
         return backward_outputs(x, dx, weight, grad_weight, grad_bias, needs, extra=6)
 
 
