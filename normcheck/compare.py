@@ -48,6 +48,7 @@ class Report:
     tensors: list[TensorReport] = field(default_factory=list)
     message: str = ""          # why a case failed or was skipped when that is not one tensor's fault
     seconds: float = 0.0
+    path: str = ""             # which code path the implementation reports it took (if it does)
 
     @property
     def passed(self) -> bool:
@@ -62,6 +63,10 @@ class Report:
 
     def summary(self) -> str:
         """One line: what went wrong first, else the worst tensor and its budget ratio."""
+        text = self._summary()
+        return f"[{self.path}] {text}" if self.path else text
+
+    def _summary(self) -> str:
         if self.message:
             return self.message
         worst = self.worst
@@ -72,7 +77,7 @@ class Report:
     def to_dict(self) -> dict:
         return {
             "op": self.op, "impl": self.impl, "case": self.case.label, "verdict": self.verdict,
-            "message": self.message, "seconds": round(self.seconds, 4),
+            "message": self.message, "seconds": round(self.seconds, 4), "path": self.path,
             "tensors": [t.to_dict() for t in self.tensors],
         }
 
@@ -86,12 +91,14 @@ def compare(op: str, impl: str | Impl | Callable | None, case: Case, constants: 
     impl = resolve_impl(op, impl)
     start = time.perf_counter()
 
+    path = ""
+
     def report(verdict: str, tensors=(), message: str = "") -> Report:
         known = impl.known_issue(case) if verdict == FAIL else None
         if known is not None:  # still reported with its numbers, attributed to the recorded cause
             verdict = KNOWN
             message = f"known issue {known.key}: " + (message or _worst_failure(tensors))
-        return Report(op, impl.name, case, verdict, list(tensors), message, time.perf_counter() - start)
+        return Report(op, impl.name, case, verdict, list(tensors), message, time.perf_counter() - start, path)
 
     reason = impl.supports(case)
     if reason:
@@ -104,6 +111,7 @@ def compare(op: str, impl: str | Impl | Callable | None, case: Case, constants: 
         outputs = impl.run(case, t)
         if not isinstance(outputs, dict):
             raise ImplError(f"runner returned {type(outputs).__name__}, expected a dict of outputs")
+        path = str(outputs.pop("_path", "") or "")  # an implementation may say which path it took
         outputs = {k: v for k, v in outputs.items() if v is not None}
         for name in the_op.required:
             if name in ("dweight", "dbias") and not case.affine:

@@ -105,3 +105,14 @@ def test_all_zero_reference_is_mistrusted_not_passed():
     case = Case("batchnorm", (6, 1, 4), "f64", profile="sparse_dy")  # one channel, dy all zero
     report = compare("batchnorm", "torch", case)
     assert report.verdict == MISTRUSTED and report.tensor("dx").verdict == MISTRUSTED
+
+
+def test_an_implementation_can_report_the_path_it_took():
+    from normcheck import Impl
+    from normcheck.runners import functional_groupnorm
+
+    run = functional_groupnorm(F.group_norm)
+    impl = Impl("with-path", "groupnorm", "reports a path", lambda case, t: {**run(case, t), "_path": "pixels/2d"})
+    report = compare("groupnorm", impl, GN)
+    assert report.verdict == PASS and report.path == "pixels/2d"
+    assert report.summary().startswith("[pixels/2d] ") and report.to_dict()["path"] == "pixels/2d"
