@@ -185,3 +185,10 @@ def load_callable(spec: str) -> Callable:
 def _first_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return text[0] if text else ""
+
+
+# normcheck's own channels-last GroupNorm kernel (built on first use) and torch's, at 1/2/3 threads.
+from .kernels.groupnorm.impls import IMPLS as _GROUPNORM_KERNEL_IMPLS  # noqa: E402  (needs Impl above)
+
+for _impl in _GROUPNORM_KERNEL_IMPLS:
+    register(_impl)

@@ -1,0 +1,212 @@
+"""normcheck's GroupNorm kernel for channels-last CPU tensors (forward and backward).
+
+    from normcheck.kernels.groupnorm import group_norm, last_backward_path
+    y = group_norm(x, num_groups, weight, bias, eps, strategy="auto", threshold=2048, threads=None)
+
+* x: 4-D ``torch.channels_last`` or 5-D ``torch.channels_last_3d`` CPU tensor, dtype f32 or f64, or
+  f16/bf16 (statistics and arithmetic in f32) with γ/β in f32 ("mixed") or in x's dtype.
+* strategy: "groups" (parallel over N·G), "pixels" (parallel over N·HxW with per-thread partial
+  sums), or "auto": "groups" when HxW < threshold, else "pixels" (torch's rule, threshold 2048).
+* threads: the thread count for this call (torch.set_num_threads is set around the kernel call
+  and restored); None uses torch.get_num_threads().
+* Differentiable: backward computes only what autograd asks for (dx, dγ, dβ each optional).
+  dy in another memory format than x is converted to x's format first.
+* ``last_backward_path()`` / ``last_forward_path()``: "strategy/gamma|nogamma/dx|nodx/mixed|plain/2d|3d"
+  of the last call (mixed: f16/bf16 data accumulated in f32; plain: f32/f64).
+
+Bad input (not channels-last, not 4-D/5-D, C not divisible by G, an unsupported dtype or dtype
+combination, not on the CPU) raises ValueError naming what it got, before any work.
+"""
+from __future__ import annotations
+
+import contextlib
+from math import prod
+
+import torch
+
+from .loader import BuildError, load
+
+__all__ = [
+    "DEFAULT_THRESHOLD",
+    "STRATEGIES",
+    "BuildError",
+    "backward",
+    "choose_strategy",
+    "forward",
+    "group_norm",
+    "last_backward_path",
+    "last_forward_path",
+    "path_name",
+    "validate",
+]
+
+DEFAULT_THRESHOLD = 2048
+STRATEGIES = ("auto", "groups", "pixels")
+_DATA = {torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16"}
+_last = {"forward": None, "backward": None}
+
+
+def _fmt(t: torch.Tensor) -> str:
+    if t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last):
+        return "channels_last"
+    if t.dim() == 5 and t.is_contiguous(memory_format=torch.channels_last_3d):
+        return "channels_last_3d"
+    if t.is_contiguous():
+        return "contiguous"
+    return f"strided (strides {tuple(t.stride())})"
+
+
+def param_dtype_name(x_dtype: torch.dtype, weight_dtype: torch.dtype | None) -> str:
+    if weight_dtype is not None:
+        return _DATA[weight_dtype]
+    return "f64" if x_dtype == torch.float64 else "f32" if x_dtype in (torch.float16, torch.bfloat16) else _DATA[x_dtype]
+
+
+def validate_layout(shape, dtype: torch.dtype, is_channels_last: bool, fmt: str, device: str, num_groups: int,
+                    param_dtypes=()) -> str | None:
+    """Why the kernel cannot take this input (one line), or None.  Shared by the kernel and Impl.supports."""
+    shape = tuple(shape)
+    if device != "cpu":
+        return f"x is on {device}; the kernel runs on the CPU only"
+    if len(shape) not in (4, 5):
+        return f"x is {len(shape)}-D {tuple(shape)}; the kernel takes 4-D (channels_last) or 5-D (channels_last_3d)"
+    if not is_channels_last:
+        want = "channels_last" if len(shape) == 4 else "channels_last_3d"
+        return f"x is {fmt}; the kernel needs {want} for a {len(shape)}-D input"
+    if dtype not in _DATA:
+        return f"x has dtype {dtype}; supported: float32, float64, float16, bfloat16"
+    if not isinstance(num_groups, int) or num_groups < 1 or shape[1] % num_groups:
+        return f"C={shape[1]} is not divisible by num_groups={num_groups}"
+    for name, pd in param_dtypes:
+        if pd is None:
+            continue
+        ok = pd == dtype or (pd == torch.float32 and dtype in (torch.float16, torch.bfloat16))
+        if not ok:
+            return f"{name} has dtype {pd} with x {dtype}; supported: the same dtype, or float32 with float16/bfloat16 x"
+    dts = {pd for _, pd in param_dtypes if pd is not None}
+    if len(dts) > 1:
+        return f"weight and bias have different dtypes {sorted(map(str, dts))}"
+    return None
+
+
+def validate(x: torch.Tensor, num_groups: int, weight=None, bias=None) -> None:
+    """Raise ValueError if the kernel cannot take these tensors."""
+    if not isinstance(x, torch.Tensor):
+        raise ValueError(f"x is a {type(x).__name__}, expected a torch.Tensor")  # noqa: TRY004 (API: ValueError)
+    cl = x.dim() in (4, 5) and x.is_contiguous(
+        memory_format=torch.channels_last if x.dim() == 4 else torch.channels_last_3d)
+    why = validate_layout(x.shape, x.dtype, cl, _fmt(x) if x.dim() else "a scalar", x.device.type, num_groups,
+                          [("weight", None if weight is None else weight.dtype),
+                           ("bias", None if bias is None else bias.dtype)])
+    if why:
+        raise ValueError(why)
+    c = x.shape[1]
+    for name, p in (("weight", weight), ("bias", bias)):
+        if p is not None and (tuple(p.shape) != (c,) or p.device.type != "cpu"):
+            raise ValueError(f"{name} has shape {tuple(p.shape)} on {p.device.type}; expected ({c},) on cpu")
+
+
+def choose_strategy(strategy: str, hxw: int, threshold: int = DEFAULT_THRESHOLD) -> str:
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy is {strategy!r}; choose one of {', '.join(STRATEGIES)}")
+    if strategy == "auto":
+        return "groups" if hxw < threshold else "pixels"
+    return strategy
+
+
+def path_name(strategy: str, gamma: bool, dx: bool, x_dtype: torch.dtype, ndim: int) -> str:
+    mixed = "mixed" if x_dtype in (torch.float16, torch.bfloat16) else "plain"
+    return f"{strategy}/{'gamma' if gamma else 'nogamma'}/{'dx' if dx else 'nodx'}/{mixed}/{ndim - 2}d"
+
+
+def last_backward_path() -> str | None:
+    return _last["backward"]
+
+
+def last_forward_path() -> str | None:
+    return _last["forward"]
+
+
+@contextlib.contextmanager
+def _threads(n: int | None):
+    if n is None:
+        yield torch.get_num_threads()
+        return
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"threads is {n!r}; expected a positive int or None")
+    old = torch.get_num_threads()
+    if n != old:
+        torch.set_num_threads(n)
+    try:
+        yield n
+    finally:
+        if n != old:
+            torch.set_num_threads(old)
+
+
+def _code(strategy: str) -> int:
+    return 1 if strategy == "groups" else 2
+
+
+def forward(x, num_groups, weight=None, bias=None, eps=1e-5, *, strategy="auto", threshold=DEFAULT_THRESHOLD,
+            threads=None):
+    """(y, mean, rstd) without autograd; mean/rstd are float64 (N, G) (values rounded to the f32 accumulator for
+    non-f64 data)."""
+    validate(x, num_groups, weight, bias)
+    s = choose_strategy(strategy, prod(x.shape[2:]), threshold)
+    pd = param_dtype_name(x.dtype, weight.dtype if weight is not None else bias.dtype if bias is not None else None)
+    with _threads(threads) as n:
+        y, mean, rstd = load().forward(x.detach(), None if weight is None else weight.detach(),
+                                       None if bias is None else bias.detach(), num_groups, float(eps), _code(s), n, pd)
+    _last["forward"] = f"{s}/{'gamma' if weight is not None else 'nogamma'}/{path_name(s, True, True, x.dtype, x.dim()).split('/', 3)[3]}"
+    return y, mean, rstd
+
+
+def backward(dy, x, mean, rstd, num_groups, weight=None, *, need=(True, True, True), strategy="auto",
+             threshold=DEFAULT_THRESHOLD, threads=None, param_dtype: str | None = None):
+    """(dx, dweight, dbias), None where `need` says not requested.  dy is converted to x's memory format."""
+    validate(x, num_groups, weight)
+    if not isinstance(dy, torch.Tensor) or tuple(dy.shape) != tuple(x.shape) or dy.dtype != x.dtype:
+        got = f"{tuple(dy.shape)} {dy.dtype}" if isinstance(dy, torch.Tensor) else type(dy).__name__
+        raise ValueError(f"dy is {got}; expected shape {tuple(x.shape)} and dtype {x.dtype}")
+    fmt = torch.channels_last if x.dim() == 4 else torch.channels_last_3d
+    dy = dy.contiguous(memory_format=fmt)  # pytorch#92166: never read dy with x's strides blindly
+    s = choose_strategy(strategy, prod(x.shape[2:]), threshold)
+    pd = param_dtype or param_dtype_name(x.dtype, None if weight is None else weight.dtype)
+    need_dx, need_dw, need_db = (bool(v) for v in need)
+    with _threads(threads) as n:
+        dx, dw, db = load().backward(dy, x.detach(), mean, rstd, None if weight is None else weight.detach(),
+                                     num_groups, _code(s), n, need_dx, need_dw and weight is not None, need_db, pd)
+    _last["backward"] = path_name(s, weight is not None, need_dx, x.dtype, x.dim())
+    return dx, dw, db
+
+
+class _GroupNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, num_groups, eps, strategy, threshold, threads):
+        y, mean, rstd = forward(x, num_groups, weight, bias, eps, strategy=strategy, threshold=threshold,
+                                threads=threads)
+        ctx.save_for_backward(x, weight, mean, rstd)
+        ctx.opts = (num_groups, strategy, threshold, threads,
+                    param_dtype_name(x.dtype, weight.dtype if weight is not None else
+                                     bias.dtype if bias is not None else None))
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight, mean, rstd = ctx.saved_tensors
+        num_groups, strategy, threshold, threads, pd = ctx.opts
+        need = ctx.needs_input_grad[:3]
+        if not any(need):
+            return (None,) * 8
+        dx, dw, db = backward(dy, x, mean, rstd, num_groups, weight, need=need, strategy=strategy,
+                              threshold=threshold, threads=threads, param_dtype=pd)
+        return dx, dw, db, None, None, None, None, None
+
+
+def group_norm(x, num_groups, weight=None, bias=None, eps=1e-5, *, strategy="auto", threshold=DEFAULT_THRESHOLD,
+               threads=None):
+    """GroupNorm of a channels-last CPU tensor with normcheck's kernel; differentiable."""
+    validate(x, num_groups, weight, bias)
+    choose_strategy(strategy, 0, threshold)
+    return _GroupNorm.apply(x, weight, bias, num_groups, eps, strategy, threshold, threads)
