@@ -73,7 +73,11 @@ def test_list_shows_ops_and_impls():
     code, out = run("list", "--op", "groupnorm", "--json")
     data = json.loads(out)
     assert [d["op"] for d in data] == ["groupnorm"]
-    assert {i["name"] for i in data[0]["impls"]} == {"torch", "torch-native-backward", "baseline"}
+    names = {i["name"] for i in data[0]["impls"]}
+    assert {"torch", "torch-native-backward", "baseline"} <= names
+    # normcheck's channels-last kernel beside torch's, each at 1, 2 and 3 threads
+    assert {f"cl-{s}-t{n}" for s in ("auto", "groups", "pixels") for n in (1, 2, 3)} <= names
+    assert {f"torch-{k}-t{n}" for k in ("cl", "native-cl") for n in (1, 2, 3)} <= names
 
 
 def test_user_impl_from_a_file(tmp_path):
