@@ -51,6 +51,20 @@ def gather_global_stats(x, eps, momentum, running_mean, running_var, group, equa
     return mean, invstd, count_all.reshape(-1).to(torch.int32)
 
 
+class GatheredStatsForward(torch.autograd.Function):
+    """The forward most recipes share: all-gather the per-rank statistics, merge them, normalise.
+
+    Saves (x, weight, mean, invstd, per-rank counts) and the group; subclasses write the backward."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, running_mean, running_var, eps, momentum, group, world_size):
+        x = channels_last_or_contiguous(x)
+        mean, invstd, counts = gather_global_stats(x, eps, momentum, running_mean, running_var, group)
+        ctx.save_for_backward(x, weight, mean, invstd, counts)
+        ctx.group = group
+        return normalise(x, weight, bias, mean, invstd, eps)
+
+
 def normalise(x, weight, bias, mean, invstd, eps):
     if x.numel() == 0:
         return torch.empty_like(x)

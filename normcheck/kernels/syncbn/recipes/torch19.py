@@ -2,21 +2,12 @@
 takes sums plus an int32 per-rank count tensor, and empty ranks still join every collective."""
 from __future__ import annotations
 
-import torch
 
-from .common import backward_outputs, channels_last_or_contiguous, gather_global_stats, global_backward_sums, \
-    input_grad, normalise
+from .common import GatheredStatsForward, backward_outputs, channels_last_or_contiguous, global_backward_sums, \
+    input_grad
 
 
-class SyncBatchNorm19(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, weight, bias, running_mean, running_var, eps, momentum, group, world_size):
-        x = channels_last_or_contiguous(x)
-        mean, invstd, counts = gather_global_stats(x, eps, momentum, running_mean, running_var, group)
-        ctx.save_for_backward(x, weight, mean, invstd, counts)
-        ctx.group = group
-        return normalise(x, weight, bias, mean, invstd, eps)
-
+class SyncBatchNorm19(GatheredStatsForward):
     @staticmethod
     def backward(ctx, dy):
         x, weight, mean, invstd, counts = ctx.saved_tensors
