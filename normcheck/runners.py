@@ -33,7 +33,8 @@ def check_tensor(name: str, value, shape: tuple[int, ...], dtype: torch.dtype) -
     return value
 
 
-def _leaves(t: TorchInputs) -> dict[str, torch.Tensor]:
+def grad_leaves(t: TorchInputs) -> dict[str, torch.Tensor]:
+    """x, γ and β made to require grad, keyed by the name of their gradient."""
     named = {"dx": t.x, "dweight": t.weight, "dbias": t.bias}
     return {k: v.requires_grad_() for k, v in named.items() if v is not None}
 
@@ -55,7 +56,7 @@ def functional_batchnorm(fn: Callable) -> Runner:
     """`fn` has the signature of torch.nn.functional.batch_norm."""
 
     def run(case: Case, t: TorchInputs) -> Outputs:
-        leaves = _leaves(t)
+        leaves = grad_leaves(t)
         y = fn(t.x, t.running_mean, t.running_var, t.weight, t.bias, True, case.momentum, case.eps)
         out = _backward(y, t, leaves)
         out["running_mean"], out["running_var"] = t.running_mean, t.running_var
@@ -68,7 +69,7 @@ def functional_groupnorm(fn: Callable) -> Runner:
     """`fn` has the signature of torch.nn.functional.group_norm."""
 
     def run(case: Case, t: TorchInputs) -> Outputs:
-        leaves = _leaves(t)
+        leaves = grad_leaves(t)
         return _backward(fn(t.x, case.groups, t.weight, t.bias, case.eps), t, leaves)
 
     return run

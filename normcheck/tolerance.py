@@ -84,7 +84,7 @@ def element_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) -> 
     d_xhat = r * d_mu + np.abs(xhat) * rel_r
 
     bound_y = c.rounding * uo * (np.abs(gamma * xhat) + np.abs(beta)) + np.abs(gamma) * d_xhat
-    d_dy = 0.0  # error in the dy that enters the BatchNorm backward (non-zero after a fused epilogue)
+    d_dy = np.zeros_like(dy)  # error in the dy that enters the BatchNorm backward (a fused epilogue's)
     if case.op == "syncbn_silu":
         # z = SiLU(y): z inherits y's error through silu'(y); the backward's dy = dz·silu'(y) is
         # recomputed from an inexact y (silu'') and rounded to the input dtype.
@@ -102,7 +102,7 @@ def element_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) -> 
     d_g = np.abs(gamma) * d_dy
     gbar = mean(g)
     h = mean(g * xhat)
-    d_gbar = ua * rho(size) * mean(np.abs(g)) + mean(d_g + 0 * g)
+    d_gbar = ua * rho(size) * mean(np.abs(g)) + mean(d_g)
     d_h = ua * rho(size) * mean(np.abs(g * xhat)) + mean(np.abs(g) * d_xhat) + mean(d_g * np.abs(xhat))
     dx = r * (g - gbar - xhat * h)
 
@@ -117,18 +117,17 @@ def element_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) -> 
     per_channel = view.channel_count
     dweight = view.channel_sum(dy * xhat)
     dbias = view.channel_sum(dy)
-    d_dy_full = d_dy + 0 * dy  # broadcast to the data's shape
     bounds["dweight"] = (
         ua * rho(per_channel) * view.channel_sum(np.abs(dy * xhat))
-        + view.channel_sum(np.abs(dy) * d_xhat + d_dy_full * np.abs(xhat))
+        + view.channel_sum(np.abs(dy) * d_xhat + d_dy * np.abs(xhat))
         + c.rounding * up * np.abs(dweight)
     )
-    bounds["dbias"] = (ua * rho(per_channel) * view.channel_sum(np.abs(dy)) + view.channel_sum(d_dy_full)
+    bounds["dbias"] = (ua * rho(per_channel) * view.channel_sum(np.abs(dy)) + view.channel_sum(d_dy)
                        + c.rounding * up * np.abs(dbias))
     if case.split is not None:
         # Each rank rounds its local dγ/dβ to the parameter dtype before they are summed, and local
         # sums can be much larger than their total: c·u_p·Σ_r |local_r| on top.
-        for name, per_element in (("dweight", dy * xhat), ("dbias", dy + 0 * xhat)):
+        for name, per_element in (("dweight", dy * xhat), ("dbias", dy)):
             starts = np.cumsum((0,) + case.split)
             local = [np.abs(view.channel_sum(per_element[a:b])) for a, b in zip(starts[:-1], starts[1:])]
             bounds[name] = bounds[name] + c.rounding * up * np.sum(local, axis=0)

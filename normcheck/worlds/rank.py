@@ -11,7 +11,7 @@ import torch
 
 from ..cases import Case, CaseInputs, TorchInputs
 from ..kernels import syncbn as _syncbn_primitives  # noqa: F401  registers the CPU SyncBN primitives
-from ..runners import ImplError, check_tensor
+from ..runners import ImplError, check_tensor, grad_leaves
 
 RankOutputs = dict[str, "torch.Tensor | None"]
 
@@ -39,12 +39,8 @@ def run_rank(case: Case, inputs: CaseInputs, fn: Callable, rank: int, group, wor
     """
     t = rank_inputs(case, inputs, rank)
     before = t.snapshot()
-    x = t.x.requires_grad_()
-    leaves = {"dx": x}
-    for name, p in (("dweight", t.weight), ("dbias", t.bias)):
-        if p is not None:
-            leaves[name] = p.requires_grad_()
-    y = fn(x, t.weight, t.bias, t.running_mean, t.running_var, case.eps, case.momentum, group, world_size)
+    leaves = grad_leaves(t)
+    y = fn(t.x, t.weight, t.bias, t.running_mean, t.running_var, case.eps, case.momentum, group, world_size)
     y = check_tensor("y", y, t.x.shape, t.x.dtype)
     if not y.requires_grad:
         raise ImplError("y does not require grad: the implementation detached its output")

@@ -2,7 +2,6 @@
 takes sums plus an int32 per-rank count tensor, and empty ranks still join every collective."""
 from __future__ import annotations
 
-
 from .common import GatheredStatsForward, backward_outputs, channels_last_or_contiguous, global_backward_sums, \
     input_grad
 
