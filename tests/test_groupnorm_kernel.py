@@ -122,6 +122,18 @@ def test_auto_strategy_follows_threshold():
     assert gn.last_backward_path().startswith("pixels/")
 
 
+@pytest.mark.parametrize("n, groups, threads", [(1, 1, 1), (1, 1, 2), (1, 2, 2), (2, 1, 3), (1, 4, 3), (3, 1, 2)])
+def test_auto_strategy_uses_pixels_when_sets_are_fewer_than_threads(n, groups, threads):
+    """Strategy 1 cannot use more threads than (n, g) sets: auto takes "pixels" then, and the kernel's own
+    choice is the one choose_strategy states."""
+    x = torch.randn(n, 4, 4, 4).contiguous(memory_format=torch.channels_last).requires_grad_()
+    gn.group_norm(x, groups, threads=threads).sum().backward()
+    want = "pixels" if n * groups < threads else "groups"
+    assert gn.last_forward_path().split("/")[0] == want
+    assert gn.last_backward_path().split("/")[0] == want
+    assert gn.choose_strategy("auto", 16, sets=n * groups, threads=threads) == want
+
+
 def test_torch_paths_observable():
     """torch's channels-last kernel on both sides of its HxW threshold, γ/no γ, mixed/plain, 4-D/5-D."""
     for name in ("torch-cl-t2", "torch-native-cl-t1"):
@@ -233,6 +245,10 @@ def _cl(*shape, dtype=torch.float32):
     (lambda: gn.group_norm(_cl(2, 4, 3, 3), 2, strategy="rows"), "strategy is 'rows'"),
     (lambda: gn.group_norm(_cl(2, 4, 3, 3), 2, threads=0), "threads is 0"),
     (lambda: gn.group_norm(torch.randn(2, 4, 3, 3)[:, :, ::2], 2), "strided"),
+    (lambda: gn.group_norm([[1.0]], 1), "x is a list"),
+    (lambda: gn.group_norm(_cl(2, 4, 3, 3), 2, [1.0] * 4), "weight is a list"),
+    (lambda: gn.backward(_cl(2, 4, 3, 3), _cl(2, 4, 3, 3), torch.zeros(3), torch.ones(3), 2), "N\\*G values"),
+    (lambda: gn.backward(_cl(2, 4, 3, 2), _cl(2, 4, 3, 3), torch.zeros(4), torch.ones(4), 2), r"dy is \(2, 4, 3, 2\)"),
 ])
 def test_bad_input_raises_value_error(make, match):
     with pytest.raises(ValueError, match=match):
