@@ -279,3 +279,19 @@ def test_no_compiler_is_one_clear_line(monkeypatch):
     with pytest.raises(loader.BuildError, match="needs a C\\+\\+ compiler") as info:
         loader.load()
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("strategy", ["groups", "pixels"])
+def test_output_rounding_matches_torch(dtype, strategy):
+    """The kernel rounds its float results to bf16/f16 on the bits; with γ = 0, y is β rounded, which must be
+    exactly torch's rounding (nearest even, ties, overflow to inf, subnormals, NaN)."""
+    special = [1 + 2 ** -8, 1 + 3 * 2 ** -8, 1 + 2 ** -11, 1 + 3 * 2 ** -11, 65520.0, -65520.0, 3e38, 1e-40,
+               6e-8, -2.9e-8, float("inf"), float("-inf"), float("nan"), 0.0, 1.0 / 3]  # no -0.0: 0·(x-μ) + -0 may be +0
+    beta = torch.tensor(special + torch.randn(64, dtype=torch.float64).mul(100).tolist(), dtype=torch.float32)
+    c = beta.numel()
+    x = torch.randn(2, c, 3, 5).to(dtype).contiguous(memory_format=torch.channels_last)
+    y, _, _ = gn.forward(x, 1, torch.zeros(c), beta, strategy=strategy)
+    want = beta.to(dtype).view(1, c, 1, 1).expand_as(y).contiguous(memory_format=torch.channels_last)
+    same = (y.view(torch.int16) == want.view(torch.int16)) | (y.isnan() & want.isnan())  # any NaN payload
+    assert bool(same.all()), beta[~same[0, :, 0, 0]].tolist()

@@ -48,8 +48,8 @@ template <> inline at::BFloat16 down(float f) {
   const uint16_t bits = (u & 0x7FFFFFFFu) > 0x7F800000u ? uint16_t(0x7FC0) : static_cast<uint16_t>(rounded);
   return at::BFloat16(bits, at::BFloat16::from_bits());
 }
-#if defined(__F16C__)
-// F16C converts in hardware (vcvtph2ps / vcvtps2ph), vectorised through _Float16.
+#if defined(__F16C__) && defined(__FLT16_MAX__)  // hardware conversions, and a compiler with _Float16
+// vcvtph2ps / vcvtps2ph, vectorised through _Float16.
 template <> inline float up(at::Half v) {
   _Float16 h;
   std::memcpy(&h, &v.x, sizeof h);
