@@ -2,8 +2,10 @@
 
 An implementation is a `module:attr` spec with the syncbn contract; the backend decides where its
 ranks run: `lockstep` (threads, recipes written against our collectives), `gloo` (real
-torch.distributed processes; anything, including torch's own Function and user code) or `env`
-(the launcher's process group, under torchrun).
+torch.distributed processes; anything, including torch's own Function and user code), `env`
+(the launcher's process group, under torchrun), or `lockstep-cuda` / `lockstep-cuda-normcheck`
+(the lockstep world with every rank's tensors on one CUDA device, running torch's CUDA SyncBN
+primitives / normcheck's; see normcheck.kernels.syncbn.cuda).
 """
 from __future__ import annotations
 
@@ -15,8 +17,10 @@ from .known_issues import SYNCBN_EMPTY_RANK_HALF, KnownIssue
 from .runners import Runner
 from .worlds import assemble
 
-BACKENDS = ("lockstep", "gloo", "env")
-WORLD_LIMITS = {"lockstep": 64, "gloo": 8}
+# lockstep world on one CUDA device -> whose CUDA SyncBN primitives the aten ops dispatch to
+CUDA_BACKENDS = {"lockstep-cuda": "torch", "lockstep-cuda-normcheck": "normcheck"}
+BACKENDS = ("lockstep", "gloo", "env", *CUDA_BACKENDS)
+WORLD_LIMITS = {"lockstep": 64, "gloo": 8, **{b: 64 for b in CUDA_BACKENDS}}
 DEFAULT_TIMEOUT = 60.0
 _RECIPES_MODULE = "normcheck.kernels.syncbn.recipes"
 
@@ -33,6 +37,7 @@ class Recipe:
 
 
 def _recipe(name, module, description, backends=BACKENDS, default="lockstep") -> Recipe:
+    # `backends` defaults to every world, the CUDA ones included: recipes allocate on x's device.
     return Recipe(name, f"{_RECIPES_MODULE}.{module}:sync_batch_norm", description, backends, default)
 
 
@@ -57,6 +62,10 @@ def check_world(case: Case, backend: str) -> None:
     """One-line UsageError when the case's world cannot run on `backend`."""
     if backend not in BACKENDS:
         raise UsageError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if backend in CUDA_BACKENDS:
+        from .kernels.syncbn.cuda.backend import require_cuda
+
+        require_cuda(backend)
     limit = WORLD_LIMITS.get(backend)
     size = len(case.split)
     if limit is not None and not 1 <= size <= limit:
@@ -79,6 +88,13 @@ def run_ranks(case: Case, spec: str, backend: str, timeout: float):
         from .worlds.lockstep import run_lockstep
 
         return run_lockstep(case, load_callable(spec), timeout)
+    if backend in CUDA_BACKENDS:
+        from .kernels.syncbn.cuda.backend import cuda_primitives
+        from .registry import load_callable
+        from .worlds.lockstep import run_lockstep
+
+        with cuda_primitives(CUDA_BACKENDS[backend]) as device:
+            return run_lockstep(case, load_callable(spec), timeout, device)
     if backend == "gloo":
         from .worlds.gloo import get_world
 

@@ -83,8 +83,12 @@ class LockstepGroup:
         self._rv._wait(self._rank, "barrier")
 
 
-def run_lockstep(case: Case, fn: Callable, timeout: float = 60.0) -> list[RankOutputs]:
-    """Run `fn` on every rank of `case.split` as threads; per-rank outputs in rank order."""
+def run_lockstep(case: Case, fn: Callable, timeout: float = 60.0,
+                 device: torch.device | None = None) -> list[RankOutputs]:
+    """Run `fn` on every rank of `case.split` as threads; per-rank outputs in rank order.
+
+    `device`: where the ranks' tensors live (default: the CPU; e.g. one CUDA device for all ranks).
+    Outputs come back on the CPU."""
     size = len(case.split)
     if not 1 <= size <= MAX_WORLD_SIZE:
         raise UsageError(f"lockstep world size must be 1 to {MAX_WORLD_SIZE}, got {size}")
@@ -95,7 +99,7 @@ def run_lockstep(case: Case, fn: Callable, timeout: float = 60.0) -> list[RankOu
 
     def rank_main(rank: int) -> None:
         try:
-            results[rank] = run_rank(case, inputs, fn, rank, LockstepGroup(rendezvous, rank), size)
+            results[rank] = run_rank(case, inputs, fn, rank, LockstepGroup(rendezvous, rank), size, device)
         except BaseException as e:  # noqa: BLE001 - every failure is reported, none escapes the thread
             errors[rank] = e
             rendezvous.barrier.abort()  # peers waiting in a collective stop waiting

@@ -24,9 +24,9 @@ def local_stats(x: torch.Tensor, eps: float) -> torch.Tensor:
     still take part in the gather (in the statistics dtype, so every rank sends the same dtype)."""
     channels = x.shape[1]
     if x.numel() == 0:
-        return torch.zeros(2 * channels + 1, dtype=stats_dtype(x))
+        return torch.zeros(2 * channels + 1, dtype=stats_dtype(x), device=x.device)
     mean, invstd = torch.batch_norm_stats(x, eps)
-    count = torch.full((1,), x.numel() // channels, dtype=mean.dtype)
+    count = torch.full((1,), x.numel() // channels, dtype=mean.dtype, device=x.device)
     return torch.cat([mean, invstd, count])
 
 
@@ -74,7 +74,7 @@ def normalise(x, weight, bias, mean, invstd, eps):
 def local_backward_sums(dy, x, mean, invstd, weight, needs):
     """This rank's (Σdy, Σdy·(x − μ)) and local dγ, dβ; zeros for an empty rank."""
     if x.numel() == 0:
-        zeros = torch.zeros(x.shape[1], dtype=mean.dtype)
+        zeros = torch.zeros(x.shape[1], dtype=mean.dtype, device=x.device)
         return zeros, zeros.clone(), None, None
     return torch.batch_norm_backward_reduce(dy, x, mean, invstd, weight, *needs[:3])
 

@@ -37,8 +37,8 @@ def _recover_input(y, weight, bias, mean, invstd):
     if y.numel() == 0:
         return y
     channels = y.shape[1]
-    gamma = weight.to(mean.dtype) if weight is not None else torch.ones(channels, dtype=mean.dtype)
-    beta = bias.to(mean.dtype) if bias is not None else torch.zeros(channels, dtype=mean.dtype)
+    gamma = weight.to(mean.dtype) if weight is not None else torch.ones(channels, dtype=mean.dtype, device=y.device)
+    beta = bias.to(mean.dtype) if bias is not None else torch.zeros(channels, dtype=mean.dtype, device=y.device)
     # elemt computes (in − m)·s·w + b: with m = β, s = 1/γ, w = 1/invstd, b = μ it gives x.
     return torch.batch_norm_elemt(y, invstd.reciprocal(), mean, beta, gamma.reciprocal(), 0.0)
 

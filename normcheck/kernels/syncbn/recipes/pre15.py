@@ -33,7 +33,7 @@ class SyncBatchNormPre15(torch.autograd.Function):
             means = torch.cat([sum_dy, sum_dy_xmu]) / local_count  # 0/0 on an empty rank, as it was
             collectives.all_reduce(means, ctx.group)
             mean_dy, mean_dy_xmu = (means / ctx.world_size).split(x.shape[1])
-            dx = input_grad(dy, x, mean, invstd, weight, mean_dy, mean_dy_xmu, torch.ones(1, dtype=torch.int32))
+            dx = input_grad(dy, x, mean, invstd, weight, mean_dy, mean_dy_xmu, torch.ones(1, dtype=torch.int32, device=x.device))
         return backward_outputs(x, dx, weight, grad_weight, grad_bias, needs, extra=6)
 
 

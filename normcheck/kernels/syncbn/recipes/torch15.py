@@ -21,7 +21,7 @@ class SyncBatchNorm15(GatheredStatsForward):
         if needs[0]:
             total = counts.sum()
             dx = input_grad(dy, x, mean, invstd, weight, sum_dy / total, sum_dy_xmu / total,
-                            torch.ones(1, dtype=torch.int32))
+                            torch.ones(1, dtype=torch.int32, device=x.device))
         return backward_outputs(x, dx, weight, grad_weight, grad_bias, needs, extra=6)
 
 

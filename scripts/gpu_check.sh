@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# The GPU check of issue 5, in one command on a machine with an NVIDIA GPU (sized for ~8 minutes
+# on one H200), from the repository root or anywhere:
+#
+#     bash scripts/gpu_check.sh
+#
+# 1. makes sure torch sees the GPU (pip-installs the CUDA build of torch only if torch cannot);
+# 2. builds normcheck's CUDA SyncBN library with this machine's nvcc (or loads the prebuilt
+#    library named by $NORMCHECK_CUDA_LIB, or build/cuda/libnormcheck_syncbn.so, when there is no nvcc);
+# 3. runs tests/test_syncbn_cuda.py: every primitive against the CPU primitives / the float64
+#    reference and against torch's CUDA primitives, 64-bit indexing, and the SyncBN property suite
+#    in lockstep worlds on one GPU on our kernels and on torch's;
+# 4. benchmarks ours against torch's primitives (bytes moved / time, against measured copy bandwidth);
+# 5. writes docs/gpu-results.md (dated) and copies it to $OUT when that is a directory.
+# Exit status: 0 when the tests pass, 1 when some fail, 2 when the check could not run.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+RESULTS=docs/gpu-results.md
+WORK=$(mktemp -d)
+TORCH_INDEX=${TORCH_INDEX:-https://download.pytorch.org/whl/cu130}
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONDONTWRITEBYTECODE=1
+
+say() { echo "== $*" >&2; }
+die() { echo "gpu_check: $*" >&2; exit 2; }
+
+say "GPU"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$WORK/gpu.txt" 2>&1 \
+  || die "nvidia-smi failed: no NVIDIA driver or GPU here ($(head -1 "$WORK/gpu.txt"))"
+cat "$WORK/gpu.txt" >&2
+
+say "torch"
+if ! $PY -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+  have=$($PY -c 'import torch; print(torch.__version__)' 2>/dev/null || echo "none")
+  say "torch ($have) sees no GPU: installing the CUDA build: pip install --upgrade torch --index-url $TORCH_INDEX"
+  $PY -m pip install --quiet --disable-pip-version-check --upgrade torch --index-url "$TORCH_INDEX" \
+    || die "torch $have cannot see the GPU and the CUDA build could not be installed from $TORCH_INDEX (set TORCH_INDEX to a reachable index)"
+  $PY -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' \
+    || die "torch $($PY -c 'import torch; print(torch.__version__)') still sees no GPU (driver too old for its CUDA?)"
+fi
+missing=$($PY - <<'EOF'
+import importlib.util
+print(" ".join(m for m in ("numpy", "hypothesis", "pytest", "tqdm") if importlib.util.find_spec(m) is None))
+EOF
+)
+if [ -n "$missing" ]; then
+  say "installing what the tests import and this machine lacks: pip install $missing"
+  $PY -m pip install --quiet --disable-pip-version-check $missing || die "could not install $missing"
+fi
+$PY -c 'import torch; print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, {torch.cuda.get_device_name()}")' \
+  | tee "$WORK/torch.txt" >&2
+
+say "build"
+if [ -z "$(command -v nvcc || true)" ] && [ ! -x "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ] && [ -z "${NORMCHECK_CUDA_LIB:-}" ]; then
+  if [ -f build/cuda/libnormcheck_syncbn.so ]; then
+    export NORMCHECK_CUDA_LIB="$PWD/build/cuda/libnormcheck_syncbn.so"
+    say "no nvcc here: loading the prebuilt $NORMCHECK_CUDA_LIB"
+  fi
+fi
+SECONDS=0
+$PY -m normcheck.kernels.syncbn.cuda.loader >"$WORK/build.txt" 2>&1 || { cat "$WORK/build.txt" >&2; die "the CUDA library did not build"; }
+build_s=$SECONDS
+tail -1 "$WORK/build.txt" >&2
+$PY -c 'import sys; from normcheck.doctor import run_doctor; run_doctor(None, sys.stdout)' >"$WORK/doctor.txt" 2>&1
+
+say "tests (kernels, property suite on one GPU)"
+timeout 330 $PY -m pytest -o addopts="" -p no:cacheprovider -q -rs --durations=5 tests/test_syncbn_cuda.py \
+  benchmarks/test_syncbn_cuda_speed.py >"$WORK/tests.txt" 2>&1
+tests_rc=$?
+# On a GPU machine a test skipped for want of one means the GPU was not used: that is a failure.
+if [ "$tests_rc" -eq 0 ] && grep -q "no CUDA device" "$WORK/tests.txt"; then tests_rc=3; fi
+tail -25 "$WORK/tests.txt" >&2
+
+say "benchmark"
+timeout 150 $PY benchmarks/test_syncbn_cuda_speed.py --markdown "$WORK/bench.md" >"$WORK/bench.log" 2>&1
+bench_rc=$?
+[ -f "$WORK/bench.md" ] || echo "(benchmark did not finish: exit $bench_rc; $(tail -1 "$WORK/bench.log"))" >"$WORK/bench.md"
+
+verdict="PASSED"
+[ "$tests_rc" -ne 0 ] && verdict="FAILED (pytest exit $tests_rc$([ "$tests_rc" -eq 124 ] && echo ', timed out')$([ "$tests_rc" -eq 3 ] && echo ': GPU tests skipped with "no CUDA device"'))"
+{
+  echo "# GPU results: normcheck's CUDA SyncBN kernels"
+  echo
+  echo "Run $(date -u '+%Y-%m-%d %H:%M UTC') by \`bash scripts/gpu_check.sh\` (issue 5)."
+  echo
+  echo "- GPU: $(cat "$WORK/gpu.txt")"
+  echo "- $(cat "$WORK/torch.txt")"
+  echo "- build: $(tail -1 "$WORK/build.txt") -- ${build_s} s wall, including the import of torch"
+  echo "- tests/test_syncbn_cuda.py + benchmarks/test_syncbn_cuda_speed.py: **$verdict**"
+  echo
+  echo "## normcheck doctor"
+  echo
+  echo '```'
+  cat "$WORK/doctor.txt"
+  echo '```'
+  echo
+  echo "## Tests"
+  echo
+  echo '```'
+  grep -E "passed|failed|error|FAILED|ERROR|SKIPPED|slowest|s call|s setup" "$WORK/tests.txt" | tail -60
+  echo '```'
+  echo
+  echo "## Benchmark: ours vs torch's CUDA primitives"
+  echo
+  cat "$WORK/bench.md"
+} >"$RESULTS"
+say "wrote $RESULTS"
+if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then
+  cp "$RESULTS" "$WORK/tests.txt" "$WORK/bench.log" "$OUT/" 2>/dev/null
+fi
+[ "$tests_rc" -eq 0 ] && exit 0 || exit 1
