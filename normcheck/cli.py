@@ -5,23 +5,33 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
 from .cases import DISTRIBUTED_OPS, Case
-from .compare import FAIL, KNOWN, MISTRUSTED, PASS, SKIP, VERDICTS, Report, compare
+from . import replay
+from .compare import FAIL, KNOWN, Report, compare, tally
 from .dtypes import DTYPE_CHOICES, parse_dtype
 from .errors import UsageError
+from .junit import write_junit
 from .layouts import FORMATS
 from .ops import OPS, get_op
+from .plot import require_matplotlib, write_plot
 from .profiles import PROFILES
+from .progress import Progress, wants_progress
 from .registry import list_impls, resolve_impl
+from .report_json import run_document
 from .sweep import default_sweep
 from .runners import ImplError
 from .syncbn import BACKENDS, DEFAULT_TIMEOUT, RECIPES, check_world, close_env_world, env_world
 
 
-def _default_backend(impl) -> str:
+def effective_backend(op: str, impl, backend: str | None) -> str | None:
+    """The world a SyncBN implementation runs in (None for single-process ops): the one asked for,
+    else the recipe's own, else gloo (user code). Replay lines name it so they replay the same world."""
+    if op not in DISTRIBUTED_OPS:
+        return None
     recipe = RECIPES.get(impl.name)
-    return recipe.default_backend if recipe else "gloo"
+    return backend or (recipe.default_backend if recipe else "gloo")
 
 # Case options that, when given, replace the default sweep with explicitly built cases.
 _CASE_OPTIONS = ("shape", "dtype", "memory_format", "groups", "profile", "eps", "momentum", "no_affine",
@@ -55,10 +65,15 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--backend", choices=BACKENDS, help="syncbn: where ranks run (default: the recipe's own, "
                      "gloo for torch's function and user code)")
     cmp.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="syncbn: seconds per case (default 60)")
-    cmp.add_argument("--cases", type=_positive, default=1, help="seeds per case (default 1)")
-    cmp.add_argument("--seed", type=int, default=0)
+    cmp.add_argument("--cases", type=_positive, help="seeds per case (default 1)")
+    cmp.add_argument("--seed", type=int, help="first seed (default 0)")
+    cmp.add_argument("--case", metavar="TOKEN", help="run exactly the case of a replay line's token")
     cmp.add_argument("--strict", action="store_true", help="known upstream issues fail the run too")
-    cmp.add_argument("--json", action="store_true", help="print a JSON report instead of the table")
+    cmp.add_argument("--json", action="store_true",
+                     help="print a JSON report instead of the table (schema: docs/json-schema.md)")
+    cmp.add_argument("--junit-xml", metavar="PATH", help="also write a JUnit XML report, one testcase per case")
+    cmp.add_argument("--plot", metavar="PNG",
+                     help="also draw budget ratios per channel or group (needs the plot extra)")
 
     lst = sub.add_parser("list", help="list ops and implementations")
     lst.add_argument("--op", choices=sorted(OPS))
@@ -89,8 +104,12 @@ def _positive(text: str) -> int:
 
 
 def build_cases(args) -> list[Case]:
-    explicit = any(getattr(args, k) is not None and getattr(args, k) is not False for k in _CASE_OPTIONS)
-    seeds = range(args.seed, args.seed + args.cases)
+    given = [k for k in (*_CASE_OPTIONS, "cases", "seed") if _is_given(getattr(args, k))]
+    if args.case is not None:
+        return [_token_case(args, given)]
+    explicit = any(k in _CASE_OPTIONS for k in given)
+    first = args.seed or 0
+    seeds = range(first, first + (args.cases or 1))
     if not explicit:
         cases = [case for seed in seeds for case in default_sweep(args.op, seed)]
         if args.op in DISTRIBUTED_OPS and args.backend == "env":  # the launcher fixed the world size
@@ -110,6 +129,20 @@ def build_cases(args) -> list[Case]:
              split=split)
         for seed in seeds
     ]
+
+
+def _is_given(value) -> bool:
+    return value is not None and value is not False  # absent options are None (flags False); 0 is given
+
+
+def _token_case(args, given: list[str]) -> Case:
+    """A --case token is the whole case: it combines with no other case option."""
+    if given:
+        raise UsageError(f"--case names the whole case; drop --{given[0].replace('_', '-')}")
+    case = replay.decode_case(args.case)
+    if case.op != args.op:
+        raise UsageError(f"--case token is a {case.op} case, not {args.op}: use --op {case.op}")
+    return case
 
 
 def _shape_and_split(args) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
@@ -135,57 +168,49 @@ def _shape_and_split(args) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
 def run_compare(args, out) -> int:
     if args.backend is not None and args.op not in DISTRIBUTED_OPS:
         raise UsageError(f"--backend applies to syncbn only, not {args.op}")
+    # Report problems found before the run, not after it.
+    if args.plot:
+        require_matplotlib()
+    for option, path in (("--junit-xml", args.junit_xml), ("--plot", args.plot)):
+        if path is not None and not Path(path).resolve().parent.is_dir():
+            raise UsageError(f"{option} {path}: directory {Path(path).resolve().parent} does not exist")
     impl = resolve_impl(args.op, args.impl, args.backend, args.timeout)
     cases = build_cases(args)
-    if args.op in DISTRIBUTED_OPS:
+    backend = effective_backend(args.op, impl, args.backend)
+    if backend is not None:
         for case in cases:
-            check_world(case, args.backend or _default_backend(impl))
+            check_world(case, backend)
         if args.backend == "env" and env_world(args.timeout).rank != 0:
             return _serve_as_peer(args, impl, cases)
     start = time.perf_counter()
     reports = []
-    for case in cases:
-        report = compare(args.op, impl, case)
-        reports.append(report)
-        if not args.json:
-            print(_row(report), file=out, flush=True)
-            if report.verdict == FAIL:
-                print(f"    replay: {replay_command(report)}", file=out, flush=True)
+    with Progress(len(cases), f"{args.op} / {impl.name}", wants_progress(quiet=args.json)) as progress:
+        for case in cases:
+            report = compare(args.op, impl, case)
+            reports.append(report)
+            progress.advance()
+            if not args.json:
+                progress.print(_row(report), out)
+                if report.verdict == FAIL:
+                    progress.print(f"    replay: {replay_command(report, backend)}", out)
     elapsed = time.perf_counter() - start
-    counts = {v: sum(r.verdict == v for r in reports) for v in VERDICTS}
+    failed = any(r.verdict == FAIL or (args.strict and r.verdict == KNOWN) for r in reports)
+    status = 1 if failed else 0
     if args.json:
-        json.dump({"op": args.op, "impl": impl.name, "seconds": round(elapsed, 3),
-                   "summary": {k.lower(): v for k, v in counts.items()},
-                   "cases": [r.to_dict() for r in reports]}, out, indent=1)
+        json.dump(run_document(args.op, impl.name, backend, reports, elapsed, status), out, indent=1, allow_nan=False)
         print(file=out)
     else:
-        tally = ", ".join(f"{n} {_VERDICT_WORDS[v]}" for v, n in counts.items() if n or v in (PASS, FAIL))
-        print(f"{args.op} / {impl.name}: {len(reports)} cases: {tally} in {elapsed:.1f} s", file=out)
-    return 1 if counts[FAIL] or (args.strict and counts[KNOWN]) else 0
+        print(f"{args.op} / {impl.name}: {len(reports)} cases: {tally(reports)} in {elapsed:.1f} s", file=out)
+    if args.junit_xml:
+        write_junit(args.junit_xml, args.op, impl.name, backend, reports, elapsed, args.strict)
+    if args.plot:
+        write_plot(args.plot, f"{args.op} / {impl.name}", reports)
+    return status
 
 
-_VERDICT_WORDS = {PASS: "passed", FAIL: "failed", KNOWN: "known upstream issues", SKIP: "skipped",
-                  MISTRUSTED: "mistrusted"}
-
-
-def replay_command(r: Report) -> str:
-    """The command line that re-runs exactly this case."""
-    c = r.case
-    dtype = f"mixed-{c.dtype}" if c.dtypes.is_mixed else c.dtype
-    fmt = c.x_format if c.dy_format == c.x_format else f"{c.x_format}:{c.dy_format}"
-    parts = ["normcheck compare", f"--op {r.op}", f"--impl {r.impl}", "--shape " + ",".join(map(str, c.shape)),
-             f"--dtype {dtype}", f"--memory-format {fmt}", f"--profile {c.profile}", f"--seed {c.seed}"]
-    if c.eps != Case.eps:
-        parts.append(f"--eps {c.eps!r}")
-    if c.momentum != Case.momentum:
-        parts.append(f"--momentum {c.momentum!r}")
-    if c.groups is not None:
-        parts.append(f"--groups {c.groups}")
-    if c.split is not None:
-        parts.append("--split " + ",".join(map(str, c.split)))
-    if not c.affine:
-        parts.append("--no-affine")
-    return " ".join(parts)
+def replay_command(r: Report, backend: str | None = None) -> str:
+    """The command line that re-runs exactly this case (the case travels as a --case token)."""
+    return replay.replay_command(r.op, r.impl, r.case, backend)
 
 
 def _serve_as_peer(args, impl, cases) -> int:

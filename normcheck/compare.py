@@ -19,6 +19,16 @@ from .tolerance import CONSTANTS, Constants, budget_ratio, element_bounds, outpu
 PASS, FAIL, MISTRUSTED, SKIP, KNOWN = "PASS", "FAIL", "MISTRUSTED", "SKIP", "KNOWN"
 VERDICTS = (PASS, FAIL, KNOWN, SKIP, MISTRUSTED)
 
+_VERDICT_WORDS = {PASS: "passed", FAIL: "failed", KNOWN: "known upstream issues", SKIP: "skipped",
+                  MISTRUSTED: "mistrusted"}
+
+
+def tally(reports) -> str:
+    """'96 passed, 0 failed, 11 known upstream issues, 1 mistrusted': passed and failed always shown."""
+    counts = {v: sum(r.verdict == v for r in reports) for v in VERDICTS}
+    return ", ".join(f"{n} {_VERDICT_WORDS[v]}" for v, n in counts.items() if n or v in (PASS, FAIL))
+
+
 # Below this fraction of non-zero reference elements a pass proves little (benchdnn's MISTRUSTED).
 MIN_NONZERO_FRACTION = 0.01
 
@@ -34,9 +44,11 @@ class TensorReport:
     nonfinite_mismatches: int   # elements where exactly one of got/expected is NaN or ±Inf (or they differ)
     verdict: str
     rank: int | None = None     # SyncBN: the rank holding the worst element of y or dx
+    # max ratio per channel (BatchNorm, SyncBN) or group (GroupNorm): see unit_ratios()
+    unit_ratios: tuple[float, ...] = ()
 
     def to_dict(self) -> dict:
-        return dict(vars(self), worst_index=list(self.worst_index))
+        return dict(vars(self), worst_index=list(self.worst_index), unit_ratios=list(self.unit_ratios))
 
 
 @dataclass
@@ -142,7 +154,7 @@ def compare(op: str, impl: str | Impl | Callable | None, case: Case, constants: 
         base = baseline.get(base_name)
         base = None if base is None else _as_float64(base_name, base, case, expected.shape, check_dtype=False)
         ratio = budget_ratio(got, expected, bounds[base_name], base, output_dtype(case, base_name), constants)
-        tensor = _tensor_report(name, got, expected, ratio)
+        tensor = _tensor_report(name, got, expected, ratio, ratio_unit(case)[1])
         if case.split is not None and name in ("y", "dx") and tensor.worst_index:
             tensor = replace(tensor, rank=_rank_of_row(case.split, tensor.worst_index[0]))
         tensors.append(tensor)
@@ -175,10 +187,28 @@ def _as_float64(name, value, case: Case, shape, check_dtype: bool = True, label:
     return value.detach().to(torch.float64).contiguous().numpy()
 
 
-def _tensor_report(name: str, got: np.ndarray, expected: np.ndarray, ratio: np.ndarray) -> TensorReport:
+def ratio_unit(case: Case) -> tuple[str, int]:
+    """What reports break each tensor's ratios down by: its groups (GroupNorm), else its channels."""
+    return ("group", case.groups) if case.groups is not None else ("channel", case.channels)
+
+
+def unit_ratios(ratio: np.ndarray, units: int) -> np.ndarray:
+    """The max budget ratio per unit (channel or group), NaN counted as inf.
+
+    The unit axis is dim 1 of (N, C, ...) and (N, G) tensors and dim 0 of per-channel vectors; an
+    axis of C channels folds into `units` consecutive blocks (GroupNorm: C/G channels per group).
+    """
+    r = np.moveaxis(np.where(np.isnan(ratio), np.inf, ratio), 1 if ratio.ndim > 1 else 0, 0)
+    if r.shape[0] % units:  # not laid out by channel or group: one value for the whole tensor
+        return np.full(units, r.max(initial=0.0))
+    return r.reshape(units, -1).max(axis=1, initial=0.0)
+
+
+def _tensor_report(name: str, got: np.ndarray, expected: np.ndarray, ratio: np.ndarray, units: int) -> TensorReport:
     nonfinite = int(np.count_nonzero(np.isinf(ratio) & ~(np.isfinite(got) & np.isfinite(expected))))
+    by_unit = tuple(float(v) for v in unit_ratios(ratio, units))
     if ratio.size == 0:
-        return TensorReport(name, 0.0, 0.0, (), 0.0, 0.0, 0, PASS)
+        return TensorReport(name, 0.0, 0.0, (), 0.0, 0.0, 0, PASS, unit_ratios=by_unit)
     flat = int(np.nanargmax(np.where(np.isnan(ratio), np.inf, ratio)))
     idx = tuple(int(i) for i in np.unravel_index(flat, ratio.shape))
     with np.errstate(invalid="ignore"):
@@ -189,7 +219,7 @@ def _tensor_report(name: str, got: np.ndarray, expected: np.ndarray, ratio: np.n
         verdict = MISTRUSTED
     return TensorReport(
         name, float(np.nanmax(np.where(np.isnan(err), np.inf, err))), max_ratio, idx,
-        float(got.flat[flat]), float(expected.flat[flat]), nonfinite, verdict,
+        float(got.flat[flat]), float(expected.flat[flat]), nonfinite, verdict, unit_ratios=by_unit,
     )
 
 

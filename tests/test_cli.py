@@ -8,10 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from normcheck import Case
 from normcheck.cli import main
+from normcheck.replay import encode_case
 from normcheck.sweep import default_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
+TOKEN = encode_case(Case("batchnorm", (4, 3, 5), "f16"))
 
 
 def run(*argv):
@@ -41,13 +44,16 @@ def test_default_sweep_passes_torch_with_exit_0(op):
 def test_a_mutant_given_as_impl_exits_1_with_replay_lines(op, mutant):
     code, out = run("compare", "--op", op, "--impl", f"tests.mutants:{mutant}")
     assert code == 1
-    failing = [line for line in out.splitlines() if line.startswith("FAIL")]
-    replays = [line.strip() for line in out.splitlines() if line.strip().startswith("replay:")]
-    assert failing and len(replays) == len(failing)
-    # The replay line re-runs exactly that case, and it fails again.
-    argv = replays[0].split()[3:]
-    again, again_out = run("compare", *argv)
-    assert again == 1 and again_out.splitlines()[0] == failing[0]
+    lines = out.splitlines()
+    failing = [i for i, line in enumerate(lines) if line.startswith("FAIL")]
+    assert failing and all(lines[i + 1].startswith("    replay: normcheck compare ") for i in failing)
+    assert sum(line.startswith("    replay:") for line in lines) == len(failing)
+    # The replay line re-runs exactly that case (its token names it), and it fails again, identically.
+    for i in failing[:2]:
+        argv = lines[i + 1].split()[3:]
+        assert argv[:4] == ["--op", op, "--impl", f"tests.mutants:{mutant}"] and argv[4] == "--case"
+        again, again_out = run("compare", *argv)
+        assert again == 1 and again_out.splitlines()[0] == lines[i]
 
 
 def test_explicit_case_options_and_cases_count():
@@ -61,10 +67,11 @@ def test_explicit_case_options_and_cases_count():
 def test_json_report():
     code, out = run("compare", "--op", "batchnorm", "--shape", "4,3,5", "--json")
     data = json.loads(out)
-    assert code == 0 and data["summary"]["pass"] == 1 and data["impl"] == "torch"
+    assert code == 0 and data["summary"]["pass"] == 1 and data["impl"] == "torch" and data["exit_status"] == 0
     tensors = {t["name"]: t for t in data["cases"][0]["tensors"]}
     assert set(tensors) >= {"y", "dx", "dweight", "dbias", "running_mean", "running_var"}
     assert all(t["max_ratio"] <= 1 and t["verdict"] == "PASS" for t in tensors.values())
+    assert all(len(t["unit_ratios"]) == 3 and max(t["unit_ratios"]) == t["max_ratio"] for t in tensors.values())
 
 
 def test_list_shows_ops_and_impls():
@@ -112,6 +119,13 @@ def test_user_impl_module_is_importable_from_the_current_directory(tmp_path):
     (["compare", "--op", "layernorm"], "invalid choice"),
     (["compare"], "required: --op"),
     (["compare", "--op", "batchnorm", "--cases", "0"], "must be >= 1"),
+    (["compare", "--op", "batchnorm", "--case", "v1.bm90IGEgY2FzZQ.0"], "damaged (checksum mismatch)"),
+    (["compare", "--op", "batchnorm", "--case", "v0.abc.def"], "version v0; this normcheck reads v1"),
+    (["compare", "--op", "batchnorm", "--case", "normcheck"], "is not a normcheck replay token"),
+    (["compare", "--op", "batchnorm", "--case", TOKEN, "--dtype", "f16"], "--case names the whole case; drop --dtype"),
+    (["compare", "--op", "batchnorm", "--case", TOKEN, "--cases", "3"], "drop --cases"),
+    (["compare", "--op", "groupnorm", "--case", TOKEN], "is a batchnorm case, not groupnorm"),
+    (["compare", "--op", "batchnorm", "--junit-xml", "/no/such/dir/r.xml"], "directory /no/such/dir does not exist"),
 ])
 def test_usage_errors_are_one_line_and_exit_2(argv, message, capsys):
     code = main(argv, io.StringIO())
@@ -125,3 +139,9 @@ def test_usage_error_from_a_real_process_has_no_traceback():
     proc = run_process("compare", "--op", "groupnorm", "--shape", "2,6,4", "--groups", "4")
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr == "normcheck: error: C=6 is not divisible by groups=4\n"
+
+
+def test_a_token_runs_exactly_its_case():
+    code, out = run("compare", "--op", "batchnorm", "--case", TOKEN)
+    assert code == 0 and out.splitlines()[0].split()[2:6] == ["4x3x5", "f16", "contiguous", "normal"]
+    assert out.splitlines()[1].startswith("batchnorm / torch: 1 cases:")

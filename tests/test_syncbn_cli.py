@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from normcheck.cli import main
+from normcheck.replay import decode_case
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -55,7 +56,13 @@ def test_recipes_in_lockstep_from_the_command_line():
 
 def test_pre15_fails_on_an_uneven_split_from_the_command_line():
     code, out = run("compare", "--op", "syncbn", "--impl", "pre15", "--split", "1,7", "--cases", "2")
-    assert code == 1 and out.count("replay:") == 2 and "--split 1,7" in out
+    replays = [line.split()[1:] for line in out.splitlines() if line.startswith("    replay:")]
+    assert code == 1 and len(replays) == 2
+    # Each replay names the world it ran in and a token holding the split and that row's seed.
+    for seed, argv in enumerate(replays):
+        assert argv[-2:] == ["--backend", "lockstep"]
+        case = decode_case(argv[argv.index("--case") + 1])
+        assert case.split == (1, 7) and case.seed == seed
 
 
 def test_torchrun_env_backend():

@@ -1,0 +1,172 @@
+"""pytest plugin: gate your own normalization kernel in CI with one option set.
+
+    pytest --normcheck-op syncbn --normcheck-impl mypkg.sync:sync_bn [--normcheck-backend gloo]
+           [--normcheck-profile ci|dev|thorough]
+
+adds normcheck's suite (normcheck/suite/, shipped inside the package so it runs from any
+directory) to whatever else pytest collects: every case of the default sweep as its own test, and
+a hypothesis property over generated cases. Every failure message ends with the
+`normcheck compare ... --case TOKEN` line that replays exactly that case.
+
+The plugin is registered with the `pytest11` entry point, so it is loaded wherever normcheck is
+installed; without --normcheck-op it adds no tests, loads nothing and changes nothing.
+Fixtures for tests of your own: `normcheck_case` (makes Cases) and `normcheck_compare` (compares
+and fails the test with a replay line).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+SUITE_DIR = Path(__file__).resolve().parent / "suite"
+PROFILE_NAMES = ("ci", "dev", "thorough")
+BACKENDS = ("lockstep", "gloo")  # `env` needs a launcher: use the CLI under torchrun
+
+
+@dataclass(frozen=True)
+class Options:
+    op: str
+    impl: object            # normcheck.registry.Impl
+    backend: str | None     # the world SyncBN ranks run in; None for single-process ops
+    profile: str            # a key of normcheck.hypothesis_settings.PROFILES
+    timeout: float
+
+
+OPTIONS = pytest.StashKey[Options]()
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("normcheck", "normcheck: gradient checks of normalization kernels")
+    group.addoption("--normcheck-op", metavar="OP",
+                    help="run normcheck's suite for this op: batchnorm, groupnorm, syncbn or syncbn_silu")
+    group.addoption("--normcheck-impl", metavar="MODULE:ATTR",
+                    help="the implementation under test: module:attr, path/to/file.py:attr or a registered "
+                         "name (default: torch's own)")
+    group.addoption("--normcheck-backend", metavar="BACKEND",
+                    help="syncbn: where ranks run, lockstep or gloo (default: gloo for your code)")
+    group.addoption("--normcheck-profile", metavar="PROFILE", default="ci",
+                    help="hypothesis budget: ci (default, derandomized), dev or thorough")
+    group.addoption("--normcheck-timeout", metavar="S", type=float, default=60.0,
+                    help="syncbn: seconds per case before a rank counts as hung (default 60)")
+
+
+def pytest_configure(config):
+    if config.getoption("normcheck_op") is None:
+        for name in ("impl", "backend"):
+            if config.getoption(f"normcheck_{name}") is not None:
+                raise pytest.UsageError(f"--normcheck-{name} needs --normcheck-op")
+        return
+    config.stash[OPTIONS] = _options(config)
+    config.args.append(str(SUITE_DIR))  # collected beside the user's own tests, from any rootdir
+
+
+def pytest_ignore_collect(collection_path, config):
+    # Inert without --normcheck-op: even `pytest path/to/normcheck` leaves the suite alone.
+    if OPTIONS not in config.stash and SUITE_DIR in (collection_path, *collection_path.parents):
+        return True
+    return None
+
+
+def pytest_report_header(config):
+    if OPTIONS in config.stash:
+        o = config.stash[OPTIONS]
+        world = f", {o.backend} world" if o.backend else ""
+        return f"normcheck: {o.op} / {o.impl.name}{world}, hypothesis profile {o.profile}"
+    return None
+
+
+def pytest_unconfigure(config):
+    if OPTIONS in config.stash and config.stash[OPTIONS].backend == "gloo" and not config.option.collectonly:
+        from normcheck.worlds.gloo import close_all
+
+        close_all()  # stop the rank processes now rather than at interpreter exit
+
+
+def _options(config) -> Options:
+    op = config.getoption("normcheck_op")
+    profile = config.getoption("normcheck_profile")
+    backend = config.getoption("normcheck_backend")
+    try:
+        import hypothesis  # noqa: F401
+    except ImportError:
+        raise pytest.UsageError('the normcheck suite needs hypothesis: pip install "normcheck[pytest]"') from None
+    from normcheck.cases import DISTRIBUTED_OPS
+    from normcheck.cli import effective_backend
+    from normcheck.errors import UsageError
+    from normcheck.ops import OPS
+    from normcheck.registry import resolve_impl
+
+    if op not in OPS:
+        raise pytest.UsageError(f"--normcheck-op {op!r} is not an op; choose one of {', '.join(OPS)}")
+    if profile not in PROFILE_NAMES:
+        raise pytest.UsageError(f"--normcheck-profile {profile!r}: choose one of {', '.join(PROFILE_NAMES)}")
+    if backend is not None and op not in DISTRIBUTED_OPS:
+        raise pytest.UsageError(f"--normcheck-backend applies to syncbn only, not {op}")
+    if backend is not None and backend not in BACKENDS:
+        raise pytest.UsageError(f"--normcheck-backend {backend!r}: choose one of {', '.join(BACKENDS)} "
+                                "(for torchrun's env world use `normcheck compare --backend env`)")
+    timeout = config.getoption("normcheck_timeout")
+    try:
+        impl = resolve_impl(op, config.getoption("normcheck_impl"), backend, timeout)
+    except UsageError as e:
+        raise pytest.UsageError(str(e).replace("--impl ", "--normcheck-impl ", 1)) from None
+    return Options(op, impl, effective_backend(op, impl, backend), profile, timeout)
+
+
+def failure_message(report, backend: str | None, impl_spec: str | None = None) -> str:
+    """What every failing normcheck test says: the case, what went wrong, and how to replay it."""
+    from normcheck.replay import replay_command
+
+    return (f"{report.verdict} {report.case.label}: {report.summary()}\n"
+            f"replay: {replay_command(report.op, impl_spec or report.impl, report.case, backend)}")
+
+
+@pytest.fixture(scope="session")
+def normcheck_options(pytestconfig) -> Options:
+    """The run's --normcheck-* options (the implementation already resolved)."""
+    if OPTIONS not in pytestconfig.stash:
+        pytest.skip("no --normcheck-op given")
+    return pytestconfig.stash[OPTIONS]
+
+
+@pytest.fixture
+def normcheck_case(pytestconfig):
+    """Make a Case: `normcheck_case((8, 3, 5, 5), dtype="bf16", x_format="channels_last")`, or paste a
+    replay token: `normcheck_case("v1....")`. The op defaults to --normcheck-op; give op=... otherwise."""
+    from normcheck.cases import Case
+    from normcheck.replay import decode_case
+
+    default_op = pytestconfig.getoption("normcheck_op")
+
+    def make(shape_or_token, op: str | None = None, **fields) -> Case:
+        if isinstance(shape_or_token, str):
+            return decode_case(shape_or_token)
+        op = op or default_op
+        if op is None:
+            raise ValueError("normcheck_case: give op=... (or run pytest with --normcheck-op)")
+        return Case(op, tuple(shape_or_token), **fields)
+
+    return make
+
+
+@pytest.fixture
+def normcheck_compare():
+    """Compare an implementation with the float64 reference on one case and return the Report; a FAIL
+    fails the test with the replay line. `impl`: a function, module:attr or registered name; for
+    syncbn a function must be importable by name (its ranks run in other processes)."""
+    from normcheck.cli import effective_backend
+    from normcheck.compare import FAIL, compare
+    from normcheck.registry import resolve_impl
+
+    def check(impl, case, backend: str | None = None, timeout: float = 60.0):
+        resolved = resolve_impl(case.op, impl, backend, timeout)
+        report = compare(case.op, resolved, case)
+        if report.verdict == FAIL:
+            # A function is replayed by the name it is importable under.
+            spec = f"{impl.__module__}:{impl.__qualname__}" if callable(impl) else None
+            pytest.fail(failure_message(report, effective_backend(case.op, resolved, backend), spec), pytrace=False)
+        return report
+
+    return check

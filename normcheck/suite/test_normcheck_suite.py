@@ -1,0 +1,54 @@
+"""normcheck's suite for one implementation, run by `pytest --normcheck-op OP --normcheck-impl ...`.
+
+* every case of the default sweep (normcheck.sweep: every dtype, value profile, reduction size
+  and layout; for SyncBN uneven and empty-rank splits) is a test of its own;
+* a hypothesis property: no generated case (normcheck.strategies) fails. Budget: --normcheck-profile.
+
+A failure names the tensor, index and budget ratio and ends with the replay line; a case the
+implementation declares it cannot take is skipped with its reason; a recorded upstream issue of
+torch's own kernels is an expected failure.
+"""
+import pytest
+from hypothesis import given
+
+from normcheck.compare import FAIL, KNOWN, SKIP, compare
+from normcheck.hypothesis_settings import PROFILES
+from normcheck.pytest_plugin import OPTIONS, failure_message
+from normcheck.strategies import cases
+from normcheck.sweep import default_sweep
+
+# Generated SyncBN cases stay within the worlds the sweep already started (gloo: one process per
+# rank, ~4 s to start a world) and small enough that one example takes well under a second.
+_WORLD_LIMITS = {"gloo": dict(max_world=4, max_numel=4096), "lockstep": dict(max_world=8, max_numel=4096)}
+
+
+def pytest_generate_tests(metafunc):
+    if "sweep_case" in metafunc.fixturenames:
+        sweep = default_sweep(metafunc.config.stash[OPTIONS].op)
+        metafunc.parametrize("sweep_case", sweep, ids=[f"{c.label} seed={c.seed}" for c in sweep])
+
+
+def check(options, case):
+    report = compare(options.op, options.impl, case)
+    if report.verdict == FAIL:
+        pytest.fail(failure_message(report, options.backend), pytrace=False)
+    return report
+
+
+def test_default_sweep(normcheck_options, sweep_case):
+    report = check(normcheck_options, sweep_case)
+    if report.verdict == SKIP:
+        pytest.skip(report.summary())
+    if report.verdict == KNOWN:
+        pytest.xfail(report.summary())
+
+
+def test_generated_cases(normcheck_options):
+    o = normcheck_options
+
+    @PROFILES[o.profile]
+    @given(cases(o.op, **_WORLD_LIMITS.get(o.backend, {})))
+    def property_(case):
+        check(o, case)
+
+    property_()

@@ -1,0 +1,144 @@
+"""The pytest plugin, as a user meets it: `pytest --normcheck-op ... --normcheck-impl ...` in a project
+of their own (a temporary directory with nothing of normcheck's in it), in a real pytest process."""
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from normcheck.sweep import default_sweep
+
+# A correct BatchNorm (float64 inside, results rounded to the input's dtype) and the same with the
+# classic momentum mix-up; the suite must pass the first and fail the second with replay lines.
+MYBN = '''
+import torch
+import torch.nn.functional as F
+
+def bn(x, running_mean, running_var, weight, bias, training, momentum, eps):
+    rm, rv = running_mean.to(torch.float64, copy=True), running_var.to(torch.float64, copy=True)
+    up = lambda t: None if t is None else t.double()
+    y = F.batch_norm(x.double(), rm, rv, up(weight), up(bias), training, momentum, eps)
+    with torch.no_grad():
+        running_mean.copy_(rm)
+        running_var.copy_(rv)
+    return y.to(x.dtype)
+
+def bn_momentum_swapped(x, running_mean, running_var, weight, bias, training, momentum, eps):
+    return bn(x, running_mean, running_var, weight, bias, training, 1 - momentum, eps)
+'''
+
+# The user's own tests, written with the plugin's fixtures.
+TEST_MINE = '''
+from mybn import bn, bn_momentum_swapped
+
+def test_mine_passes(normcheck_case, normcheck_compare):
+    report = normcheck_compare(bn, normcheck_case((8, 3, 5), dtype="bf16", x_format="strided"))
+    assert report.verdict == "PASS"
+
+def test_mine_fails(normcheck_case, normcheck_compare):
+    normcheck_compare(bn_momentum_swapped, normcheck_case((8, 3, 5), op="batchnorm"))
+
+def test_mine_from_a_token(normcheck_case):
+    assert normcheck_case("TOKEN").shape == (2, 3, 4)
+'''
+
+
+def pytest_in(project: Path, *args, timeout=240):
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_ADDOPTS")}
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd=project, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def outcomes(junit: Path) -> dict[str, str]:
+    result = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        child = next(iter(case), None)
+        result[case.get("name")] = "passed" if child is None or child.tag == "system-out" else child.tag
+    return result
+
+
+@pytest.fixture
+def project(tmp_path):
+    from normcheck import Case
+    from normcheck.replay import encode_case
+
+    (tmp_path / "mybn.py").write_text(MYBN)
+    (tmp_path / "test_mine.py").write_text(TEST_MINE.replace("TOKEN", encode_case(Case("batchnorm", (2, 3, 4)))))
+    return tmp_path
+
+
+def test_the_suite_runs_beside_the_users_tests_and_passes_a_correct_kernel(project):
+    proc = pytest_in(project, "--normcheck-op", "batchnorm", "--normcheck-impl", "mybn:bn",
+                     f"--junitxml={project / 'out.xml'}")
+    results = outcomes(project / "out.xml")
+    sweep = [n for n in results if n.startswith("test_default_sweep[")]
+    assert len(sweep) == len(default_sweep("batchnorm")) and all(results[n] == "passed" for n in sweep)
+    assert results["test_generated_cases"] == "passed"
+    assert "normcheck: batchnorm / mybn:bn, hypothesis profile ci" in proc.stdout
+    # The fixtures: the user's own tests ran, and the failing one says how to replay its case ...
+    assert results["test_mine_passes"] == results["test_mine_from_a_token"] == "passed"
+    assert results["test_mine_fails"] == "failure" and proc.returncode == 1
+    replay = next(line for line in proc.stdout.splitlines() if line.startswith("replay: "))
+    assert replay.startswith("replay: normcheck compare --op batchnorm --impl mybn:bn_momentum_swapped --case v1.")
+    # ... and that line, run from the user's directory, fails the same case again.
+    cli = subprocess.run([sys.executable, "-m", "normcheck", *replay.split()[2:]], cwd=project,
+                         capture_output=True, text=True, timeout=120)
+    assert cli.returncode == 1 and cli.stdout.startswith("FAIL") and "8x3x5 f32 contiguous normal" in cli.stdout
+    assert "running_mean" in cli.stdout or "running_var" in cli.stdout
+
+
+def test_a_users_syncbn_passes_in_gloo_workers_started_from_the_users_directory(tmp_path):
+    (tmp_path / "mysync.py").write_text("from normcheck.kernels.syncbn.recipes.torch19 import sync_batch_norm\n")
+    proc = pytest_in(tmp_path, "-q", "--normcheck-op", "syncbn", "--normcheck-impl", "mysync:sync_batch_norm")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert f"{len(default_sweep('syncbn')) + 1} passed" in proc.stdout
+
+
+def test_a_generated_syncbn_failure_is_shrunk_and_replayable(tmp_path):
+    mutants = Path(__file__).with_name("syncbn_mutants.py")
+    (tmp_path / "mysync.py").write_text(mutants.read_text())
+    proc = pytest_in(tmp_path, "--normcheck-op", "syncbn", "--normcheck-impl", "mysync:mean_dy_over_world_size",
+                     "--normcheck-backend", "lockstep", "-k", "generated")
+    assert proc.returncode == 1
+    replay = next(line for line in proc.stdout.splitlines() if line.startswith("replay: "))
+    assert replay.endswith("--backend lockstep") and "dx on rank" in proc.stdout
+    from normcheck.replay import decode_case
+
+    case = decode_case(replay.split("--case ")[1].split()[0])
+    assert 2 <= len(case.split) and case.shape[0] <= 4  # hypothesis shrank it to a small world
+
+
+# In-process pytest runs (pytester) for what needs no separate process: collection and option errors.
+
+@pytest.mark.parametrize("op", ["batchnorm", "groupnorm", "syncbn", "syncbn_silu"])
+def test_every_op_collects_its_sweep_and_the_property(pytester, op):
+    result = pytester.runpytest_inprocess("--collect-only", "-q", "--normcheck-op", op)
+    tests = [line for line in result.outlines if "::" in line]
+    assert result.ret == 0 and len(tests) == len(default_sweep(op)) + 1
+    assert tests[-1].endswith("::test_generated_cases")
+
+
+def test_without_normcheck_op_the_plugin_adds_nothing(pytester):
+    pytester.makepyfile(test_theirs="def test_one():\n    pass\n")
+    suite = Path(__import__("normcheck").__file__).parent / "suite"
+    result = pytester.runpytest_inprocess("--collect-only", "-q", ".", str(suite))  # even when pointed at it
+    assert [line for line in result.outlines if "::" in line] == ["test_theirs.py::test_one"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--normcheck-op", "layernorm"], "--normcheck-op 'layernorm' is not an op; choose one of batchnorm"),
+    (["--normcheck-op", "syncbn", "--normcheck-impl", "no_such_module:fn"],
+     "--normcheck-impl no_such_module:fn: cannot import no_such_module: ModuleNotFoundError: No module named"),
+    (["--normcheck-op", "batchnorm", "--normcheck-impl", "json:nothing"], "json has no attribute nothing"),
+    (["--normcheck-op", "batchnorm", "--normcheck-profile", "fast"], "--normcheck-profile 'fast'"),
+    (["--normcheck-op", "groupnorm", "--normcheck-backend", "gloo"], "applies to syncbn only"),
+    (["--normcheck-op", "syncbn", "--normcheck-backend", "env"], "use `normcheck compare --backend env`"),
+    (["--normcheck-impl", "mybn:bn"], "--normcheck-impl needs --normcheck-op"),
+])
+def test_bad_options_are_one_line_usage_errors(pytester, args, message):
+    result = pytester.runpytest_inprocess(*args)
+    errors = [line for line in result.errlines if line.strip()]
+    assert result.ret == pytest.ExitCode.USAGE_ERROR and len(errors) == 1
+    assert errors[0].startswith("ERROR: ") and message in errors[0]

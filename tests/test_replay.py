@@ -1,0 +1,65 @@
+"""Replay tokens: every case survives the round trip, and a bad token is one line, never another case."""
+import base64
+import dataclasses
+import json
+import re
+import zlib
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from normcheck import Case, UsageError
+from normcheck.cases import OPS
+from normcheck.replay import FIELDS, decode_case, encode_case, replay_command
+from normcheck.strategies import cases
+
+
+@given(st.sampled_from(OPS).flatmap(cases), st.sampled_from([1.0, 1e-4, 0.37]))
+def test_every_case_round_trips_exactly(case, gamma_scale):
+    case = case.with_(gamma_scale=gamma_scale)
+    token = encode_case(case)
+    assert re.fullmatch(r"v1\.[A-Za-z0-9_-]+\.[0-9a-f]{8}", token)  # URL-safe, no padding, no spaces
+    again = decode_case(token)
+    assert again == case
+    # Equal is not enough for floats written as text: the data made from them must be identical.
+    assert (again.eps, again.momentum, again.gamma_scale) == (case.eps, case.momentum, case.gamma_scale)
+
+
+def test_the_token_holds_every_case_field():
+    # A new Case field must go into the token (with a new version), or replays would drop it.
+    assert FIELDS == tuple(f.name for f in dataclasses.fields(Case))
+
+
+def _token(values) -> str:
+    payload = json.dumps(values, separators=(",", ":")).encode()
+    return f"v1.{base64.urlsafe_b64encode(payload).decode().rstrip('=')}.{zlib.crc32(payload):08x}"
+
+
+GOOD = encode_case(Case("groupnorm", (2, 8, 4), "bf16", "f32", groups=4, seed=7))
+_FIELDS = [getattr(Case("batchnorm", (2, 3)), f) for f in FIELDS]
+
+
+@pytest.mark.parametrize("token, message", [
+    ("hello", "is not a normcheck replay token"),
+    ("", "is not a normcheck replay token"),
+    ("v2." + GOOD[3:], "version v2; this normcheck reads v1"),
+    (GOOD[:10] + ("B" if GOOD[10] == "A" else "A") + GOOD[11:], "damaged (checksum mismatch)"),  # a typo
+    (GOOD[:20] + GOOD[-9:], "damaged"),                           # cut in the middle
+    ("v1.@@@@.00000000", "damaged (not base64url)"),
+    (_token([1, 2, 3]), "does not hold a case"),
+    (_token({"op": "batchnorm"}), "does not hold a case"),
+    (_token(["batchnorm", [2, -3]] + _FIELDS[2:]), "names an invalid case: shape 2x-3"),
+    (_token(["layernorm"] + _FIELDS[1:]), "unknown op 'layernorm'"),
+])
+def test_bad_tokens_are_one_line_usage_errors(token, message):
+    with pytest.raises(UsageError) as e:
+        decode_case(token)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_replay_command_names_impl_case_and_world():
+    case = Case("syncbn", (8, 3, 5), split=(3, 0, 5))
+    line = replay_command("syncbn", "my pkg/sync.py:fn", case, "lockstep")
+    token = encode_case(case)
+    assert line == f"normcheck compare --op syncbn --impl 'my pkg/sync.py:fn' --case {token} --backend lockstep"
