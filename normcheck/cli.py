@@ -10,6 +10,7 @@ from pathlib import Path
 from .cases import DISTRIBUTED_OPS, Case
 from . import replay
 from .compare import FAIL, KNOWN, Report, compare, tally
+from .doctor import run_doctor
 from .dtypes import DTYPE_CHOICES, parse_dtype
 from .errors import UsageError
 from .junit import write_junit
@@ -78,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     lst = sub.add_parser("list", help="list ops and implementations")
     lst.add_argument("--op", choices=sorted(OPS))
     lst.add_argument("--json", action="store_true")
+
+    sub.add_parser("doctor", help="what this machine can run: torch, CUDA, nvcc, normcheck's kernels")
     return parser
 
 
@@ -254,7 +257,7 @@ def main(argv: list[str] | None = None, out=None) -> int:
     try:
         args = build_parser().parse_args(argv)
         try:
-            return {"compare": run_compare, "list": run_list}[args.command](args, out)
+            return {"compare": run_compare, "list": run_list, "doctor": run_doctor}[args.command](args, out)
         finally:
             close_env_world()
     except UsageError as e:

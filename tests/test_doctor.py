@@ -66,3 +66,18 @@ def test_groupnorm_fact_is_the_loaders_cache(monkeypatch, tmp_path):
     (directory / f"normcheck_groupnorm_{directory.name}.so").write_bytes(b"")  # what a build leaves there
     assert collect_facts().groupnorm_built
     assert f"GroupNorm kernel: built ({directory})" in report_lines(collect_facts())
+
+
+def test_cli_doctor_prints_the_facts():
+    import subprocess
+    import sys
+
+    import torch
+
+    run = subprocess.run([sys.executable, "-m", "normcheck", "doctor"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith(f"torch: {torch.__version__}")
+    assert [line.split(":")[0] for line in lines] == ["torch", "CUDA visible", "nvcc", "CUDA library",
+                                                      "GroupNorm kernel"]
+    assert lines[1].startswith("CUDA visible: " + ("yes" if torch.cuda.is_available() else "no"))
