@@ -5,7 +5,7 @@
 //   1 ("groups"): parallel over the N*G (n, g) sets.  A thread's consecutive sets of one sample form a
 //                 contiguous channel span, which it walks row by row (so D = 2 still reads whole rows).
 //   2 ("pixels"): parallel over N*HxW rows in `chunks` contiguous chunks; every chunk sums per (n, c)
-//                 into its own buffer, the buffers are reduced afterwards, then a second parallel pass.
+//                 into its own buffer, the buffers are reduced between passes (one parallel region).
 // Statistics are two-pass (mean first, then sum of squared deviations from it): never E[x^2]-E[x]^2.
 // Backward sums dy*(x - mean) directly (not sum(dy*x) - mean*sum(dy)), for the same reason.
 // Accumulation: float for f32/f16/bf16 data (double for f64) inside blocks of BLOCK rows, blocks are
@@ -13,6 +13,7 @@
 // Inner loops run over the channels of one row with `omp simd`: contiguous, so they vectorise.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -75,16 +76,30 @@ struct Span {
   int64_t n, r0, r1, c0, S;
 };
 
-// Run f(chunk, begin, end) on `chunks` contiguous pieces of [0, total), in parallel.
-template <typename F>
-void for_chunks(int64_t total, int64_t chunks, const F& f) {
+// Strategy 2's passes in one parallel region.  `steps` are passes f(chunk, begin, end), run on every
+// one of `chunks` contiguous pieces of [0, total) in parallel, and serial steps f() (the (n, c)
+// reductions between passes), run by one thread once every thread has finished the pass before.
+// One region, not one per pass: a fork and a join cost about what a pass over 64K values does.
+template <typename... Steps>
+void chunk_passes(int64_t total, int64_t chunks, const Steps&... steps) {
   const int64_t per = divup(total, chunks);
-  at::parallel_for(0, chunks, 1, [&](int64_t cb, int64_t ce) {
-    for (int64_t k = cb; k < ce; ++k) {
-      const int64_t b = k * per, e = std::min(total, b + per);
-      if (b < e) f(k, b, e);
-    }
-  });
+#pragma omp parallel num_threads(chunks)
+  {
+    const int64_t team = omp_get_num_threads(), me = omp_get_thread_num();
+    auto step = [&](const auto& f) {
+      if constexpr (std::is_invocable_v<decltype(f)>) {
+#pragma omp barrier
+#pragma omp single
+        f();  // the end of `single` is a barrier too
+      } else {
+        for (int64_t k = me; k < chunks; k += team) {
+          const int64_t b = k * per, e = std::min(total, b + per);
+          if (b < e) f(k, b, e);
+        }
+      }
+    };
+    (step(steps), ...);
+  }
 }
 
 // Strategy 2's unit of work: rows [b, e) cut at sample boundaries, every channel.
@@ -332,29 +347,35 @@ void forward_pixels(const T* X, const PT* W, const PT* B, T* Y, double* mean_out
   const int64_t C = d.C, NC = d.N * d.C;
   const int64_t chunks = std::max<int64_t>(1, std::min(threads, d.N * d.HW));
   ChunkBuffers bufs(chunks, NC);
-  for_chunks(d.N * d.HW, chunks, [&](int64_t k, int64_t b, int64_t e) {
-    std::vector<acc_t> part(L::part_size(1, C));
-    for_sample_spans(d, b, e, [&](const Span& s) { L::sum_x(X, C, s, part.data(), bufs.chunk(k) + s.n * C); });
-  });
   std::vector<acc_t> m(NC), scale(NC), shift(NC);
-  const double* sums = bufs.reduce();
-  for (int64_t n = 0; n < d.N; ++n) group_means(d, n, 0, d.G, sums + n * C, m.data() + n * C, mean_out);
-  bufs.clear();
-  for_chunks(d.N * d.HW, chunks, [&](int64_t k, int64_t b, int64_t e) {
-    std::vector<acc_t> part(L::part_size(1, C));
-    for_sample_spans(d, b, e, [&](const Span& s) {
-      L::sum_sq_dev(X, C, s, m.data() + s.n * C, part.data(), bufs.chunk(k) + s.n * C);
-    });
-  });
-  const double* ssd = bufs.reduce();
-  for (int64_t n = 0; n < d.N; ++n)
-    group_affine(d, eps, n, 0, d.G, ssd + n * C, W, B, scale.data() + n * C, shift.data() + n * C, rstd_out);
-  for_chunks(d.N * d.HW, chunks, [&](int64_t, int64_t b, int64_t e) {
-    for_sample_spans(d, b, e, [&](const Span& s) {
-      const int64_t o = s.n * C;
-      L::write_y(X, Y, C, s, m.data() + o, scale.data() + o, shift.data() + o);
-    });
-  });
+  chunk_passes(
+      d.N * d.HW, chunks,
+      [&](int64_t k, int64_t b, int64_t e) {
+        std::vector<acc_t> part(L::part_size(1, C));
+        for_sample_spans(d, b, e, [&](const Span& s) { L::sum_x(X, C, s, part.data(), bufs.chunk(k) + s.n * C); });
+      },
+      [&] {
+        const double* sums = bufs.reduce();
+        for (int64_t n = 0; n < d.N; ++n) group_means(d, n, 0, d.G, sums + n * C, m.data() + n * C, mean_out);
+        bufs.clear();
+      },
+      [&](int64_t k, int64_t b, int64_t e) {
+        std::vector<acc_t> part(L::part_size(1, C));
+        for_sample_spans(d, b, e, [&](const Span& s) {
+          L::sum_sq_dev(X, C, s, m.data() + s.n * C, part.data(), bufs.chunk(k) + s.n * C);
+        });
+      },
+      [&] {
+        const double* ssd = bufs.reduce();
+        for (int64_t n = 0; n < d.N; ++n)
+          group_affine(d, eps, n, 0, d.G, ssd + n * C, W, B, scale.data() + n * C, shift.data() + n * C, rstd_out);
+      },
+      [&](int64_t, int64_t b, int64_t e) {
+        for_sample_spans(d, b, e, [&](const Span& s) {
+          const int64_t o = s.n * C;
+          L::write_y(X, Y, C, s, m.data() + o, scale.data() + o, shift.data() + o);
+        });
+      });
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -394,29 +415,39 @@ void backward_pixels(const T* DY, const T* X, const double* mean, const double* 
   std::vector<acc_t> m(NC);
   for (int64_t n = 0; n < d.N; ++n) channel_means(d, n, 0, d.G, mean, m.data() + n * C);
   ChunkBuffers bufs(chunks, 2 * NC);  // per n: A (C values) then B (C values)
-  for_chunks(d.N * d.HW, chunks, [&](int64_t k, int64_t b, int64_t e) {
+  std::vector<double> A(NC), Bs(NC);
+  std::vector<acc_t> ca(NC), cb(NC), ce(NC);
+  auto sums = [&](int64_t k, int64_t b, int64_t e) {
     std::vector<acc_t> part(L::part_size(2, C));
     for_sample_spans(d, b, e, [&](const Span& s) {
       L::sum_dy(X, DY, C, s, m.data() + s.n * C, part.data(), bufs.chunk(k) + s.n * 2 * C);
     });
-  });
-  const double* ab = bufs.reduce();
-  std::vector<double> A(NC), Bs(NC);
-  for (int64_t n = 0; n < d.N; ++n) {
-    std::copy(ab + n * 2 * C, ab + n * 2 * C + C, A.begin() + n * C);
-    std::copy(ab + n * 2 * C + C, ab + (n + 1) * 2 * C, Bs.begin() + n * C);
-  }
+  };
+  auto split_sums = [&] {
+    const double* ab = bufs.reduce();
+    for (int64_t n = 0; n < d.N; ++n) {
+      std::copy(ab + n * 2 * C, ab + n * 2 * C + C, A.begin() + n * C);
+      std::copy(ab + n * 2 * C + C, ab + (n + 1) * 2 * C, Bs.begin() + n * C);
+    }
+  };
   if (DX) {
-    std::vector<acc_t> ca(NC), cb(NC), ce(NC);
-    for (int64_t n = 0; n < d.N; ++n)
-      group_dx_coefs(d, n, 0, d.G, A.data() + n * C, Bs.data() + n * C, rstd, W, ca.data() + n * C,
-                     cb.data() + n * C, ce.data() + n * C);
-    for_chunks(d.N * d.HW, chunks, [&](int64_t, int64_t b, int64_t e) {
-      for_sample_spans(d, b, e, [&](const Span& s) {
-        const int64_t o = s.n * C;
-        L::write_dx(X, DY, DX, C, s, m.data() + o, ca.data() + o, cb.data() + o, ce.data() + o);
-      });
-    });
+    chunk_passes(
+        d.N * d.HW, chunks, sums,
+        [&] {
+          split_sums();
+          for (int64_t n = 0; n < d.N; ++n)
+            group_dx_coefs(d, n, 0, d.G, A.data() + n * C, Bs.data() + n * C, rstd, W, ca.data() + n * C,
+                           cb.data() + n * C, ce.data() + n * C);
+        },
+        [&](int64_t, int64_t b, int64_t e) {
+          for_sample_spans(d, b, e, [&](const Span& s) {
+            const int64_t o = s.n * C;
+            L::write_dx(X, DY, DX, C, s, m.data() + o, ca.data() + o, cb.data() + o, ce.data() + o);
+          });
+        });
+  } else {
+    chunk_passes(d.N * d.HW, chunks, sums);
+    split_sums();
   }
   if (dW || dB) finish_params(A, Bs, rstd, d, dW, dB);
 }
