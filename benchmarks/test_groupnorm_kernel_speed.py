@@ -112,7 +112,8 @@ def table(reps: int = 10) -> str:
             torch.set_num_threads(threads)
             args = make(shape, dtype)
             ms = {impl: 1e3 * _time(runner(impl, groups), args, reps) for impl in ("torch", "groups", "pixels")}
-            auto = gn.choose_strategy("auto", shape[2] * shape[3], sets=shape[0] * groups, threads=threads)
+            gn.forward(*args[:1], groups, *args[2:], strategy="auto")
+            auto = gn.last_forward_path().split("/")[0]  # the kernel's own choice
             best = min(ms["groups"], ms["pixels"])
             rows.append(f"| {case} {shape} | {dtype} | {threads} | {ms['torch']:.3f} | {ms['groups']:.3f} | "
                         f"{ms['pixels']:.3f} | {auto} {ms['torch'] / ms[auto]:.2f}x | {ms['torch'] / best:.2f}x |")

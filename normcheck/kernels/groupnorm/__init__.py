@@ -31,7 +31,6 @@ __all__ = [
     "STRATEGIES",
     "BuildError",
     "backward",
-    "choose_strategy",
     "forward",
     "group_norm",
     "last_backward_path",
@@ -110,18 +109,6 @@ def validate(x: torch.Tensor, num_groups: int, weight=None, bias=None) -> None:
     for name, p in (("weight", weight), ("bias", bias)):
         if p is not None and (tuple(p.shape) != (c,) or p.device.type != "cpu"):
             raise ValueError(f"{name} has shape {tuple(p.shape)} on {p.device.type}; expected ({c},) on cpu")
-
-
-def choose_strategy(strategy: str, hxw: int, threshold: int = DEFAULT_THRESHOLD, sets: int | None = None,
-                    threads: int = 1) -> str:
-    """The strategy a call runs: `strategy` unless "auto" (then from HxW, the N·G sets and the thread count).
-    The kernel applies the same rule itself; this is its Python statement, for reports and tests."""
-    if strategy not in STRATEGIES:
-        raise ValueError(f"strategy is {strategy!r}; choose one of {', '.join(STRATEGIES)}")
-    if strategy == "auto":
-        few_sets = sets is not None and sets < threads
-        return "groups" if hxw < threshold and not few_sets else "pixels"
-    return strategy
 
 
 def path_name(strategy: str, gamma: bool, dx: bool, x_dtype: torch.dtype, ndim: int, with_dx: bool = True) -> str:
