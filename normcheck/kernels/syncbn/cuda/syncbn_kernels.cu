@@ -193,6 +193,14 @@ int64_t plan_flat_blocks(int64_t total, int sm_count) {
   return blocks < 1 ? 1 : blocks;
 }
 
+// An elementwise kernel over `total` values on the flat grid plan_flat_blocks sizes (nothing for 0).
+template <class Kernel, class... Args>
+int launch_flat(Kernel kernel, int64_t total, int sm_count, cudaStream_t stream, Args... args) {
+  if (total == 0) return kOk;
+  kernel<<<static_cast<unsigned>(plan_flat_blocks(total, sm_count)), kElemThreads, 0, stream>>>(args...);
+  return static_cast<int>(cudaGetLastError());
+}
+
 // ------------------------------------------------------------------------------ partials
 
 // Welford state of one thread, merged across threads and blocks with Chan's formula.
@@ -641,12 +649,9 @@ int nc_batch_norm_elemt(int dtype, int param_dtype, const void* x, void* y, int6
     using W = decltype(w);
     using A = typename Acc<T>::type;
     const int64_t total = n * c * s;
-    if (total == 0) return static_cast<int>(kOk);
-    const int64_t blocks = plan_flat_blocks(total, sm_count);
-    elemt_kernel<T, W><<<static_cast<unsigned>(blocks), kElemThreads, 0, stream>>>(
-        static_cast<const T*>(x), static_cast<T*>(y), total, c, s, static_cast<const W*>(weight),
-        static_cast<const W*>(bias), static_cast<const A*>(mean), static_cast<const A*>(invstd));
-    return static_cast<int>(cudaGetLastError());
+    return launch_flat(elemt_kernel<T, W>, total, sm_count, stream, static_cast<const T*>(x), static_cast<T*>(y),
+                       total, c, s, static_cast<const W*>(weight), static_cast<const W*>(bias),
+                       static_cast<const A*>(mean), static_cast<const A*>(invstd));
   });
 }
 
@@ -679,13 +684,10 @@ int nc_batch_norm_backward_elemt(int dtype, int param_dtype, const void* dy, con
     using W = decltype(w);
     using A = typename Acc<T>::type;
     const int64_t total = n * c * s;
-    if (total == 0) return static_cast<int>(kOk);
-    const int64_t blocks = plan_flat_blocks(total, sm_count);
-    backward_elemt_kernel<T, W><<<static_cast<unsigned>(blocks), kElemThreads, 0, stream>>>(
-        static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<T*>(dx), total, c, s,
-        static_cast<const A*>(mean), static_cast<const A*>(invstd), static_cast<const W*>(weight),
-        static_cast<const A*>(sum_dy), static_cast<const A*>(sum_dy_xmu), count, world);
-    return static_cast<int>(cudaGetLastError());
+    return launch_flat(backward_elemt_kernel<T, W>, total, sm_count, stream, static_cast<const T*>(dy),
+                       static_cast<const T*>(x), static_cast<T*>(dx), total, c, s, static_cast<const A*>(mean),
+                       static_cast<const A*>(invstd), static_cast<const W*>(weight),
+                       static_cast<const A*>(sum_dy), static_cast<const A*>(sum_dy_xmu), count, world);
   });
 }
 
