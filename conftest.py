@@ -7,7 +7,7 @@ import os
 
 from hypothesis import settings
 
-from normcheck.hypothesis_settings import register_profiles
+from normcheck.cases.budgets import register_profiles
 
 register_profiles()
 settings.load_profile(os.environ.get("NORMCHECK_HYPOTHESIS_PROFILE", "ci"))

@@ -5,7 +5,7 @@ generated cases, every mutant must go above 1 on the default sweep.
     python benchmarks/calibrate_tolerance.py --cases 50 --json out.json
 
 Correct implementations: torch (autograd) and torch-native-backward outside their recorded known
-issues, the textbook implementation in tests/mutants.py, and the baseline judged by the formula
+issues, the textbook implementation in tests/mutants/textbook.py, and the baseline judged by the formula
 bound alone (judged against itself it would pass trivially).
 """
 from __future__ import annotations
@@ -23,18 +23,18 @@ from hypothesis import HealthCheck, Phase, given, settings
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from normcheck import compare, resolve_impl  # noqa: E402
-from normcheck.compare import FAIL  # noqa: E402
-from normcheck.dtypes import DTYPE_CHOICES  # noqa: E402
-from normcheck.strategies import cases  # noqa: E402
-from normcheck.sweep import default_sweep  # noqa: E402
-from normcheck.tolerance import CONSTANTS, Constants  # noqa: E402
-from tests import mutants  # noqa: E402
+from normcheck.engine import FAIL  # noqa: E402
+from normcheck.numerics.dtypes import DTYPE_CHOICES  # noqa: E402
+from normcheck.cases.strategies import cases  # noqa: E402
+from normcheck.cases.sweep import default_sweep  # noqa: E402
+from normcheck.engine.tolerance import CONSTANTS, Constants  # noqa: E402
+from tests.mutants import CATALOGUE  # noqa: E402
 
 FORMULA_ONLY = Constants(CONSTANTS.growth, CONSTANTS.rounding, baseline_factor=0.0)
 
 
 def correct_impls(op: str):
-    textbook = mutants.bn_textbook if op == "batchnorm" else mutants.gn_textbook
+    textbook = CATALOGUE[op].textbook
     return [("torch", "torch", CONSTANTS), ("torch-native-backward", "torch-native-backward", CONSTANTS),
             ("textbook", textbook, CONSTANTS), ("baseline (formula only)", "baseline", FORMULA_ONLY)]
 
@@ -67,7 +67,7 @@ def survey(op: str, dtype: str, count: int) -> dict:
 
 
 def mutant_margins(op: str) -> dict:
-    table = mutants.BN_MUTANTS if op == "batchnorm" else mutants.GN_MUTANTS
+    table = CATALOGUE[op].MUTANTS
     sweep = default_sweep(op)
     out = {}
     for name, fn in table.items():

@@ -23,7 +23,9 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-import normcheck.kernels.syncbn  # noqa: F401  (registers the CPU kernels)
+from normcheck.kernels.syncbn import cpu_primitives
+
+cpu_primitives.register()  # torch's SyncBN primitives get CPU kernels (a SyncBN world does this too)
 
 aten = torch.ops.aten
 EPS = 1e-5

@@ -7,38 +7,32 @@ import sys
 import time
 from pathlib import Path
 
-from .cases import DISTRIBUTED_OPS, Case
-from . import replay
-from .compare import FAIL, KNOWN, Report, compare, tally
+from .cases import Case
+from .cases.sweep import default_sweep
+from .cases.tokens import decode_case
+from .core.errors import ImplError, UsageError
+from .core.loading import int_list
 from .doctor import run_doctor
-from .dtypes import DTYPE_CHOICES, parse_dtype
-from .errors import UsageError
-from .junit import write_junit
-from .layouts import FORMATS
+from .engine import FAIL, KNOWN, judge
+from .impls import backend_of, check_world, list_impls, resolve_impl, support_text
+from .numerics.dtypes import DTYPE_CHOICES, parse_dtype
+from .numerics.formats import FORMATS
+from .numerics.profiles import PROFILES
 from .ops import OPS, get_op
-from .plot import require_matplotlib, write_plot
-from .profiles import PROFILES
-from .progress import Progress, wants_progress
-from .registry import list_impls, resolve_impl
-from .report_json import run_document
-from .sweep import default_sweep
-from .runners import ImplError
-from .syncbn import BACKENDS, DEFAULT_TIMEOUT, RECIPES, check_world, close_env_world, env_world
+from .outputs.json_report import run_document
+from .outputs.junit import write_junit
+from .outputs.plot import require_matplotlib, write_plot
+from .outputs.progress import Progress, wants_progress
+from .outputs.replay import report_replay
+from .outputs.table import row, summary_line
+from .worlds import BACKENDS, DEFAULT_TIMEOUT, close_env_world, env_world
 
 
-def effective_backend(op: str, impl, backend: str | None) -> str | None:
-    """The world a SyncBN implementation runs in (None for single-process ops): the one asked for,
-    else the recipe's own, else gloo (user code). Replay lines name it so they replay the same world."""
-    if op not in DISTRIBUTED_OPS:
-        return None
-    recipe = RECIPES.get(impl.name)
-    return backend or (recipe.default_backend if recipe else "gloo")
 
 # Case options that, when given, replace the default sweep with explicitly built cases.
 _CASE_OPTIONS = ("shape", "dtype", "memory_format", "groups", "profile", "eps", "momentum", "no_affine",
                  "world_size", "split")
 _DEFAULT_SHAPE = (4, 6, 5, 5)
-_DEFAULT_GROUPS = 3
 
 
 class _Parser(argparse.ArgumentParser):
@@ -53,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmp = sub.add_parser("compare", help="compare an implementation with the reference")
     cmp.add_argument("--op", required=True, choices=sorted(OPS))
     cmp.add_argument("--impl", default=None, help="a registered name (see `normcheck list`) or module:attr")
-    cmp.add_argument("--shape", type=_shape, help="N,C[,D][,H][,W]")
+    cmp.add_argument("--shape", type=_int_list, help="N,C[,D][,H][,W]")
     cmp.add_argument("--dtype", help=f"one of {', '.join(DTYPE_CHOICES)}")
     cmp.add_argument("--memory-format", help=f"X[:DY], each one of {', '.join(FORMATS)}")
     cmp.add_argument("--groups", type=int, help="GroupNorm groups (C must be divisible)")
@@ -62,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--momentum", type=float, help="running-stat momentum (default 0.1)")
     cmp.add_argument("--no-affine", action="store_true", help="weight and bias are None")
     cmp.add_argument("--world-size", type=int, help="syncbn: number of ranks (the batch is split evenly)")
-    cmp.add_argument("--split", type=_split, help="syncbn: per-rank batch sizes, e.g. 3,0,5 (0: an empty rank)")
+    cmp.add_argument("--split", type=_int_list, help="syncbn: per-rank batch sizes, e.g. 3,0,5 (0: an empty rank)")
     cmp.add_argument("--backend", choices=BACKENDS, help="syncbn: where ranks run (default: the recipe's own, "
                      "gloo for torch's function and user code)")
     cmp.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="syncbn: seconds per case (default 60)")
@@ -84,19 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _shape(text: str) -> tuple[int, ...]:
+def _int_list(text: str) -> tuple[int, ...]:
     try:
-        shape = tuple(int(s) for s in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
-    return shape
-
-
-def _split(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(s) for s in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
+        return int_list(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _positive(text: str) -> int:
@@ -115,7 +101,7 @@ def build_cases(args) -> list[Case]:
     seeds = range(first, first + (args.cases or 1))
     if not explicit:
         cases = [case for seed in seeds for case in default_sweep(args.op, seed)]
-        if args.op in DISTRIBUTED_OPS and args.backend == "env":  # the launcher fixed the world size
+        if get_op(args.op).distributed and args.backend == "env":  # the launcher fixed the world size
             size = env_world(args.timeout).world_size
             cases = [c for c in cases if len(c.split) == size]
             if not cases:
@@ -123,7 +109,7 @@ def build_cases(args) -> list[Case]:
         return cases
     spec = parse_dtype(args.dtype or "f32")
     x_format, _, dy_format = (args.memory_format or "contiguous").partition(":")
-    groups = args.groups if args.groups is not None else (_DEFAULT_GROUPS if args.op == "groupnorm" else None)
+    groups = args.groups if args.groups is not None else get_op(args.op).case_fields.get("groups")
     shape, split = _shape_and_split(args)
     return [
         Case(args.op, shape, spec.dtype, spec.param_dtype, x_format, dy_format or None,
@@ -142,7 +128,7 @@ def _token_case(args, given: list[str]) -> Case:
     """A --case token is the whole case: it combines with no other case option."""
     if given:
         raise UsageError(f"--case names the whole case; drop --{given[0].replace('_', '-')}")
-    case = replay.decode_case(args.case)
+    case = decode_case(args.case)
     if case.op != args.op:
         raise UsageError(f"--case token is a {case.op} case, not {args.op}: use --op {case.op}")
     return case
@@ -150,7 +136,7 @@ def _token_case(args, given: list[str]) -> Case:
 
 def _shape_and_split(args) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
     """--split fixes N when --shape does not; --world-size alone splits N as evenly as possible."""
-    if args.op not in DISTRIBUTED_OPS:
+    if not get_op(args.op).distributed:
         if args.split is not None or args.world_size is not None:
             raise UsageError(f"--split and --world-size apply to syncbn only, not {args.op}")
         return args.shape or _DEFAULT_SHAPE, None
@@ -169,7 +155,7 @@ def _shape_and_split(args) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
 
 
 def run_compare(args, out) -> int:
-    if args.backend is not None and args.op not in DISTRIBUTED_OPS:
+    if args.backend is not None and not get_op(args.op).distributed:
         raise UsageError(f"--backend applies to syncbn only, not {args.op}")
     # Report problems found before the run, not after it.
     if args.plot:
@@ -179,23 +165,23 @@ def run_compare(args, out) -> int:
             raise UsageError(f"{option} {path}: directory {Path(path).resolve().parent} does not exist")
     impl = resolve_impl(args.op, args.impl, args.backend, args.timeout)
     cases = build_cases(args)
-    backend = effective_backend(args.op, impl, args.backend)
+    backend = backend_of(impl)
     if backend is not None:
         for case in cases:
-            check_world(case, backend)
+            check_world(impl, case)
         if args.backend == "env" and env_world(args.timeout).rank != 0:
             return _serve_as_peer(args, impl, cases)
     start = time.perf_counter()
     reports = []
     with Progress(len(cases), f"{args.op} / {impl.name}", wants_progress(quiet=args.json)) as progress:
         for case in cases:
-            report = compare(args.op, impl, case)
+            report = judge(case, impl)
             reports.append(report)
             progress.advance()
             if not args.json:
-                progress.print(_row(report), out)
+                progress.print(row(report), out)
                 if report.verdict == FAIL:
-                    progress.print(f"    replay: {replay_command(report, backend)}", out)
+                    progress.print(f"    replay: {report_replay(report, backend)}", out)
     elapsed = time.perf_counter() - start
     failed = any(r.verdict == FAIL or (args.strict and r.verdict == KNOWN) for r in reports)
     status = 1 if failed else 0
@@ -203,7 +189,7 @@ def run_compare(args, out) -> int:
         json.dump(run_document(args.op, impl.name, backend, reports, elapsed, status), out, indent=1, allow_nan=False)
         print(file=out)
     else:
-        print(f"{args.op} / {impl.name}: {len(reports)} cases: {tally(reports)} in {elapsed:.1f} s", file=out)
+        print(summary_line(args.op, impl.name, reports, elapsed), file=out)
     if args.junit_xml:
         write_junit(args.junit_xml, args.op, impl.name, backend, reports, elapsed, args.strict)
     if args.plot:
@@ -211,33 +197,21 @@ def run_compare(args, out) -> int:
     return status
 
 
-def replay_command(r: Report, backend: str | None = None) -> str:
-    """The command line that re-runs exactly this case (the case travels as a --case token)."""
-    return replay.replay_command(r.op, r.impl, r.case, backend)
-
-
 def _serve_as_peer(args, impl, cases) -> int:
     """Under torchrun every rank runs every case; rank 0 compares and reports, the others stay quiet."""
-    spec = RECIPES[impl.name].spec if impl.name in RECIPES else impl.name
     for case in cases:
         try:
-            env_world(args.timeout).run(case, spec)
+            env_world(args.timeout).run(case, impl.spec)
         except ImplError:
             pass  # rank 0 reports it
     return 0
-
-
-def _row(r: Report) -> str:
-    worst = r.worst
-    ratio = f"{worst.max_ratio:9.3g}" if worst else " " * 9
-    return f"{r.verdict:<10} {ratio}  {r.case.label:<52} {r.summary()}"
 
 
 def run_list(args, out) -> int:
     ops = [get_op(args.op)] if args.op else list(OPS.values())
     if args.json:
         json.dump([{"op": op.name, "description": op.description, "signature": op.signature,
-                    "impls": [{"name": i.name, "description": i.description, "supports": i.capabilities,
+                    "impls": [{"name": i.name, "description": i.description, "supports": support_text(i),
                                "known_issues": [{"key": k.key, "summary": k.summary} for k in i.known_issues]}
                               for i in list_impls(op.name)]} for op in ops], out, indent=1)
         print(file=out)
@@ -246,7 +220,7 @@ def run_list(args, out) -> int:
         print(f"{op.name}: {op.description}", file=out)
         print(f"  --impl module:attr contract: {op.signature}", file=out)
         for impl in list_impls(op.name):
-            print(f"  {impl.name:<24} {impl.description}; supports {impl.capabilities}", file=out)
+            print(f"  {impl.name:<24} {impl.description}; supports {support_text(impl)}", file=out)
             if impl.known_issues:
                 print(f"  {'':<24} known upstream issues: {', '.join(k.key for k in impl.known_issues)}", file=out)
     return 0

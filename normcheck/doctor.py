@@ -8,6 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+import torch
+
+from .kernels.groupnorm import loader as groupnorm
+from .kernels.syncbn.cuda import loader as cuda
+
 BUILD_CUDA = "python -m normcheck.kernels.syncbn.cuda.loader"
 
 
@@ -26,11 +31,6 @@ class Facts:
 
 
 def collect_facts() -> Facts:
-    import torch
-
-    from .kernels.groupnorm import loader as groupnorm
-    from .kernels.syncbn.cuda import loader as cuda
-
     visible = torch.cuda.is_available()
     devices = tuple(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())) if visible else ()
     nvcc = cuda.find_nvcc()

@@ -21,16 +21,16 @@ from pathlib import Path
 import pytest
 
 SUITE_DIR = Path(__file__).resolve().parent / "suite"
-PROFILE_NAMES = ("ci", "dev", "thorough")
 BACKENDS = ("lockstep", "gloo")  # `env` needs a launcher: use the CLI under torchrun
+# normcheck itself is imported only once --normcheck-op is given: without it the plugin loads nothing.
 
 
 @dataclass(frozen=True)
 class Options:
     op: str
-    impl: object            # normcheck.registry.Impl
+    impl: object            # a bound normcheck.ops.Impl
     backend: str | None     # the world SyncBN ranks run in; None for single-process ops
-    profile: str            # a key of normcheck.hypothesis_settings.PROFILES
+    profile: str            # a key of normcheck.cases.budgets.PROFILES
     timeout: float
 
 
@@ -48,8 +48,8 @@ def pytest_addoption(parser):
                     help="syncbn: where ranks run, lockstep or gloo (default: gloo for your code)")
     group.addoption("--normcheck-profile", metavar="PROFILE", default="ci",
                     help="hypothesis budget: ci (default, derandomized), dev or thorough")
-    group.addoption("--normcheck-timeout", metavar="S", type=float, default=60.0,
-                    help="syncbn: seconds per case before a rank counts as hung (default 60)")
+    group.addoption("--normcheck-timeout", metavar="S", type=float, default=None,
+                    help="syncbn: seconds per case before a rank counts as hung (default: the worlds' 60)")
 
 
 def pytest_configure(config):
@@ -92,32 +92,32 @@ def _options(config) -> Options:
         import hypothesis  # noqa: F401
     except ImportError:
         raise pytest.UsageError('the normcheck suite needs hypothesis: pip install "normcheck[pytest]"') from None
-    from normcheck.cases import DISTRIBUTED_OPS
-    from normcheck.cli import effective_backend
-    from normcheck.errors import UsageError
+    from normcheck.cases.budgets import PROFILES
+    from normcheck.core.errors import UsageError
+    from normcheck.impls import backend_of, resolve_impl
     from normcheck.ops import OPS
-    from normcheck.registry import resolve_impl
+    from normcheck.worlds import DEFAULT_TIMEOUT
 
     if op not in OPS:
         raise pytest.UsageError(f"--normcheck-op {op!r} is not an op; choose one of {', '.join(OPS)}")
-    if profile not in PROFILE_NAMES:
-        raise pytest.UsageError(f"--normcheck-profile {profile!r}: choose one of {', '.join(PROFILE_NAMES)}")
-    if backend is not None and op not in DISTRIBUTED_OPS:
+    if profile not in PROFILES:
+        raise pytest.UsageError(f"--normcheck-profile {profile!r}: choose one of {', '.join(PROFILES)}")
+    if backend is not None and not OPS[op].distributed:
         raise pytest.UsageError(f"--normcheck-backend applies to syncbn only, not {op}")
     if backend is not None and backend not in BACKENDS:
         raise pytest.UsageError(f"--normcheck-backend {backend!r}: choose one of {', '.join(BACKENDS)} "
                                 "(for torchrun's env world use `normcheck compare --backend env`)")
-    timeout = config.getoption("normcheck_timeout")
+    timeout = config.getoption("normcheck_timeout") or DEFAULT_TIMEOUT
     try:
         impl = resolve_impl(op, config.getoption("normcheck_impl"), backend, timeout)
     except UsageError as e:
         raise pytest.UsageError(str(e).replace("--impl ", "--normcheck-impl ", 1)) from None
-    return Options(op, impl, effective_backend(op, impl, backend), profile, timeout)
+    return Options(op, impl, backend_of(impl), profile, timeout)
 
 
 def failure_message(report, backend: str | None, impl_spec: str | None = None) -> str:
     """What every failing normcheck test says: the case, what went wrong, and how to replay it."""
-    from normcheck.replay import replay_command
+    from normcheck.outputs.replay import replay_command
 
     return (f"{report.verdict} {report.case.label}: {report.summary()}\n"
             f"replay: {replay_command(report.op, impl_spec or report.impl, report.case, backend)}")
@@ -136,7 +136,7 @@ def normcheck_case(pytestconfig):
     """Make a Case: `normcheck_case((8, 3, 5, 5), dtype="bf16", x_format="channels_last")`, or paste a
     replay token: `normcheck_case("v1....")`. The op defaults to --normcheck-op; give op=... otherwise."""
     from normcheck.cases import Case
-    from normcheck.replay import decode_case
+    from normcheck.cases.tokens import decode_case
 
     default_op = pytestconfig.getoption("normcheck_op")
 
@@ -156,17 +156,18 @@ def normcheck_compare():
     """Compare an implementation with the float64 reference on one case and return the Report; a FAIL
     fails the test with the replay line. `impl`: a function, module:attr or registered name; for
     syncbn a function must be importable by name (its ranks run in other processes)."""
-    from normcheck.cli import effective_backend
-    from normcheck.compare import FAIL, compare
-    from normcheck.registry import resolve_impl
+    from normcheck.core.loading import spec_of
+    from normcheck.engine import FAIL, judge
+    from normcheck.impls import backend_of, resolve_impl
+    from normcheck.worlds import DEFAULT_TIMEOUT
 
-    def check(impl, case, backend: str | None = None, timeout: float = 60.0):
+    def check(impl, case, backend: str | None = None, timeout: float = DEFAULT_TIMEOUT):
         resolved = resolve_impl(case.op, impl, backend, timeout)
-        report = compare(case.op, resolved, case)
+        report = judge(case, resolved)
         if report.verdict == FAIL:
             # A function is replayed by the name it is importable under.
-            spec = f"{impl.__module__}:{impl.__qualname__}" if callable(impl) else None
-            pytest.fail(failure_message(report, effective_backend(case.op, resolved, backend), spec), pytrace=False)
+            spec = spec_of(impl) if callable(impl) else None
+            pytest.fail(failure_message(report, backend_of(resolved), spec), pytrace=False)
         return report
 
     return check

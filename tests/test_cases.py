@@ -3,9 +3,11 @@ import numpy as np
 import pytest
 import torch
 
+from normcheck.frameworks.torch import torch_inputs
 from normcheck import Case, UsageError
-from normcheck.dtypes import TORCH_DTYPES, parse_dtype, quantise
-from normcheck.layouts import describe
+from normcheck.frameworks.torch import TORCH_DTYPES
+from normcheck.numerics.dtypes import parse_dtype, quantise
+from normcheck.frameworks.torch import describe_layout as describe
 
 
 def test_same_case_same_bits_different_seed_different_bits():
@@ -20,7 +22,7 @@ def test_same_case_same_bits_different_seed_different_bits():
 def test_master_copies_are_exactly_representable_in_the_case_dtypes(dtype):
     spec = parse_dtype(dtype)
     inputs = Case("groupnorm", (2, 4, 3, 3), spec.dtype, spec.param_dtype, groups=2, profile="offset").make_inputs()
-    t = inputs.torch_inputs()
+    t = torch_inputs(inputs)
     assert t.x.dtype == TORCH_DTYPES[spec.dtype] and t.weight.dtype == TORCH_DTYPES[spec.param_dtype]
     # The reference sees exactly what the implementation sees.
     assert np.array_equal(t.x.double().numpy(), inputs.x)
@@ -33,7 +35,7 @@ def test_master_copies_are_exactly_representable_in_the_case_dtypes(dtype):
                                         ("strided", (6, 3))])
 def test_layouts_are_really_applied_and_values_kept(fmt, shape):
     inputs = Case("batchnorm", shape, "f32", x_format=fmt).make_inputs()
-    x = inputs.torch_inputs().x
+    x = torch_inputs(inputs).x
     assert describe(x) == fmt if fmt != "strided" else not x.is_contiguous()
     if fmt == "strided":
         assert not x.is_contiguous(memory_format=torch.channels_last) or x.dim() != 4
@@ -41,13 +43,13 @@ def test_layouts_are_really_applied_and_values_kept(fmt, shape):
 
 
 def test_x_and_dy_can_have_different_layouts():
-    t = Case("batchnorm", (2, 3, 4, 5), x_format="channels_last", dy_format="contiguous").make_inputs().torch_inputs()
+    t = torch_inputs(Case("batchnorm", (2, 3, 4, 5), x_format="channels_last", dy_format="contiguous").make_inputs())
     assert describe(t.x) == "channels_last" and describe(t.dy) == "contiguous"
 
 
 def test_torch_inputs_are_fresh_storage_every_time():
     inputs = Case("batchnorm", (2, 3, 4)).make_inputs()
-    a, b = inputs.torch_inputs(), inputs.torch_inputs()
+    a, b = torch_inputs(inputs), torch_inputs(inputs)
     a.x.add_(1)
     assert not torch.equal(a.x, b.x)
     assert np.array_equal(b.x.numpy(), inputs.x)
@@ -62,7 +64,7 @@ def test_gamma_not_ones_and_beta_not_zeros():
 def test_no_affine_has_no_parameters():
     inputs = Case("groupnorm", (2, 4, 3), groups=2, affine=False).make_inputs()
     assert inputs.weight is None and inputs.bias is None
-    assert inputs.torch_inputs().weight is None
+    assert torch_inputs(inputs).weight is None
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -79,7 +81,8 @@ def test_no_affine_has_no_parameters():
     (dict(op="batchnorm", shape=(2, 3, 4), profile="gaussian"), "unknown profile"),
     (dict(op="batchnorm", shape=(2, 3, 4), eps=-1.0), "eps must be"),
     (dict(op="batchnorm", shape=(2, 3, 4), dtype="f64", param_dtype="f32"), "mixed precision"),
-    (dict(op="batchnorm", shape=(4, 3, 4), split=(1, 2)), "sums to 3"),
+    (dict(op="syncbn", shape=(4, 3, 4), split=(1, 2)), "sums to 3"),
+    (dict(op="batchnorm", shape=(4, 3, 4), split=(1, 3)), "a split applies to syncbn and syncbn_silu only"),
     (dict(op="layernorm", shape=(4, 3, 4)), "unknown op"),
 ])
 def test_bad_cases_are_one_line_usage_errors(kwargs, message):

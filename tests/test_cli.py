@@ -10,8 +10,8 @@ import pytest
 
 from normcheck import Case
 from normcheck.cli import main
-from normcheck.replay import encode_case
-from normcheck.sweep import default_sweep
+from normcheck.cases.tokens import encode_case
+from normcheck.cases.sweep import default_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = encode_case(Case("batchnorm", (4, 3, 5), "f16"))
@@ -40,9 +40,10 @@ def test_default_sweep_passes_torch_with_exit_0(op):
     assert proc.stderr == ""
 
 
-@pytest.mark.parametrize("op, mutant", [("batchnorm", "bn_naive_variance"), ("groupnorm", "gn_ignore_strides")])
+@pytest.mark.parametrize("op, mutant", [("batchnorm", "tests.mutants.batchnorm:naive_variance"),
+                                        ("groupnorm", "tests.mutants.groupnorm:ignore_strides")])
 def test_a_mutant_given_as_impl_exits_1_with_replay_lines(op, mutant):
-    code, out = run("compare", "--op", op, "--impl", f"tests.mutants:{mutant}")
+    code, out = run("compare", "--op", op, "--impl", mutant)
     assert code == 1
     lines = out.splitlines()
     failing = [i for i, line in enumerate(lines) if line.startswith("FAIL")]
@@ -51,7 +52,7 @@ def test_a_mutant_given_as_impl_exits_1_with_replay_lines(op, mutant):
     # The replay line re-runs exactly that case (its token names it), and it fails again, identically.
     for i in failing[:2]:
         argv = lines[i + 1].split()[3:]
-        assert argv[:4] == ["--op", op, "--impl", f"tests.mutants:{mutant}"] and argv[4] == "--case"
+        assert argv[:4] == ["--op", op, "--impl", mutant] and argv[4] == "--case"
         again, again_out = run("compare", *argv)
         assert again == 1 and again_out.splitlines()[0] == lines[i]
 

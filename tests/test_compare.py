@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 
 from normcheck import Case, compare, resolve_impl
-from normcheck.compare import FAIL, KNOWN, MISTRUSTED, PASS, SKIP
+from normcheck.engine import FAIL, KNOWN, MISTRUSTED, PASS, SKIP
 
 BN = Case("batchnorm", (4, 3, 5), "f32")
 GN = Case("groupnorm", (2, 4, 6), "f32", groups=2)
@@ -109,10 +109,8 @@ def test_all_zero_reference_is_mistrusted_not_passed():
 
 def test_an_implementation_can_report_the_path_it_took():
     from normcheck import Impl
-    from normcheck.runners import functional_groupnorm
 
-    run = functional_groupnorm(F.group_norm)
-    impl = Impl("with-path", "groupnorm", "reports a path", lambda case, t: {**run(case, t), "_path": "pixels/2d"})
+    impl = Impl("with-path", "groupnorm", "reports a path", F.group_norm, path=lambda case: "pixels/2d")
     report = compare("groupnorm", impl, GN)
     assert report.verdict == PASS and report.path == "pixels/2d"
     assert report.summary().startswith("[pixels/2d] ") and report.to_dict()["path"] == "pixels/2d"

@@ -5,6 +5,7 @@ The first test to run builds the kernel (~40 s once; cached under ~/.cache/normc
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from math import prod
 
 import pytest
@@ -12,15 +13,17 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from normcheck.frameworks.torch import differentiate, torch_inputs
+from normcheck.ops import OPS
 from normcheck import compare
 from normcheck.cases import Case
-from normcheck.compare import KNOWN, MISTRUSTED, PASS, SKIP
+from normcheck.engine import KNOWN, MISTRUSTED, PASS, SKIP
 
 OK = (PASS, MISTRUSTED)  # MISTRUSTED: right, but the reference is mostly zeros (proves little)
-from normcheck.dtypes import DTYPE_CHOICES, parse_dtype
-from normcheck.profiles import PROFILES
-from normcheck.registry import Impl
-from normcheck.strategies import formats_for
+from normcheck.numerics.dtypes import DTYPE_CHOICES, parse_dtype
+from normcheck.numerics.profiles import PROFILES
+from normcheck.ops import Impl
+from normcheck.numerics.formats import formats_for
 
 gn = pytest.importorskip("normcheck.kernels.groupnorm")
 from normcheck.kernels.groupnorm import impls as gn_impls
@@ -69,12 +72,11 @@ def _split_runner(strategy: str, threads: int, paths: list[str]):
 
 
 def _recording(impl: Impl, paths: list[str]) -> Impl:
-    def run(case, t):
-        out = impl.run(case, t)
-        paths.append(out["_path"])
-        return out
+    def path(case):
+        paths.append(impl.path(case))
+        return paths[-1]
 
-    return Impl(impl.name, impl.op, impl.description, run, impl.supports, impl.capabilities, impl.known_issues)
+    return replace(impl, path=path)
 
 
 ALL_PATHS = {gn.path_name(s, g, d, dt, nd)
@@ -91,7 +93,7 @@ def test_path_coverage_both_sides_of_threshold():
             for strategy, dtype, affine in itertools.product(("groups", "pixels"), ("f32", "mixed-bf16"), (True, False)):
                 paths: list[str] = []
                 impl = Impl(f"split-{strategy}", "groupnorm", "test", _split_runner(strategy, 2, paths),
-                            supports=gn_impls.supports)
+                            convention="direct", supports=gn_impls.supports)
                 report = compare("groupnorm", impl, _case(shape, dtype, affine))
                 assert report.verdict == PASS, report.summary()
                 seen[side].update(paths)
@@ -196,8 +198,8 @@ def test_property_thread_count_vs_sets(n, g, threads, strategy):
     case = _case((n, g * 3, 6, 5), groups=g, seed=n * 10 + g)
     out = {}
     for k in (1, threads):
-        t = case.make_inputs().torch_inputs()
-        out[k] = gn_impls.ours(strategy, k)(case, t)
+        t = torch_inputs(case.make_inputs())
+        out[k] = differentiate(OPS["groupnorm"], gn_impls.ours(strategy, k), case, t)
         assert compare("groupnorm", OURS[f"cl-{strategy}-t{threads}"], case).verdict == PASS
     for key in ("y", "dx", "dweight", "dbias"):
         torch.testing.assert_close(out[1][key], out[threads][key], rtol=1e-5, atol=1e-6)

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from normcheck import Case
-from normcheck.profiles import PROFILES
+from normcheck.numerics.profiles import PROFILES
 
 
 def sets(case):

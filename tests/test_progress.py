@@ -10,7 +10,7 @@ import tempfile
 import termios
 import time
 
-from normcheck.progress import wants_progress
+from normcheck.outputs.progress import wants_progress
 
 
 def test_only_a_terminal_outside_ci_gets_a_bar(monkeypatch):

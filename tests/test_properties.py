@@ -6,17 +6,18 @@ Every failure message carries the `normcheck compare ...` line that replays the 
 import pytest
 from hypothesis import given
 
-from normcheck import compare
-from normcheck.cli import replay_command
-from normcheck.compare import FAIL
-from normcheck.strategies import cases
-from tests import mutants
+from normcheck import OPS, compare
+from normcheck.cases.strategies import cases
+from normcheck.engine import FAIL
+from normcheck.outputs.replay import report_replay as replay_command
+from tests.mutants import CATALOGUE
 
-IMPLS = [("batchnorm", "torch"), ("batchnorm", "torch-native-backward"), ("batchnorm", mutants.bn_textbook),
-         ("groupnorm", "torch"), ("groupnorm", "torch-native-backward"), ("groupnorm", mutants.gn_textbook)]
+# Every single-process op: torch's implementations (its record) and our correct ones in other styles.
+IMPLS = [(op.name, impl.name) for op in OPS.values() if not op.distributed for impl in op.impls] + \
+        [(op, fn) for op, module in CATALOGUE.items() if not OPS[op].distributed for fn in module.CORRECT.values()]
 
 
-@pytest.mark.parametrize("op, impl", IMPLS, ids=lambda v: v if isinstance(v, str) else "textbook")
+@pytest.mark.parametrize("op, impl", IMPLS, ids=lambda v: v if isinstance(v, str) else v.__qualname__)
 def test_correct_implementations_agree_with_reference(op, impl):
     @given(cases(op))
     def check(case):
@@ -29,7 +30,7 @@ def test_correct_implementations_agree_with_reference(op, impl):
 @given(cases("groupnorm", profiles=["normal"]))
 def test_gamma_outside_group_sums_is_caught_whenever_gamma_varies_in_a_group(case):
     # The property behind a mutant: it is wrong exactly when some group holds channels with different γ.
-    report = compare("groupnorm", mutants.GN_MUTANTS["gamma_outside_group_sums"], case)
+    report = compare("groupnorm", CATALOGUE["groupnorm"].MUTANTS["gamma_outside_group_sums"], case)
     inputs = case.make_inputs()
     if inputs.weight is None or case.shape[1] == case.groups:
         assert report.verdict != FAIL

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from normcheck.sweep import default_sweep
+from normcheck.cases.sweep import default_sweep
 
 # A correct BatchNorm (float64 inside, results rounded to the input's dtype) and the same with the
 # classic momentum mix-up; the suite must pass the first and fail the second with replay lines.
@@ -62,7 +62,7 @@ def outcomes(junit: Path) -> dict[str, str]:
 @pytest.fixture
 def project(tmp_path):
     from normcheck import Case
-    from normcheck.replay import encode_case
+    from normcheck.cases.tokens import encode_case
 
     (tmp_path / "mybn.py").write_text(MYBN)
     (tmp_path / "test_mine.py").write_text(TEST_MINE.replace("TOKEN", encode_case(Case("batchnorm", (2, 3, 4)))))
@@ -97,14 +97,14 @@ def test_a_users_syncbn_passes_in_gloo_workers_started_from_the_users_directory(
 
 
 def test_a_generated_syncbn_failure_is_shrunk_and_replayable(tmp_path):
-    mutants = Path(__file__).with_name("syncbn_mutants.py")
+    mutants = Path(__file__).parent / "mutants" / "syncbn.py"
     (tmp_path / "mysync.py").write_text(mutants.read_text())
     proc = pytest_in(tmp_path, "--normcheck-op", "syncbn", "--normcheck-impl", "mysync:mean_dy_over_world_size",
                      "--normcheck-backend", "lockstep", "-k", "generated")
     assert proc.returncode == 1
     replay = next(line for line in proc.stdout.splitlines() if line.startswith("replay: "))
     assert replay.endswith("--backend lockstep") and "dx on rank" in proc.stdout
-    from normcheck.replay import decode_case
+    from normcheck.cases.tokens import decode_case
 
     case = decode_case(replay.split("--case ")[1].split()[0])
     assert 2 <= len(case.split) and case.shape[0] <= 4  # hypothesis shrank it to a small world

@@ -10,12 +10,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from normcheck import Case, UsageError
-from normcheck.cases import OPS
-from normcheck.replay import FIELDS, decode_case, encode_case, replay_command
-from normcheck.strategies import cases
+from normcheck.ops import OPS
+from normcheck.cases.tokens import FIELDS, decode_case, encode_case
+from normcheck.outputs.replay import replay_command
+from normcheck.cases.strategies import cases
 
 
-@given(st.sampled_from(OPS).flatmap(cases), st.sampled_from([1.0, 1e-4, 0.37]))
+@given(st.sampled_from(list(OPS)).flatmap(cases), st.sampled_from([1.0, 1e-4, 0.37]))
 def test_every_case_round_trips_exactly(case, gamma_scale):
     case = case.with_(gamma_scale=gamma_scale)
     token = encode_case(case)

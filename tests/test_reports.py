@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from normcheck.cli import main
-from normcheck.plot import SIZE_PX
-from normcheck.replay import decode_case
+from normcheck.outputs.plot import SIZE_PX
+from normcheck.cases.tokens import decode_case
 
 SCHEMA_DOC = Path(__file__).resolve().parents[1] / "docs" / "json-schema.md"
 
@@ -64,7 +64,7 @@ def strict_json(text: str):
 
 @pytest.mark.parametrize("argv", [
     # a failing mutant (FAIL, worst tensor), GroupNorm (unit: group), two seeds
-    ["--op", "groupnorm", "--impl", "tests.mutants:gn_gamma_outside_group_sums", "--shape", "2,8,5", "--groups", "4",
+    ["--op", "groupnorm", "--impl", "tests.mutants.groupnorm:gamma_outside_group_sums", "--shape", "2,8,5", "--groups", "4",
      "--cases", "2"],
     # a known upstream issue whose ratio is inf (dweight overflows in f16) and a mistrusted-free pass
     ["--op", "batchnorm", "--shape", "16,3,64,64", "--dtype", "f16", "--profile", "offset"],
@@ -105,7 +105,7 @@ def test_json_of_a_non_finite_ratio_is_the_string_inf():
 
 def test_junit_xml_has_a_testcase_per_case_and_failures_carry_the_replay_line(tmp_path):
     path = tmp_path / "bn.xml"
-    code, out = run("compare", "--op", "batchnorm", "--impl", "tests.mutants:bn_naive_variance", "--shape", "4,3,5",
+    code, out = run("compare", "--op", "batchnorm", "--impl", "tests.mutants.batchnorm:naive_variance", "--shape", "4,3,5",
                     "--profile", "offset", "--cases", "3", "--junit-xml", str(path))
     assert code == 1
     suite = ET.parse(path).getroot().find("testsuite")
@@ -147,7 +147,7 @@ def test_plot_renders_heatmaps_and_a_histogram(tmp_path):
     from matplotlib.image import imread
 
     path = tmp_path / "gn.png"
-    code, _ = run("compare", "--op", "groupnorm", "--impl", "tests.mutants:gn_gamma_outside_group_sums",
+    code, _ = run("compare", "--op", "groupnorm", "--impl", "tests.mutants.groupnorm:gamma_outside_group_sums",
                   "--shape", "2,8,5", "--groups", "4", "--cases", "4", "--plot", str(path))
     assert code == 1 and png_size(path) == SIZE_PX
     pixels = imread(path)[..., :3]

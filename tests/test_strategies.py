@@ -4,9 +4,9 @@ from math import prod
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from normcheck.layouts import FORMATS
-from normcheck.profiles import PROFILES
-from normcheck.strategies import MAX_NUMEL, cases
+from normcheck.numerics.formats import FORMATS
+from normcheck.numerics.profiles import PROFILES
+from normcheck.cases.strategies import MAX_NUMEL, cases
 
 
 @given(st.sampled_from(["batchnorm", "groupnorm"]).flatmap(cases))

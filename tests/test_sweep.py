@@ -3,8 +3,8 @@ from itertools import product
 
 import pytest
 
-from normcheck.profiles import PROFILES
-from normcheck.sweep import SWEEP_DTYPES, SWEEP_LAYOUTS, default_sweep
+from normcheck.numerics.profiles import PROFILES
+from normcheck.cases.sweep import SWEEP_DTYPES, SWEEP_LAYOUTS, default_sweep
 
 
 @pytest.mark.parametrize("op", ["batchnorm", "groupnorm"])
@@ -44,7 +44,7 @@ def test_sweep_is_deterministic_and_seeded():
 
 
 def test_syncbn_sweep_has_uneven_and_empty_rank_splits_in_every_dtype_and_layout():
-    from normcheck.sweep import SYNCBN_DTYPES, SYNCBN_SPLITS
+    from normcheck.cases.sweep import SYNCBN_DTYPES, SYNCBN_SPLITS
 
     cases = default_sweep("syncbn")
     assert {(c.split, (c.dtype, c.param_dtype)) for c in cases} == set(product(SYNCBN_SPLITS, SYNCBN_DTYPES))

@@ -5,14 +5,16 @@ import pytest
 from hypothesis import given, settings
 
 from normcheck import Case, UsageError, compare, resolve_impl
-from normcheck.cli import replay_command
-from normcheck.compare import FAIL, PASS, SKIP
-from normcheck.strategies import cases
-from normcheck.syncbn import RECIPES
+from normcheck.outputs.replay import report_replay as replay_command
+from normcheck.engine import FAIL, PASS, SKIP
+from normcheck.cases.strategies import cases
+from normcheck.impls import worlds_of
+from normcheck.kernels.syncbn.recipes import IMPLS as SYNCBN_RECIPES
 from normcheck.worlds.lockstep import run_lockstep
-from tests import syncbn_mutants
+from tests.mutants import syncbn as syncbn_mutants, syncbn_silu as silu_mutants
 
-LOCKSTEP_RECIPES = [name for name, r in RECIPES.items() if "lockstep" in r.backends and name != "pre15"]
+RECIPES = {r.name: r for r in SYNCBN_RECIPES}
+LOCKSTEP_RECIPES = [name for name, r in RECIPES.items() if "lockstep" in worlds_of(r) and name != "pre15"]
 
 
 def lockstep(name, timeout=10.0):
@@ -134,7 +136,7 @@ def test_master_worker_needs_the_lockstep_world():
 def test_world_size_limits(split, backend, message):
     case = Case("syncbn", (len(split), 3, 4), split=split)
     with pytest.raises(UsageError, match=message):
-        resolve_impl("syncbn", "torch19", backend).run(case, None)
+        resolve_impl("syncbn", "torch19", backend).runner(case, None)
 
 
 def test_silu_bn_reference_matches_torch_float64_autograd():
@@ -162,7 +164,7 @@ def test_fused_silu_recipe_passes_and_a_wrong_backward_fails():
         for dtype, param in (("f64", "f64"), ("bf16", "f32")):
             case = Case("syncbn_silu", (sum(split), 3, 5, 7), dtype, param, split=split, profile="heavy_tailed")
             assert compare("syncbn_silu", impl, case).verdict == PASS
-    wrong = resolve_impl("syncbn_silu", syncbn_mutants.silu_backward_skipped, "lockstep")
+    wrong = resolve_impl("syncbn_silu", silu_mutants.silu_backward_skipped, "lockstep")
     report = compare("syncbn_silu", wrong, Case("syncbn_silu", (8, 3, 5, 7), "f32", split=(3, 5)))
     assert report.verdict == FAIL and report.worst.name == "dx"
 

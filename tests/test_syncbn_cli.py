@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from normcheck.cli import main
-from normcheck.replay import decode_case
+from normcheck.cases.tokens import decode_case
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -82,7 +82,7 @@ def test_torchrun_env_backend():
     (["--split", "3,0,5", "--shape", "9,3,4"], "sums to 8, not N=9"),
     (["--split", ",".join(["1"] * 65), "--backend", "lockstep"], "outside 1-64"),
     (["--split", ",".join(["1"] * 9)], "outside 1-8 for the gloo backend"),
-    (["--impl", "tests.mutants:bn_textbook"], "the contract is fn(input, weight, bias"),
+    (["--impl", "tests.mutants.batchnorm:textbook"], "the contract is fn(input, weight, bias"),
     (["--impl", "master-worker", "--backend", "nope"], "invalid choice"),
     (["--world-size", "0"], "--world-size must be >= 1"),
 ])

@@ -32,15 +32,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from normcheck import Case, UsageError, compare, resolve_impl
-from normcheck.compare import FAIL
+from normcheck.engine import FAIL
 from normcheck.kernels.syncbn import cpu_primitives
-from normcheck.kernels.syncbn.cuda import loader, primitives
-from normcheck.layouts import lay_out
-from normcheck.reference import batch_norm_backward, batch_norm_forward
-from normcheck.strategies import cases
-from normcheck.syncbn import CUDA_BACKENDS, RECIPES
-from normcheck.worlds.rank import to_device
 
+cpu_primitives.register()
+from normcheck.kernels.syncbn.cuda import loader, primitives
+from normcheck.frameworks.torch import lay_out
+from normcheck.reference import batch_norm_backward, batch_norm_forward
+from normcheck.cases.strategies import cases
+from normcheck.impls import worlds_of
+from normcheck.kernels.syncbn.recipes import IMPLS as SYNCBN_RECIPES
+from normcheck.frameworks.torch import to_device
+
+RECIPES = {r.name: r for r in SYNCBN_RECIPES}
+# the CUDA lockstep worlds -> whose primitives the aten ops dispatch to there
+CUDA_BACKENDS = {"lockstep-cuda": "torch", "lockstep-cuda-normcheck": "normcheck"}
 F64, F32, BF16, F16 = torch.float64, torch.float32, torch.bfloat16, torch.float16
 RTOL = {F64: 1e-12, F32: 1e-5, F16: 2.0**-10, BF16: 2.0**-7}
 EPS, MOMENTUM = 1e-5, 0.1
@@ -197,7 +203,7 @@ def test_wrappers_take_cuda_tensors_only():
 def test_cuda_worlds_without_a_gpu_say_no_cuda_device(backend):
     case = Case("syncbn", (4, 3, 5), split=(1, 3))
     with pytest.raises(UsageError, match=rf"^no CUDA device: the {backend} backend needs [^\n]*$"):
-        resolve_impl("syncbn", "torch19", backend).run(case, None)
+        resolve_impl("syncbn", "torch19", backend).runner(case, None)
 
 
 @pytest.mark.parametrize("fmt,shape", [("contiguous", (3, 4, 5)), ("channels_last", (2, 3, 4, 5)),
@@ -433,7 +439,7 @@ def test_tensors_past_two_to_the_31_elements_are_indexed_with_64_bits():
 
 # ---------------------------------------------------------------- the property suite on one GPU
 
-CUDA_RECIPES = [name for name, r in RECIPES.items() if "lockstep-cuda-normcheck" in r.backends]
+CUDA_RECIPES = [name for name, r in RECIPES.items() if "lockstep-cuda-normcheck" in worlds_of(r)]
 
 
 @needs_gpu

@@ -39,7 +39,9 @@ import torch
 import torch.nn.functional as F
 
 from normcheck.kernels.syncbn import cpu_primitives
-from normcheck.layouts import lay_out
+
+cpu_primitives.register()
+from normcheck.frameworks.torch import lay_out
 from normcheck.reference import batch_norm_backward, batch_norm_forward
 
 EPS = 1e-5

@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 
 from normcheck import Case, compare
-from normcheck.compare import PASS
-from normcheck.sweep import default_sweep
-from normcheck.tolerance import CONSTANTS, Constants, budget_ratio, element_bounds
+from normcheck.engine import PASS
+from normcheck.cases.sweep import default_sweep
+from normcheck.engine.tolerance import CONSTANTS, Constants, budget_ratio, element_bounds
 
 FORMULA_ONLY = Constants(CONSTANTS.growth, CONSTANTS.rounding, baseline_factor=0.0)
 

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from normcheck import Case, compare
-from normcheck.compare import unit_ratios
+from normcheck.engine.report import unit_ratios
 
 
 def bn_channel_1_off(x, running_mean, running_var, weight, bias, training, momentum, eps):

@@ -7,10 +7,12 @@ never modifies its inputs.  See the module docstrings for the math.
 from ._moments import NormBackward
 from .batchnorm import BatchNormForward, batch_norm_backward, batch_norm_forward
 from .groupnorm import GroupNormForward, group_norm_backward, group_norm_forward
-from .silu_bn import silu_bn_backward, silu_bn_forward, silu_grad
+from .silu_bn import SILU, Epilogue, silu_bn_backward, silu_bn_forward, silu_grad
 
 __all__ = [
     "BatchNormForward",
+    "Epilogue",
+    "SILU",
     "GroupNormForward",
     "NormBackward",
     "batch_norm_backward",

@@ -11,15 +11,15 @@ torch's own kernels is an expected failure.
 import pytest
 from hypothesis import given
 
-from normcheck.compare import FAIL, KNOWN, SKIP, compare
-from normcheck.hypothesis_settings import PROFILES
+from normcheck.cases.budgets import PROFILES
+from normcheck.cases.strategies import cases
+from normcheck.cases.sweep import default_sweep
+from normcheck.engine import FAIL, KNOWN, SKIP, judge
 from normcheck.pytest_plugin import OPTIONS, failure_message
-from normcheck.strategies import cases
-from normcheck.sweep import default_sweep
 
 # Generated SyncBN cases stay within the worlds the sweep already started (gloo: one process per
 # rank, ~4 s to start a world) and small enough that one example takes well under a second.
-_WORLD_LIMITS = {"gloo": dict(max_world=4, max_numel=4096), "lockstep": dict(max_world=8, max_numel=4096)}
+_GENERATED = {"gloo": dict(max_world=4, max_numel=4096), "lockstep": dict(max_world=8, max_numel=4096)}
 
 
 def pytest_generate_tests(metafunc):
@@ -29,7 +29,7 @@ def pytest_generate_tests(metafunc):
 
 
 def check(options, case):
-    report = compare(options.op, options.impl, case)
+    report = judge(case, options.impl)
     if report.verdict == FAIL:
         pytest.fail(failure_message(report, options.backend), pytrace=False)
     return report
@@ -47,7 +47,7 @@ def test_generated_cases(normcheck_options):
     o = normcheck_options
 
     @PROFILES[o.profile]
-    @given(cases(o.op, **_WORLD_LIMITS.get(o.backend, {})))
+    @given(cases(o.op, **_GENERATED.get(o.backend, {})))
     def property_(case):
         check(o, case)
 

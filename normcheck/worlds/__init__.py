@@ -1,42 +1,53 @@
-"""Worlds: where the ranks of a SyncBN case run.
+"""The world catalogue: where the ranks of a case run (normcheck.worlds.core.World records).
 
-* lockstep — ranks are threads of this process meeting at barriers (any W, empty ranks fine);
-  for recipes written against normcheck.kernels.syncbn.collectives.
-* gloo     — real torch.distributed over gloo on localhost, persistent worker processes.
-* env      — the process group of a launcher (torchrun): this process is one of the ranks.
+* in-process — single-process ops, in this process.
+* lockstep   — ranks are threads of this process meeting at barriers (any W up to 64, empty ranks
+  fine); for recipes written against normcheck.kernels.syncbn.collectives.
+* gloo       — real torch.distributed over gloo on localhost, persistent worker processes.
+* env        — the process group of a launcher (torchrun): this process is one of the ranks.
+* lockstep-cuda, lockstep-cuda-normcheck — the lockstep world with every rank's tensors on one
+  CUDA device, on torch's CUDA SyncBN primitives or normcheck's.
 
-Every world runs normcheck.worlds.rank.run_rank on each rank and returns the per-rank outputs;
-`assemble` turns them into the outputs compared with the full-batch reference.
+Every distributed world runs the framework adapter's run_rank on each rank and assembles the
+per-rank outputs (core.assemble) into the outputs compared with the full-batch reference; failures
+are described in one vocabulary (failures). Adding a world: a module with its run_ranks, a record here.
 """
 from __future__ import annotations
 
-import torch
+from ..core.errors import UsageError
+from . import inprocess
+from .core import DEFAULT_TIMEOUT, World, assemble, distributed
+from .cuda import cuda_missing, cuda_primitives
+from .env import close_env_world, env_ranks, env_world
+from .gloo import gloo_ranks
+from .lockstep import MAX_WORLD_SIZE, lockstep_ranks
 
-from ..cases import Case
-from ..runners import ImplError
-from .rank import RankOutputs
+_CUDA = "the lockstep world with every rank's tensors on one CUDA device"
+
+WORLDS: dict[str, World] = {w.name: w for w in (
+    World("in-process", "this process (single-process ops)", False, inprocess.run),
+    World("lockstep", "threads of this process meeting at barriers", True, distributed(lockstep_ranks()),
+          ranks="threads", max_size=MAX_WORLD_SIZE),
+    World("gloo", "real torch.distributed over gloo on localhost, one persistent process per rank", True,
+          distributed(gloo_ranks), ranks="processes", max_size=8),
+    World("env", "the launcher's process group (torchrun): this process is one rank", True, distributed(env_ranks),
+          ranks="launcher"),
+    World("lockstep-cuda", f"{_CUDA}, on torch's CUDA SyncBN primitives", True,
+          distributed(lockstep_ranks(cuda_primitives("torch"))), ranks="threads", max_size=MAX_WORLD_SIZE,
+          device="cuda", available=lambda: cuda_missing("lockstep-cuda")),
+    World("lockstep-cuda-normcheck", f"{_CUDA}, on normcheck's CUDA SyncBN kernels", True,
+          distributed(lockstep_ranks(cuda_primitives("normcheck"))), ranks="threads", max_size=MAX_WORLD_SIZE,
+          device="cuda", available=lambda: cuda_missing("lockstep-cuda-normcheck")),
+)}
+
+# The worlds a split case can run in: the CLI's --backend choices.
+BACKENDS = tuple(name for name, w in WORLDS.items() if w.distributed)
 
 
-def assemble(case: Case, per_rank: list[RankOutputs]) -> dict[str, torch.Tensor | None]:
-    """y and dx concatenated over ranks; dweight/dbias summed (a rank's None counts as zero);
-    running stats from rank 0, plus `running_mean[rank r]` for every rank that disagrees with
-    rank 0, so those are compared with the reference too."""
-    out: dict[str, torch.Tensor | None] = {
-        "y": torch.cat([r["y"] for r in per_rank]),
-        "dx": torch.cat([r["dx"] for r in per_rank]),
-    }
-    for name in ("dweight", "dbias"):
-        if not case.affine:
-            continue
-        grads = [r.get(name) for r in per_rank]
-        for rank, (g, rows) in enumerate(zip(grads, case.split)):
-            if g is None and rows > 0:
-                raise ImplError(f"rank {rank}: {name} is None: no gradient reaches that input")
-        present = [g for g in grads if g is not None]
-        out[name] = torch.stack(present).sum(0).to(present[0].dtype) if present else None
-    for name in ("running_mean", "running_var"):
-        out[name] = per_rank[0][name]
-        for rank, r in enumerate(per_rank[1:], start=1):
-            if not torch.equal(r[name], out[name]):
-                out[f"{name}[rank {rank}]"] = r[name]
-    return out
+def get_world(name: str) -> World:
+    if name not in WORLDS:
+        raise UsageError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+    return WORLDS[name]
+
+
+__all__ = ["BACKENDS", "DEFAULT_TIMEOUT", "WORLDS", "World", "assemble", "close_env_world", "env_world", "get_world"]

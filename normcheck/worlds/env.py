@@ -26,13 +26,14 @@ import torch
 import torch.distributed as dist
 
 from ..cases import Case
-from ..errors import UsageError
-from ..registry import load_callable
-from ..runners import ImplError
-from .gloo import DEFAULT_TIMEOUT, describe_failures, failure_of
-from .rank import RankOutputs, run_rank
+from ..core.errors import ImplError, UsageError
+from ..core.loading import load_callable
+from ..frameworks.torch import run_rank
+from ..kernels.syncbn import cpu_primitives
+from .core import DEFAULT_TIMEOUT, RankOutputs, positive_seconds
+from .failures import describe_failures, failure_of
 
-__all__ = ["EnvWorld"]
+__all__ = ["EnvWorld", "close_env_world", "env_world"]
 
 _NEEDS_ENV = "--backend env needs RANK and WORLD_SIZE set, e.g. by torchrun"
 
@@ -58,8 +59,8 @@ class EnvWorld:
             raise UsageError(_NEEDS_ENV)
         if backend not in (None, "gloo", "nccl"):
             raise UsageError(f"unknown backend {backend!r} for the env world; choose gloo or nccl")
-        if not timeout > 0:
-            raise UsageError(f"timeout must be > 0 seconds, got {timeout}")
+        timeout = positive_seconds(timeout, "timeout")
+        cpu_primitives.register()
         delta = datetime.timedelta(seconds=timeout)
         owns = False
         if not dist.is_initialized():
@@ -94,7 +95,7 @@ class EnvWorld:
             fn = self._fns[impl_spec] = load_callable(impl_spec)
         outputs: RankOutputs | None = None
         try:
-            outputs = run_rank(case, case.make_inputs(), fn, self.rank, self.group, self.world_size)
+            outputs = run_rank(case.record, fn, case, case.make_inputs(), self.rank, self.group, self.world_size)
             status = None
         except Exception as e:  # noqa: BLE001 - every rank must reach the exchange below
             status = failure_of(e)
@@ -103,9 +104,8 @@ class EnvWorld:
         failures = {r: s for r, s in enumerate(statuses) if s is not None}
         if failures:
             raise ImplError(describe_failures(failures))
-        cpu = {k: (v.detach().cpu() if isinstance(v, torch.Tensor) else v) for k, v in outputs.items()}
         gathered: list | None = [None] * self.world_size if self.rank == 0 else None
-        dist.gather_object(cpu, gathered, dst=0, group=self._control)
+        dist.gather_object(outputs, gathered, dst=0, group=self._control)
         return gathered
 
     def close(self) -> None:
@@ -122,3 +122,23 @@ class EnvWorld:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+_ENV_WORLD: list[EnvWorld] = []
+
+
+def env_world(timeout: float = DEFAULT_TIMEOUT) -> EnvWorld:
+    """This process's rank in the launcher's process group, joined once per process."""
+    if not _ENV_WORLD:
+        _ENV_WORLD.append(EnvWorld.from_environment(timeout=timeout))
+    return _ENV_WORLD[0]
+
+
+def close_env_world() -> None:
+    """Leave the launcher's process group cleanly (a gloo group alive at exit aborts the process)."""
+    if _ENV_WORLD:
+        _ENV_WORLD.pop().close()
+
+
+def env_ranks(impl, case: Case, inputs, timeout: float) -> list[RankOutputs]:
+    return env_world(timeout).run(case, impl.spec)

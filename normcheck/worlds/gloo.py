@@ -1,7 +1,7 @@
 """The gloo world: real torch.distributed over gloo on 127.0.0.1, one persistent process per rank.
 
     with GlooWorld(3) as world:
-        per_rank = world.run(Case("batchnorm", (8, 4, 5, 5), dtype="f64", split=(3, 0, 5)), "my_syncbn:fn")
+        per_rank = world.run(Case("syncbn", (8, 4, 5, 5), dtype="f64", split=(3, 0, 5)), "my_syncbn:fn")
 
 Design
 ------
@@ -12,7 +12,7 @@ Design
   server imports torch and normcheck once, each worker forks from it (~0.1 s), joins the process
   group and then serves cases until closed.
   The parent sends only ``(case, impl_spec)``; every rank makes the case's inputs itself
-  (deterministic), runs ``normcheck.worlds.rank.run_rank`` and sends its outputs back (plain
+  (deterministic), runs ``normcheck.frameworks.torch.run_rank`` and sends its outputs back (plain
   ``pickle``: bytes, no shared memory or file descriptors travel).
 * Rendezvous: the parent hosts the ``TCPStore``, bound to port 0, so the OS picks a free port and
   the parent keeps it bound for the world's life: two worlds (or two test runs) on one machine can
@@ -52,14 +52,16 @@ from multiprocessing.connection import wait as _wait_any
 from pathlib import Path
 
 from ..cases import Case
-from ..errors import UsageError
-from ..registry import load_callable
-from ..runners import ImplError
-from .rank import RankOutputs
+from ..core.errors import ImplError, UsageError
+from ..core.loading import load_callable
+from ..core.text import exception_text, rank_list
+from ..frameworks.torch import run_rank
+from ..kernels.syncbn import cpu_primitives
+from .core import DEFAULT_TIMEOUT, RankOutputs, positive_seconds
+from .failures import _torch_dirs, collective_of, describe_failures, exit_text, failure_of
 
 __all__ = ["DEFAULT_TIMEOUT", "GlooWorld", "WorldStartError", "close_all", "get_world", "run_gloo"]
 
-DEFAULT_TIMEOUT = 60.0        # per case, seconds
 STARTUP_TIMEOUT = 180.0       # all ranks imported torch and joined the group (8 ranks on 2 cores: ~15 s)
 _HOST = "127.0.0.1"
 _FAILURE_GRACE = 0.25         # after one rank fails, how long the others get to report before the kill
@@ -84,65 +86,6 @@ def _recv(conn):
 
 
 # ----------------------------------------------------------------------------- messages
-def rank_list(ranks) -> str:
-    ranks = sorted(ranks)
-    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
-
-
-def exception_text(e: BaseException) -> str:
-    lines = str(e).strip().splitlines()
-    first = lines[0].strip() if lines else ""
-    if len(first) > 300:
-        first = first[:297] + "..."
-    return f"raised {type(e).__name__}: {first}" if first else f"raised {type(e).__name__}"
-
-
-def _torch_dirs() -> tuple[str, str]:
-    import torch
-
-    root = os.path.dirname(torch.__file__) + os.sep
-    return root, os.path.join(root, "distributed") + os.sep
-
-
-def collective_of(frames) -> str | None:
-    """The torch.distributed function a stack (outermost first) is inside, if any."""
-    _, dist_dir = _torch_dirs()
-    for f in frames:
-        if f.filename.startswith(dist_dir) and not f.filename.endswith("c10d_logger.py"):
-            return f.name
-    return None
-
-
-def failure_of(e: BaseException) -> tuple[str, str, str | None]:
-    """(kind, text, collective) for an exception raised on a rank; `collective` names the
-    torch.distributed call it came out of (then it is most likely a consequence of a peer)."""
-    if isinstance(e, ImplError):
-        return "impl", str(e), None
-    collective = collective_of(traceback.extract_tb(e.__traceback__))
-    if collective is None:
-        try:
-            import torch.distributed as dist
-
-            if isinstance(e, getattr(dist, "DistError", ())):
-                collective = "a collective"
-        except ImportError:  # pragma: no cover
-            pass
-    return "raised", exception_text(e), collective
-
-
-def describe_failures(failures: dict[int, tuple[str, str, str | None]]) -> str:
-    """One line naming the ranks that caused a failure (ranks that failed inside a collective are
-    only named when nobody else failed) and their causes; identical causes are grouped."""
-    primary = {r: f for r, f in failures.items() if f[2] is None} or failures
-    by_text: dict[str, list[int]] = {}
-    for r in sorted(primary):
-        _, text, collective = primary[r]
-        if collective is not None and collective != "a collective":
-            text = f"{text} (in {collective})"
-        by_text.setdefault(text, []).append(r)
-    return "; ".join(f"{rank_list(ranks)}: {text}" for text, ranks in by_text.items())
-
-
 def _last_line(path: str) -> str:
     """The last non-empty line a worker wrote to stderr (trimmed), or ''."""
     try:
@@ -151,17 +94,6 @@ def _last_line(path: str) -> str:
     except OSError:
         return ""
     return lines[-1][:200] if lines else ""
-
-
-def _exit_text(code: int | None) -> str:
-    if code is None:
-        return "died (closed its connection)"
-    if code < 0:
-        try:
-            return f"died (exit code {code}, {signal.Signals(-code).name})"
-        except ValueError:
-            pass
-    return f"died (exit code {code})"
 
 
 # ----------------------------------------------------------------------------- worker side
@@ -200,9 +132,8 @@ def _worker_main(rank: int, size: int, port: int, gloo_timeout: float, conn, ctr
         import torch
         import torch.distributed as dist
 
-        from .rank import run_rank
-
         torch.set_num_threads(1)
+        cpu_primitives.register()  # torch's SyncBN primitives get CPU kernels in this process only
         threading.Thread(target=_control_loop, args=(ctrl, threading.get_ident()), daemon=True,
                          name="normcheck-control").start()
         timeout = datetime.timedelta(seconds=gloo_timeout)
@@ -229,7 +160,7 @@ def _worker_main(rank: int, size: int, port: int, gloo_timeout: float, conn, ctr
             fn = fns.get(spec)
             if fn is None:
                 fn = fns[spec] = load_callable(spec)
-            reply = (seq, "ok", run_rank(case, case.make_inputs(), fn, rank, group, size))
+            reply = (seq, "ok", run_rank(case.record, fn, case, case.make_inputs(), rank, group, size))
         except BaseException as e:  # noqa: BLE001 - SystemExit from an implementation is a failure too
             reply = (seq, "failed", failure_of(e))
         try:
@@ -252,7 +183,7 @@ def _worker_context():
     has already imported them (~0.1 s instead of ~1.5 s of CPU per rank), so restarting a world
     after a failure is cheap. The server itself is single-threaded, so forking it is safe."""
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch", "torch.distributed", "normcheck.worlds.gloo", "normcheck.kernels.syncbn"])
+    ctx.set_forkserver_preload(["torch", "torch.distributed", "normcheck.worlds.gloo"])
     return ctx
 
 
@@ -395,7 +326,7 @@ class _Workers:
         proc = self.procs[r]
         proc.join(2.0)
         last = _last_line(self.stderr_paths[r])
-        return _exit_text(proc.exitcode) + (f": {last}" if last else "")
+        return exit_text(proc.exitcode) + (f": {last}" if last else "")
 
     def where(self, ranks) -> dict[int, tuple[str | None, str | None]]:
         """Ask each rank's control thread where its main thread is (best effort, bounded)."""
@@ -475,8 +406,8 @@ class GlooWorld:
         if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
             raise UsageError(f"gloo world size must be a positive integer, got {world_size!r}")
         self.world_size = world_size
-        self.timeout = _positive(timeout, "timeout")
-        self.startup_timeout = _positive(startup_timeout, "startup_timeout")
+        self.timeout = positive_seconds(timeout, "timeout")
+        self.startup_timeout = positive_seconds(startup_timeout, "startup_timeout")
         self.starts = 0           # how many times worker processes were started (1 + restarts)
         self._workers: _Workers | None = None
         self._closed = False
@@ -516,7 +447,7 @@ class GlooWorld:
         dies or times out (the workers are then killed; the next call starts fresh ones), and
         UsageError for a case or spec this world cannot run.
         """
-        timeout = self.timeout if timeout is None else _positive(timeout, "timeout")
+        timeout = self.timeout if timeout is None else positive_seconds(timeout, "timeout")
         with self._lock:
             self._check_open()
             self._check_case(case)
@@ -609,16 +540,6 @@ class GlooWorld:
             w.kill() if kill else w.stop()
 
 
-def _positive(value: float, name: str) -> float:
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        raise UsageError(f"{name} must be a number of seconds, got {value!r}") from None
-    if not value > 0:
-        raise UsageError(f"{name} must be > 0 seconds, got {value:g}")
-    return value
-
-
 def _gloo_timeout(case_timeout: float) -> float:
     return max(2 * case_timeout, case_timeout + 60)
 
@@ -638,7 +559,7 @@ def get_world(world_size: int, timeout: float = DEFAULT_TIMEOUT) -> GlooWorld:
         if world is None or world.closed:
             world = _WORLDS[world_size] = GlooWorld(world_size, timeout)
         else:
-            world.timeout = _positive(timeout, "timeout")
+            world.timeout = positive_seconds(timeout, "timeout")
         return world
 
 
@@ -656,3 +577,8 @@ def close_all() -> None:
 
 
 atexit.register(close_all)
+
+
+def gloo_ranks(impl, case: Case, inputs, timeout: float) -> list[RankOutputs]:
+    """The gloo World's run_ranks: every rank makes the case's inputs itself from the case."""
+    return get_world(len(case.split), timeout).run(case, impl.spec, timeout)

@@ -13,16 +13,22 @@ from typing import Callable
 
 import torch
 
-from ..cases import Case
-from ..errors import UsageError
-from ..runners import ImplError
-from .rank import RankOutputs, run_rank
+from ..cases import Case, CaseInputs
+from ..core.errors import ImplError
+from ..frameworks.torch import run_rank
+from ..kernels.syncbn import cpu_primitives
+from .core import DEFAULT_TIMEOUT, RankOutputs
+from .failures import describe_failures, failure_of, never_joined, timed_out
 
 MAX_WORLD_SIZE = 64
 
 
 class RankFailed(Exception):
     """Raised inside a rank whose peers gave up on the collective it was waiting in."""
+
+    def __init__(self, what: str):
+        super().__init__(f"gave up in {what}")
+        self.what = what
 
 
 class _Rendezvous:
@@ -48,7 +54,7 @@ class _Rendezvous:
         try:
             self.barrier.wait(self.timeout)
         except threading.BrokenBarrierError:
-            raise RankFailed(f"gave up in {what} #{self.calls[rank]}") from None
+            raise RankFailed(f"{what} #{self.calls[rank]}") from None
 
 
 class LockstepGroup:
@@ -83,23 +89,23 @@ class LockstepGroup:
         self._rv._wait(self._rank, "barrier")
 
 
-def run_lockstep(case: Case, fn: Callable, timeout: float = 60.0,
-                 device: torch.device | None = None) -> list[RankOutputs]:
-    """Run `fn` on every rank of `case.split` as threads; per-rank outputs in rank order.
+def run_lockstep(case: Case, fn: Callable, timeout: float = DEFAULT_TIMEOUT,
+                 device: torch.device | None = None, inputs: CaseInputs | None = None) -> list[RankOutputs]:
+    """Run `fn` on every rank of `case.split` as threads; per-rank float64 outputs in rank order.
 
     `device`: where the ranks' tensors live (default: the CPU; e.g. one CUDA device for all ranks).
-    Outputs come back on the CPU."""
+    The CPU SyncBN primitives are registered first (the recipes call them)."""
     size = len(case.split)
-    if not 1 <= size <= MAX_WORLD_SIZE:
-        raise UsageError(f"lockstep world size must be 1 to {MAX_WORLD_SIZE}, got {size}")
-    inputs = case.make_inputs()
+    cpu_primitives.register()
+    inputs = inputs if inputs is not None else case.make_inputs()
     rendezvous = _Rendezvous(size, timeout)
     results: list[RankOutputs | None] = [None] * size
     errors: dict[int, BaseException] = {}
 
     def rank_main(rank: int) -> None:
         try:
-            results[rank] = run_rank(case, inputs, fn, rank, LockstepGroup(rendezvous, rank), size, device)
+            results[rank] = run_rank(case.record, fn, case, inputs, rank, LockstepGroup(rendezvous, rank), size,
+                                     device)
         except BaseException as e:  # noqa: BLE001 - every failure is reported, none escapes the thread
             errors[rank] = e
             rendezvous.barrier.abort()  # peers waiting in a collective stop waiting
@@ -114,24 +120,32 @@ def run_lockstep(case: Case, fn: Callable, timeout: float = 60.0,
     hung = [r for r, th in enumerate(threads) if th.is_alive()]
     if hung:
         rendezvous.barrier.abort()  # a hung thread cannot be killed; it is a daemon and is abandoned
-        raise ImplError(f"rank {hung[0]}: timed out after {timeout:g} s"
-                        + (f" (also ranks {', '.join(map(str, hung[1:]))})" if hung[1:] else ""))
+        raise ImplError(timed_out(hung, timeout))
     if errors:
-        raise ImplError(_describe_failure(errors, size, timeout))
+        raise ImplError(_describe(errors, size, timeout))
     return results  # type: ignore[return-value]
 
 
-def _describe_failure(errors: dict[int, BaseException], size: int, timeout: float) -> str:
-    """Name the rank that caused the failure, not the peers that merely stopped waiting for it."""
-    causes = {r: e for r, e in errors.items() if not isinstance(e, RankFailed)}
-    if not causes:  # the waiting ranks timed out: the others finished without joining that collective
-        absent = [r for r in range(size) if r not in errors]
+def _describe(errors: dict[int, BaseException], size: int, timeout: float) -> str:
+    """Name the ranks that caused the failure, not the peers that merely stopped waiting for them."""
+    failures = {r: ("raised", str(e), e.what) if isinstance(e, RankFailed) else failure_of(e)
+                for r, e in errors.items()}
+    if all(isinstance(e, RankFailed) for e in errors.values()):
+        # the waiting ranks timed out: the others finished without joining that collective
         waiting = sorted(errors)
-        first = errors[waiting[0]]
-        return (f"rank {', '.join(map(str, absent))}: never joined a collective that ranks "
-                f"{', '.join(map(str, waiting))} waited in ({first}; timed out after {timeout:g} s)")
-    rank, e = min(causes.items())
-    if isinstance(e, ImplError):
-        return f"rank {rank}: {e}"
-    lines = str(e).strip().splitlines()
-    return f"rank {rank}: raised {type(e).__name__}: {lines[0][:200] if lines else ''}"
+        absent = [r for r in range(size) if r not in errors]
+        return never_joined(absent, waiting, str(errors[waiting[0]]), timeout)
+    return describe_failures(failures)
+
+
+def lockstep_ranks(device_of: Callable | None = None) -> Callable:
+    """A World's run_ranks for the lockstep world (on the CPU, or on the device `device_of()` yields
+    with its primitives in place)."""
+
+    def run_ranks(impl, case: Case, inputs: CaseInputs, timeout: float) -> list[RankOutputs]:
+        if device_of is None:
+            return run_lockstep(case, impl.callable(), timeout, inputs=inputs)
+        with device_of() as device:
+            return run_lockstep(case, impl.callable(), timeout, device, inputs)
+
+    return run_ranks

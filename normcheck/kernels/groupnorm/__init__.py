@@ -24,6 +24,7 @@ from math import prod
 
 import torch
 
+from ...frameworks.torch import accumulation_dtype, describe_layout, with_threads
 from .loader import BuildError, load
 
 __all__ = [
@@ -45,20 +46,11 @@ _DATA = {torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch
 _last = {"forward": None, "backward": None}
 
 
-def _fmt(t: torch.Tensor) -> str:
-    if t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last):
-        return "channels_last"
-    if t.dim() == 5 and t.is_contiguous(memory_format=torch.channels_last_3d):
-        return "channels_last_3d"
-    if t.is_contiguous():
-        return "contiguous"
-    return f"strided (strides {tuple(t.stride())})"
-
-
 def param_dtype_name(x_dtype: torch.dtype | None, weight_dtype: torch.dtype | None) -> str:
+    """The parameters' dtype name: the weight's, else the accumulation dtype of x's data."""
     if weight_dtype is not None:
         return _DATA.get(weight_dtype, str(weight_dtype))
-    return "f64" if x_dtype == torch.float64 else "f32" if x_dtype in _HALF else _DATA.get(x_dtype, str(x_dtype))
+    return _DATA[accumulation_dtype(x_dtype)] if x_dtype in _DATA else str(x_dtype)
 
 
 def validate_layout(shape, dtype: torch.dtype, is_channels_last: bool, fmt: str, device: str, num_groups: int,
@@ -100,7 +92,7 @@ def validate(x: torch.Tensor, num_groups: int, weight=None, bias=None) -> None:
         if p is not None and not isinstance(p, torch.Tensor):
             raise ValueError(f"{name} is a {type(p).__name__}, expected a torch.Tensor or None")
     cl = x.dim() in _CL_FORMATS and x.is_contiguous(memory_format=_CL_FORMATS[x.dim()])
-    why = validate_layout(x.shape, x.dtype, cl, _fmt(x) if x.dim() else "a scalar", x.device.type, num_groups,
+    why = validate_layout(x.shape, x.dtype, cl, describe_layout(x) if x.dim() else "a scalar", x.device.type, num_groups,
                           [("weight", None if weight is None else weight.dtype),
                            ("bias", None if bias is None else bias.dtype)])
     if why:
@@ -134,18 +126,6 @@ def _thread_count(n: int | None) -> int:
     return n
 
 
-def _call(fn, threads: int, *args):
-    """fn(*args) with torch's intra-op pool at `threads` for the call (the kernel's parallel_for)."""
-    old = torch.get_num_threads()
-    if threads == old:
-        return fn(*args)
-    torch.set_num_threads(threads)
-    try:
-        return fn(*args)
-    finally:
-        torch.set_num_threads(old)
-
-
 _CODES = {"auto": 0, "groups": 1, "pixels": 2}
 _NAMES = {1: "groups", 2: "pixels"}
 
@@ -174,7 +154,7 @@ def forward(x, num_groups, weight=None, bias=None, eps=1e-5, *, strategy="auto",
     n = _thread_count(threads)
     pd = param_dtype_name(getattr(x, "dtype", None), getattr(weight if weight is not None else bias, "dtype", None))
     try:
-        y, mean, rstd, used = _call(load().forward, n, x, weight, bias, num_groups, float(eps), _code(strategy),
+        y, mean, rstd, used = with_threads(n, load().forward, x, weight, bias, num_groups, float(eps), _code(strategy),
                                     threshold, n, pd)
     except (ValueError, TypeError) as e:
         _explain(e, x, num_groups, weight, bias)
@@ -190,7 +170,7 @@ def backward(dy, x, mean, rstd, num_groups, weight=None, *, need=(True, True, Tr
     pd = param_dtype or param_dtype_name(getattr(x, "dtype", None), getattr(weight, "dtype", None))
     need_dx, need_dw, need_db = need
     try:
-        dx, dw, db, used = _call(load().backward, n, dy, x, mean, rstd, weight, num_groups, _code(strategy),
+        dx, dw, db, used = with_threads(n, load().backward, dy, x, mean, rstd, weight, num_groups, _code(strategy),
                                  threshold, n, bool(need_dx), bool(need_dw), bool(need_db), pd)
     except (ValueError, TypeError) as e:
         if isinstance(x, torch.Tensor) and isinstance(dy, torch.Tensor) and (dy.shape != x.shape

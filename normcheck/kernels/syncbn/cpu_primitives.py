@@ -8,8 +8,8 @@ primitives) fails on CPU with "Could not run 'aten::batch_norm_stats' with argum
 
 When registration happens
 -------------------------
-On the first import of this module -- ``import normcheck.kernels.syncbn`` imports it -- for the
-life of the process.  Each op is registered only if the dispatcher has no CPU kernel for it yet
+When ``register()`` is called -- by every world that runs SyncBN ranks on the CPU (lockstep,
+each gloo worker, the env world), never by importing normcheck -- for the life of the process.  Each op is registered only if the dispatcher has no CPU kernel for it yet
 (``torch._C._dispatch_has_computed_kernel_for_dispatch_key``, composite kernels included): a
 torch that ships its own CPU kernel keeps it, and importing again (a reload, a second import
 path) registers nothing twice.  The
@@ -80,6 +80,8 @@ from __future__ import annotations
 import torch
 from torch._prims_common import suggest_memory_format
 
+from ...frameworks.torch import accumulation_dtype
+
 __all__ = [
     "OPS",
     "REGISTERED",
@@ -101,10 +103,6 @@ _BLOCK = 1 << 18
 
 # --------------------------------------------------------------------------------------------
 # helpers
-
-
-def _acc(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def _check_input(op: str, x: torch.Tensor, name: str = "input") -> tuple[int, tuple[int, ...], tuple[int, ...]]:
@@ -221,7 +219,7 @@ def _inv_std(var: torch.Tensor, eps: float) -> torch.Tensor:
 def batch_norm_stats(input: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
     op = "batch_norm_stats"
     c, dims, bshape = _check_input(op, input)
-    acc = _acc(input.dtype)
+    acc = accumulation_dtype(input.dtype)
     count = input.numel() // c if c else 0
     if count == 0:
         return torch.zeros(c, dtype=acc), torch.full((c,), float("nan"), dtype=acc)
@@ -309,7 +307,7 @@ def batch_norm_elemt(
 ) -> torch.Tensor:
     op = "batch_norm_elemt"
     c, _, bshape = _check_input(op, input)
-    acc = _acc(input.dtype)
+    acc = accumulation_dtype(input.dtype)
     mean = _per_channel(op, mean, c, "mean", acc)
     scale = _per_channel(op, invstd, c, "invstd", acc)
     w = _per_channel(op, weight, c, "weight", acc)
@@ -350,7 +348,7 @@ def batch_norm_backward_reduce(
     op = "batch_norm_backward_reduce"
     c, dims, bshape = _check_input(op, input)
     _check_same_shape(op, input, grad_out, "grad_out")
-    acc = _acc(input.dtype)
+    acc = accumulation_dtype(input.dtype)
     mean = _per_channel(op, mean, c, "mean", acc)
     invstd = _per_channel(op, invstd, c, "invstd", acc)
     param_dtype = weight.dtype if weight is not None else input.dtype
@@ -382,7 +380,7 @@ def batch_norm_backward_elemt(
     op = "batch_norm_backward_elemt"
     c, _, bshape = _check_input(op, input)
     _check_same_shape(op, input, grad_out, "grad_out")
-    acc = _acc(input.dtype)
+    acc = accumulation_dtype(input.dtype)
     mean = _per_channel(op, mean, c, "mean", acc)
     invstd = _per_channel(op, invstd, c, "invstd", acc)
     w = _per_channel(op, weight, c, "weight", acc)
@@ -445,5 +443,3 @@ def register() -> dict[str, str]:
         REGISTERED[name] = "normcheck"
     return REGISTERED
 
-
-register()

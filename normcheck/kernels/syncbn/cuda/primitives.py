@@ -23,7 +23,8 @@ from math import prod
 import torch
 from torch._prims_common import suggest_memory_format
 
-from ..cpu_primitives import _acc, _check_input, _check_same_shape
+from ....frameworks.torch import accumulation_dtype
+from ..cpu_primitives import _check_input, _check_same_shape
 from . import loader
 
 __all__ = ["CALLS", "OPS", "batch_norm_backward_elemt", "batch_norm_backward_reduce", "batch_norm_elemt",
@@ -96,7 +97,7 @@ def _param_dtype(x_dtype: torch.dtype, weight: torch.Tensor | None) -> torch.dty
     A weight in another dtype is converted to the accumulation dtype (as the CPU kernels do)."""
     if weight is None or weight.dtype == x_dtype or (x_dtype in _HALF and weight.dtype == torch.float32):
         return weight.dtype if weight is not None else x_dtype
-    return _acc(x_dtype)
+    return accumulation_dtype(x_dtype)
 
 
 def _workspace(job: int, x: torch.Tensor, n: int, c: int, s: int, sm: int) -> torch.Tensor | None:
@@ -113,7 +114,7 @@ def batch_norm_stats(input: torch.Tensor, eps: float) -> tuple[torch.Tensor, tor
     c, _, _ = _check_input(op, input)
     device = _on_cuda(op, input)
     x, _, n, c, s = _ncs(input)
-    acc = _acc(x.dtype)
+    acc = accumulation_dtype(x.dtype)
     mean = torch.empty(c, dtype=acc, device=device)
     invstd = torch.empty(c, dtype=acc, device=device)
     sm = _sm_count(device.index)
@@ -168,7 +169,7 @@ def batch_norm_elemt(input, weight, bias, mean, invstd, eps):
     c, _, _ = _check_input(op, input)
     device = _on_cuda(op, input, weight, bias, mean, invstd)
     x, fmt, n, c, s = _ncs(input)
-    acc = _acc(x.dtype)
+    acc = accumulation_dtype(x.dtype)
     pdt = _param_dtype(x.dtype, weight if weight is not None else bias)
     w = _per_channel(op, weight, c, "weight", pdt)
     b = _per_channel(op, bias, c, "bias", pdt)
@@ -196,7 +197,7 @@ def batch_norm_backward_reduce(grad_out, input, mean, invstd, weight, input_g, w
     device = _on_cuda(op, grad_out, input, mean, invstd, weight)
     x, fmt, n, c, s = _ncs(input)
     dy = grad_out.to(x.dtype).contiguous(memory_format=fmt)
-    acc = _acc(x.dtype)
+    acc = accumulation_dtype(x.dtype)
     m = _per_channel(op, mean, c, "mean", acc)
     istd = _per_channel(op, invstd, c, "invstd", acc)
     if weight is not None and weight.numel() != c:
@@ -231,7 +232,7 @@ def batch_norm_backward_elemt(grad_out, input, mean, invstd, weight, sum_dy, sum
     device = _on_cuda(op, grad_out, input, mean, invstd, weight, sum_dy, sum_dy_xmu, count)
     x, fmt, n, c, s = _ncs(input)
     dy = grad_out.to(x.dtype).contiguous(memory_format=fmt)
-    acc = _acc(x.dtype)
+    acc = accumulation_dtype(x.dtype)
     pdt = _param_dtype(x.dtype, weight)
     w = _per_channel(op, weight, c, "weight", pdt)
     tensors = [_per_channel(op, t, c, name, acc) for t, name in

@@ -3,12 +3,8 @@ from __future__ import annotations
 
 import torch
 
+from ....frameworks.torch import accumulation_dtype
 from .. import collectives
-
-
-def stats_dtype(x: torch.Tensor) -> torch.dtype:
-    """The dtype the primitives keep statistics in: float32 for half inputs and float32, else float64."""
-    return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
 def channels_last_or_contiguous(t: torch.Tensor) -> torch.Tensor:
@@ -24,7 +20,7 @@ def local_stats(x: torch.Tensor, eps: float) -> torch.Tensor:
     still take part in the gather (in the statistics dtype, so every rank sends the same dtype)."""
     channels = x.shape[1]
     if x.numel() == 0:
-        return torch.zeros(2 * channels + 1, dtype=stats_dtype(x), device=x.device)
+        return torch.zeros(2 * channels + 1, dtype=accumulation_dtype(x.dtype), device=x.device)
     mean, invstd = torch.batch_norm_stats(x, eps)
     count = torch.full((1,), x.numel() // channels, dtype=mean.dtype, device=x.device)
     return torch.cat([mean, invstd, count])

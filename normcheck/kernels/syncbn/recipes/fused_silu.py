@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import torch
 
+from ....frameworks.torch import accumulation_dtype
 from .common import backward_outputs, channels_last_or_contiguous, gather_global_stats, global_backward_sums, \
-    input_grad, normalise, stats_dtype
+    input_grad, normalise
 
 
 def _silu_grad(y: torch.Tensor) -> torch.Tensor:
@@ -22,12 +23,12 @@ class SyncBatchNormSiLU(torch.autograd.Function):
         ctx.save_for_backward(x, weight, bias, mean, invstd, counts)
         ctx.group, ctx.eps = group, eps
         y = normalise(x, weight, bias, mean, invstd, eps)
-        return torch.nn.functional.silu(y.to(stats_dtype(x))).to(x.dtype)
+        return torch.nn.functional.silu(y.to(accumulation_dtype(x.dtype))).to(x.dtype)
 
     @staticmethod
     def backward(ctx, dz):
         x, weight, bias, mean, invstd, counts = ctx.saved_tensors
-        acc = stats_dtype(x)
+        acc = accumulation_dtype(x.dtype)
         y = normalise(x, weight, bias, mean, invstd, ctx.eps).to(acc)  # recomputed, not saved
         dy = channels_last_or_contiguous((dz.to(acc) * _silu_grad(y)).to(x.dtype))
         needs = ctx.needs_input_grad

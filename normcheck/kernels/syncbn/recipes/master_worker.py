@@ -11,7 +11,8 @@ import queue
 
 import torch
 
-from .common import channels_last_or_contiguous, input_grad, normalise, param_grads, stats_dtype
+from ....frameworks.torch import accumulation_dtype
+from .common import channels_last_or_contiguous, input_grad, normalise, param_grads
 
 QUEUE_TIMEOUT = 60.0
 
@@ -40,7 +41,7 @@ def _sum_pairs(parts):
 
 
 def _local_moments(x):
-    acc = stats_dtype(x)
+    acc = accumulation_dtype(x.dtype)
     channels = x.shape[1]
     if x.numel() == 0:
         zero = torch.zeros(channels, dtype=acc)

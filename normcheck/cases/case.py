@@ -1,0 +1,186 @@
+"""Case: one fully specified problem, and the inputs it deterministically makes.
+
+A Case is frozen and hashable; the same Case always makes bit-identical inputs. Inputs are made
+once as a float64 master copy, quantised to the case's dtypes; the reference sees those quantised
+values upcast to float64, the implementation sees them in the case's dtypes and memory formats.
+What depends on the op (its normalisation sets, its own fields such as groups, whether the batch
+is split over ranks) comes from the op's record.
+"""
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, replace
+from math import prod
+
+import numpy as np
+
+from ..core.errors import UsageError
+from ..numerics.dtypes import DTYPES, DtypeSpec, quantise
+from ..numerics.formats import check_format
+from ..numerics.profiles import PROFILES
+from ..numerics.sets import SetView
+from ..ops import OPS, Op, get_op
+
+
+@dataclass(frozen=True)
+class Case:
+    op: str
+    shape: tuple[int, ...]
+    dtype: str = "f32"            # x, dy, y, dx
+    param_dtype: str | None = None  # γ, β, running stats; None: same as dtype
+    x_format: str = "contiguous"
+    dy_format: str | None = None  # None: same as x_format
+    profile: str = "normal"
+    eps: float = 1e-5
+    momentum: float = 0.1
+    affine: bool = True
+    groups: int | None = None     # ops whose record takes groups (GroupNorm)
+    seed: int = 0
+    split: tuple[int, ...] | None = None  # per-rank batch sizes (SyncBN); None: one process
+    gamma_scale: float = 1.0      # multiplies γ: recipes that divide by γ fail as it shrinks
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
+        if self.param_dtype is None:
+            object.__setattr__(self, "param_dtype", self.dtype)
+        if self.dy_format is None:
+            object.__setattr__(self, "dy_format", self.x_format)
+        if self.split is not None:
+            object.__setattr__(self, "split", tuple(int(s) for s in self.split))
+        elif self.op in OPS and OPS[self.op].distributed and self.shape:
+            object.__setattr__(self, "split", (int(self.shape[0]),))  # one rank holds the whole batch
+        self.validate()
+
+    # -- validation: every message is one line a person can act on -------------------------
+    def validate(self) -> None:
+        op = get_op(self.op)
+        if not 2 <= len(self.shape) <= 5:
+            raise UsageError(f"shape {self._shape_text} must be (N, C) plus 0 to 3 spatial dims")
+        if any(s < 0 for s in self.shape) or self.shape[1] < 1:
+            raise UsageError(f"shape {self._shape_text} has a negative size or no channels")
+        for name in (self.dtype, self.param_dtype):
+            if name not in DTYPES:
+                raise UsageError(f"unknown dtype {name!r}; choose one of {', '.join(DTYPES)}")
+        if self.param_dtype != self.dtype and not (self.param_dtype == "f32" and self.dtype in ("f16", "bf16")):
+            raise UsageError(
+                f"parameter dtype {self.param_dtype} with input {self.dtype}: mixed precision means f16/bf16 input with f32 parameters"
+            )
+        check_format(self.x_format, len(self.shape))
+        check_format(self.dy_format, len(self.shape))
+        if self.profile not in PROFILES:
+            raise UsageError(f"unknown profile {self.profile!r}; choose one of {', '.join(PROFILES)}")
+        if not self.eps >= 0:
+            raise UsageError(f"eps must be >= 0, got {self.eps}")
+        if self.groups is not None and "groups" not in op.case_fields:
+            takers = [o.name for o in OPS.values() if "groups" in o.case_fields]
+            raise UsageError(f"--groups applies to {' and '.join(takers)} only, not {self.op}")
+        op.validate(self)
+        if self.view.set_size < 2:
+            raise UsageError(f"shape {self._shape_text} gives {self.view.set_size} values per {op.unit}; "
+                             "normalising needs at least 2")
+        if self.split is not None:
+            if not op.distributed:
+                takers = [o.name for o in OPS.values() if o.distributed]
+                raise UsageError(f"a split applies to {' and '.join(takers)} only, not {self.op}")
+            if not self.split:
+                raise UsageError("split must name at least one rank")
+            if any(s < 0 for s in self.split):
+                raise UsageError(f"split {self.split} has a negative size")
+            if sum(self.split) != self.shape[0]:
+                raise UsageError(f"split {self.split} sums to {sum(self.split)}, not N={self.shape[0]}")
+
+    @property
+    def _shape_text(self) -> str:
+        return "x".join(map(str, self.shape))
+
+    # -- derived facts ----------------------------------------------------------------------
+    @property
+    def dtypes(self) -> DtypeSpec:
+        return DtypeSpec(self.dtype, self.param_dtype)
+
+    @property
+    def record(self) -> Op:
+        """The op's record (normcheck.ops)."""
+        return OPS[self.op]
+
+    @property
+    def view(self) -> SetView:
+        return self.record.view(self)
+
+    def rank_rows(self, rank: int) -> slice:
+        """The batch rows `rank` holds under `split`."""
+        start = sum(self.split[:rank])
+        return slice(start, start + self.split[rank])
+
+    @property
+    def channels(self) -> int:
+        return self.shape[1]
+
+    @property
+    def numel(self) -> int:
+        return prod(self.shape)
+
+    @property
+    def label(self) -> str:
+        fmt = self.x_format if self.dy_format == self.x_format else f"{self.x_format}:{self.dy_format}"
+        parts = [self._shape_text, self.dtypes.label, fmt, self.profile]
+        if self.groups is not None:
+            parts.insert(1, f"G={self.groups}")
+        if self.split is not None:
+            parts.append("split=" + ",".join(map(str, self.split)))
+        if not self.affine:
+            parts.append("no-affine")
+        if self.gamma_scale != 1.0:
+            parts.append(f"gamma×{self.gamma_scale:g}")
+        return " ".join(parts)
+
+    def with_(self, **changes) -> "Case":
+        return replace(self, **changes)
+
+    def make_inputs(self) -> "CaseInputs":
+        return CaseInputs.make(self)
+
+
+@dataclass(frozen=True)
+class CaseInputs:
+    """Quantised float64 master copies of every input (canonical contiguous layout)."""
+
+    case: Case
+    x: np.ndarray
+    dy: np.ndarray
+    weight: np.ndarray | None
+    bias: np.ndarray | None
+    running_mean: np.ndarray
+    running_var: np.ndarray
+
+    @classmethod
+    def make(cls, case: Case) -> "CaseInputs":
+        rng = np.random.default_rng([case.seed, _stable_hash(case)])
+        view = case.view
+        x_sets, dy_sets = PROFILES[case.profile](view.set_count, view.set_size, case.dtype, case.eps, rng)
+        c = case.channels
+        # γ not all ones and β not all zeros, with both signs: a kernel that drops or swaps them shows.
+        weight = rng.choice([-1.0, 1.0], size=c) * rng.uniform(0.5, 1.5, size=c) * case.gamma_scale
+        bias = rng.uniform(-1, 1, size=c)
+        running_mean = rng.normal(0, 0.1, size=c)
+        running_var = rng.uniform(0.5, 1.5, size=c)
+        q, qp = case.dtype, case.param_dtype
+        return cls(
+            case=case,
+            x=quantise(view.from_sets(x_sets), q),
+            dy=quantise(view.from_sets(dy_sets), q),
+            weight=quantise(weight, qp) if case.affine else None,
+            bias=quantise(bias, qp) if case.affine else None,
+            running_mean=quantise(running_mean, qp),
+            running_var=quantise(running_var, qp),
+        )
+
+
+def _stable_hash(case: Case) -> int:
+    """A seed component from the fields that define the data, stable across processes (unlike hash()).
+
+    Layouts, momentum, the world split and γ's scale are left out on purpose: the same seed gives
+    the same values whether they are laid out channels-last, split over 3 ranks or scaled.
+    """
+    fields = (case.op, case.shape, case.dtype, case.param_dtype, case.profile, case.eps, case.affine, case.groups)
+    return zlib.crc32(repr(fields).encode())

@@ -1,0 +1,71 @@
+"""Hypothesis strategies for Cases: small composable pieces (in the style of array-api-tests).
+
+`cases(op)` draws every field of a Case; narrower strategies are made by fixing arguments, e.g.
+`cases("groupnorm", dtypes=["bf16"], profiles=["offset"])`. tests/test_strategies.py checks the
+strategies themselves: every draw is a valid Case and the axes are all reachable.
+"""
+from __future__ import annotations
+
+from math import prod
+
+from hypothesis import strategies as st
+
+from ..numerics.dtypes import DTYPE_CHOICES, parse_dtype
+from ..numerics.formats import formats_for
+from ..numerics.profiles import PROFILES
+from ..ops import get_op
+from .case import Case
+
+MAX_NUMEL = 1 << 15  # keeps one example well under 100 ms
+
+
+@st.composite
+def shapes(draw, op: str, ranks=(2, 3, 4, 5), max_numel: int = MAX_NUMEL) -> tuple[int, ...]:
+    rank = draw(st.sampled_from(ranks))
+    n = draw(st.integers(1, 8))
+    c = draw(st.integers(1, 16))
+    spatial = draw(st.lists(st.integers(1, 64 if rank == 3 else 24 if rank == 4 else 10),
+                            min_size=rank - 2, max_size=rank - 2))
+    shape = (n, c, *spatial)
+    while prod(shape) > max_numel:  # shrink the largest dim until the case is cheap
+        i = max(range(len(shape)), key=lambda k: shape[k])
+        shape = shape[:i] + (max(1, shape[i] // 2),) + shape[i + 1:]
+    # At least two values per normalisation set: grow a dim every set spans (BN: N; GN: C).
+    axis = get_op(op).set_dim
+    if prod(shape[2:]) * shape[axis] < 2:
+        shape = tuple(s + 1 if i == axis else s for i, s in enumerate(shape))
+    return shape
+
+
+@st.composite
+def splits(draw, n: int, max_world: int = 8) -> tuple[int, ...]:
+    """A per-rank split of n rows over 1..max_world ranks; empty ranks allowed (and likely)."""
+    world = draw(st.integers(1, max_world))
+    cuts = sorted(draw(st.lists(st.integers(0, n), min_size=world - 1, max_size=world - 1)))
+    bounds = [0, *cuts, n]
+    return tuple(b - a for a, b in zip(bounds, bounds[1:]))
+
+
+@st.composite
+def cases(draw, op: str, dtypes=DTYPE_CHOICES, profiles=tuple(PROFILES), ranks=(2, 3, 4, 5),
+          max_numel: int = MAX_NUMEL, max_world: int = 8) -> Case:
+    shape = draw(shapes(op, ranks, max_numel))
+    spec = parse_dtype(draw(st.sampled_from(list(dtypes))))
+    layouts = formats_for(len(shape))
+    x_format = draw(st.sampled_from(layouts))
+    dy_format = draw(st.one_of(st.just(x_format), st.sampled_from(layouts)))
+    record = get_op(op)
+    groups = None
+    if "groups" in record.case_fields:
+        c, spatial = shape[1], prod(shape[2:])
+        groups = draw(st.sampled_from([g for g in range(1, c + 1) if c % g == 0 and c // g * spatial >= 2]))
+    return Case(
+        op, shape, spec.dtype, spec.param_dtype, x_format, dy_format,
+        profile=draw(st.sampled_from(list(profiles))),
+        eps=draw(st.sampled_from([1e-5, 1e-3, 0.1])),
+        momentum=draw(st.sampled_from([0.1, 0.5, 1.0])),
+        affine=draw(st.booleans()),
+        groups=groups,
+        seed=draw(st.integers(0, 2**31 - 1)),
+        split=draw(splits(shape[0], max_world)) if record.distributed else None,
+    )

@@ -1,0 +1,75 @@
+"""The default sweep: a small set of cases designed from the classes of error, not from known bugs.
+
+Axes and the bug classes they expose:
+  dtype       f64 f32 f16 bf16, and f16/bf16 with f32 parameters: accumulation precision, moments
+              stored in low precision, mixed-dtype dispatch
+  profile     normal, offset (cancellation), near-constant (var ≈ eps, var = 0), heavy tails,
+              exact data, sparse dy: variance formulas, eps handling, dropped or mis-scaled terms
+  reduction   small sets (8 elements: biased/unbiased and count errors are 1/M large), large sets
+              (8192 elements, GroupNorm HxW = 2048: kernels that switch strategy on size) and huge
+              sets (65536 elements: error growth of sums, stagnation, cancellation in long sums)
+  layout      contiguous, channels_last, channels_last_3d, strided views, and x and dy in different
+              formats: kernels that assume strides
+  world split (ops whose batch is split over ranks) uneven splits and empty ranks
+A GridSweep (single-process ops) has every dtype × profile × reduction combination once, layouts
+rotating through them so every (dtype, layout) and (profile, layout) pair appears too (a pairwise
+covering design, checked in tests/meta/test_sweep.py). Shape rank follows the layout: 2-D to 5-D
+all occur. The op's record gives the shapes per reduction size and rank, and its own fields.
+"""
+from __future__ import annotations
+
+from ..numerics.formats import FORMAT_RANK
+from ..numerics.profiles import PROFILES
+from ..ops import GridSweep, get_op
+from .case import Case
+
+SWEEP_DTYPES = (("f64", "f64"), ("f32", "f32"), ("f16", "f16"), ("bf16", "bf16"), ("f16", "f32"), ("bf16", "f32"))
+SWEEP_LAYOUTS = (
+    ("contiguous", "contiguous"),
+    ("channels_last", "channels_last"),
+    ("channels_last_3d", "channels_last_3d"),
+    ("strided", "strided"),
+    ("channels_last", "contiguous"),
+    ("contiguous", "channels_last"),
+)
+SIZES = ("small", "large", "huge")
+
+
+def default_sweep(op: str, seed: int = 0) -> list[Case]:
+    plan = get_op(op).sweep
+    return grid_sweep(op, plan, seed) if isinstance(plan, GridSweep) else split_sweep(op, seed)
+
+
+def grid_sweep(op: str, plan: GridSweep, seed: int = 0) -> list[Case]:
+    cases = []
+    for d, (dtype, param_dtype) in enumerate(SWEEP_DTYPES):
+        for p, profile in enumerate(PROFILES):
+            for s, size in enumerate(SIZES):
+                i = len(cases)
+                x_format, dy_format = SWEEP_LAYOUTS[(d + 2 * p + s) % len(SWEEP_LAYOUTS)]
+                rank = FORMAT_RANK.get(x_format, FORMAT_RANK.get(dy_format, 2 + i % 3))
+                cases.append(Case(op, plan.shapes[size][rank], dtype, param_dtype, x_format, dy_format, profile,
+                                  affine=(i % 5 != 4), seed=seed, **plan.fields(size, rank)))
+    return cases
+
+
+# Every split with every dtype; layouts and profiles rotate through them. The splits are uneven and
+# include empty ranks (first, middle, last); 17x19 spatial sizes make per-rank counts (323·n) that
+# bf16 or f16 cannot hold exactly, so counts kept in the wrong dtype show.
+SYNCBN_SPLITS = ((4,), (3, 5), (2, 0, 6), (0, 3, 5), (1, 2, 3, 2), (5, 3, 0, 1))
+SYNCBN_DTYPES = (("f64", "f64"), ("f32", "f32"), ("bf16", "bf16"), ("bf16", "f32"), ("f16", "f32"))
+SYNCBN_LAYOUTS = (("contiguous", (3, 17, 19)), ("channels_last", (3, 17, 19)), ("channels_last_3d", (3, 2, 5, 7)),
+                  ("strided", (3, 41)), ("channels_last", (3, 5, 7)))
+SYNCBN_PROFILES = ("normal", "offset", "near_constant", "heavy_tailed")
+
+
+def split_sweep(op: str, seed: int = 0) -> list[Case]:
+    cases = []
+    for s, split in enumerate(SYNCBN_SPLITS):
+        for d, (dtype, param_dtype) in enumerate(SYNCBN_DTYPES):
+            i = len(cases)
+            layout, rest = SYNCBN_LAYOUTS[(s + d) % len(SYNCBN_LAYOUTS)]
+            cases.append(Case(op, (sum(split),) + rest, dtype, param_dtype, layout, layout,
+                              SYNCBN_PROFILES[i % len(SYNCBN_PROFILES)], affine=(i % 7 != 6), seed=seed,
+                              split=split))
+    return cases

@@ -1,0 +1,76 @@
+"""Load the code under test from a `module:attr` or `path/to/file.py:attr` spec, and check its arity.
+
+A leaf: front ends resolve `--impl` with it, and every world's ranks load their implementation
+with it (a gloo worker receives only the spec).
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import os
+import sys
+from pathlib import Path
+from typing import Callable
+
+from .errors import UsageError
+from .text import first_line
+
+
+def load_callable(spec: str) -> Callable:
+    """Import `module:attr` (the current directory is importable) or `file.py:attr`."""
+    module_name, _, attr = spec.rpartition(":")
+    if not module_name or not attr:
+        raise UsageError(f"--impl {spec!r} must look like module:attr or path/to/file.py:attr")
+    try:
+        if module_name.endswith(".py"):
+            path = Path(module_name)
+            if not path.is_file():
+                raise UsageError(f"--impl {spec}: no file {module_name}")
+            mod_spec = importlib.util.spec_from_file_location(path.stem, path)
+            module = importlib.util.module_from_spec(mod_spec)
+            mod_spec.loader.exec_module(module)
+        else:
+            if os.getcwd() not in sys.path:
+                sys.path.insert(0, os.getcwd())  # like `python -m`: the user's project is importable
+            module = importlib.import_module(module_name)
+    except UsageError:
+        raise
+    except Exception as e:  # ImportError, SyntaxError, or anything the module raises at import
+        raise UsageError(f"--impl {spec}: cannot import {module_name}: {type(e).__name__}: {first_line(e)}") from None
+    obj = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise UsageError(f"--impl {spec}: {module_name} has no attribute {attr}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise UsageError(f"--impl {spec}: {attr} is a {type(obj).__name__}, not callable")
+    return obj
+
+
+def check_arity(name: str, fn: Callable, signature: str) -> None:
+    """UsageError when `fn` cannot be called with the positional arguments `signature` names."""
+    wanted = signature.split("(", 1)[1].split(")", 1)[0].count(",") + 1
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return  # builtins without a signature: trust them, failures become failing rows
+    if any(p.kind == p.VAR_POSITIONAL for p in params):
+        return
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = [p for p in positional if p.default is p.empty]
+    if len(required) > wanted or len(positional) < wanted:
+        raise UsageError(f"{name} takes {len(positional)} positional arguments; the contract is {signature}")
+
+
+def spec_of(fn: Callable) -> str:
+    """The `module:attr` a function is importable under (how a function travels to other processes)."""
+    return f"{fn.__module__}:{fn.__qualname__}"
+
+
+def int_list(text: str) -> tuple[int, ...]:
+    """'3,0,5' -> (3, 0, 5); ValueError naming the text otherwise."""
+    try:
+        return tuple(int(s) for s in text.split(","))
+    except ValueError:
+        raise ValueError(f"{text!r} is not a comma-separated list of integers") from None

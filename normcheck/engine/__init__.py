@@ -1,0 +1,7 @@
+"""The engine: tolerance model, same-precision baseline, the comparison and its reports.
+
+NumPy only (tests/meta checks that no module here imports a framework)."""
+from .compare import judge
+from .report import FAIL, KNOWN, MISTRUSTED, PASS, SKIP, VERDICTS, Report, TensorReport, tally
+
+__all__ = ["FAIL", "KNOWN", "MISTRUSTED", "PASS", "SKIP", "VERDICTS", "Report", "TensorReport", "judge", "tally"]

@@ -1,0 +1,52 @@
+"""The same-precision baseline: the straightforward way to write the op, in NumPy.
+
+Inputs are upcast to the accumulation precision (float32, or float64 for float64), the textbook
+two-pass forward and closed-form backward run there, and outputs are rounded to their storage
+dtypes. The tolerance never demands much more accuracy than this honest implementation reaches.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..cases import Case, CaseInputs
+from ..numerics.dtypes import accumulation, quantise
+
+_NUMPY = {"f64": np.float64, "f32": np.float32}
+
+
+def baseline_outputs(case: Case, inputs: CaseInputs) -> dict[str, np.ndarray | None]:
+    op, view = case.record, case.view
+    acc = _NUMPY[accumulation(case.dtype)]
+    axes = view.axes
+    x = view.group(inputs.x.astype(acc))
+    dy = view.group(inputs.dy.astype(acc))
+    ones = np.ones(case.channels, dtype=acc)
+    gamma = view.per_channel_values(inputs.weight.astype(acc) if inputs.weight is not None else ones)
+    beta = view.per_channel_values(inputs.bias.astype(acc) if inputs.bias is not None else 0 * ones)
+
+    mu = x.mean(axis=axes, keepdims=True)
+    dev = x - mu
+    var = (dev * dev).mean(axis=axes, keepdims=True)
+    r = 1 / np.sqrt(var + case.eps)  # Python scalars round to the array's dtype, as in torch
+    xhat = dev * r
+    y = gamma * xhat + beta
+    if op.epilogue is not None:  # a fused epilogue: z = f(y), and dz reaches the norm as dz·f'(y)
+        dy = dy * op.epilogue.grad(y)
+        y = op.epilogue.f(y)
+    g = gamma * dy
+    dx = r * (g - g.mean(axis=axes, keepdims=True) - xhat * (g * xhat).mean(axis=axes, keepdims=True))
+
+    out = {
+        "y": quantise(view.ungroup(y), case.dtype),
+        "dx": quantise(view.ungroup(dx), case.dtype),
+        "dweight": quantise(view.channel_sum(dy * xhat), case.param_dtype) if inputs.weight is not None else None,
+        "dbias": quantise(view.channel_sum(dy), case.param_dtype) if inputs.bias is not None else None,
+    }
+    for name, value in zip(op.saved_stats, (mu, r)):  # (mean, invstd or rstd), in the accumulation precision
+        out[name] = value.reshape(view.stats_shape).astype(np.float64)
+    if op.running_stats:
+        m, size = case.momentum, view.set_size
+        unbiased = var.reshape(-1) * size / (size - 1)
+        out["running_mean"] = quantise((1 - m) * inputs.running_mean.astype(acc) + m * mu.reshape(-1), case.param_dtype)
+        out["running_var"] = quantise((1 - m) * inputs.running_var.astype(acc) + m * unbiased, case.param_dtype)
+    return out

@@ -1,0 +1,135 @@
+"""Verdicts and reports: what one comparison found, per tensor and per case (NumPy in, no framework)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..cases import Case
+
+PASS, FAIL, MISTRUSTED, SKIP, KNOWN = "PASS", "FAIL", "MISTRUSTED", "SKIP", "KNOWN"
+VERDICTS = (PASS, FAIL, KNOWN, SKIP, MISTRUSTED)
+
+_VERDICT_WORDS = {PASS: "passed", FAIL: "failed", KNOWN: "known upstream issues", SKIP: "skipped",
+                  MISTRUSTED: "mistrusted"}
+
+
+def tally(reports) -> str:
+    """'96 passed, 0 failed, 11 known upstream issues, 1 mistrusted': passed and failed always shown."""
+    counts = {v: sum(r.verdict == v for r in reports) for v in VERDICTS}
+    return ", ".join(f"{n} {_VERDICT_WORDS[v]}" for v, n in counts.items() if n or v in (PASS, FAIL))
+
+
+# Below this fraction of non-zero reference elements a pass proves little (benchdnn's MISTRUSTED).
+MIN_NONZERO_FRACTION = 0.01
+
+
+@dataclass(frozen=True)
+class TensorReport:
+    name: str
+    max_abs_error: float
+    max_ratio: float            # max over elements of error / allowed; ≤ 1 passes
+    worst_index: tuple[int, ...]
+    got: float
+    expected: float
+    nonfinite_mismatches: int   # elements where exactly one of got/expected is NaN or ±Inf (or they differ)
+    verdict: str
+    rank: int | None = None     # split cases: the rank holding the worst element of y or dx
+    # max ratio per unit of the op (channel or group): see unit_ratios()
+    unit_ratios: tuple[float, ...] = ()
+
+    def to_dict(self) -> dict:
+        return dict(vars(self), worst_index=list(self.worst_index), unit_ratios=list(self.unit_ratios))
+
+
+@dataclass
+class Report:
+    op: str
+    impl: str
+    case: Case
+    verdict: str
+    tensors: list[TensorReport] = field(default_factory=list)
+    message: str = ""          # why a case failed or was skipped when that is not one tensor's fault
+    seconds: float = 0.0
+    path: str = ""             # which code path the implementation reports it took (if it does)
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict != FAIL
+
+    @property
+    def worst(self) -> TensorReport | None:
+        return max(self.tensors, key=lambda t: t.max_ratio, default=None)
+
+    def tensor(self, name: str) -> TensorReport:
+        return next(t for t in self.tensors if t.name == name)
+
+    def summary(self) -> str:
+        """One line: what went wrong first, else the worst tensor and its budget ratio."""
+        text = self._summary()
+        return f"[{self.path}] {text}" if self.path else text
+
+    def _summary(self) -> str:
+        if self.message:
+            return self.message
+        worst = self.worst
+        if worst is None:
+            return "nothing compared"
+        return worst_failure(self.tensors) or f"worst {worst.name} ratio {worst.max_ratio:.3g}"
+
+    @property
+    def unit(self) -> str:
+        """What the per-unit ratios are per: "channel" or "group"."""
+        return self.case.record.unit
+
+    def to_dict(self) -> dict:
+        return {
+            "op": self.op, "impl": self.impl, "case": self.case.label, "verdict": self.verdict,
+            "message": self.message, "seconds": round(self.seconds, 4), "path": self.path,
+            "tensors": [t.to_dict() for t in self.tensors],
+        }
+
+
+def worst_failure(tensors) -> str:
+    failing = [t for t in tensors if t.verdict == FAIL]
+    if not failing:
+        return ""
+    t = max(failing, key=lambda t: t.max_ratio)
+    nan = f", {t.nonfinite_mismatches} NaN/Inf mismatches" if t.nonfinite_mismatches else ""
+    error = abs(t.got - t.expected)
+    where = f" on rank {t.rank}" if t.rank is not None else ""
+    return (f"{t.name}{where}: ratio {t.max_ratio:.3g} at {list(t.worst_index)} "
+            f"(got {t.got:.10g}, expected {t.expected:.10g}, error {error:.3g}){nan}")
+
+
+def unit_ratios(ratio: np.ndarray, units: int) -> np.ndarray:
+    """The max budget ratio per unit (channel or group), NaN counted as inf.
+
+    The unit axis is dim 1 of (N, C, ...) and (N, G) tensors and dim 0 of per-channel vectors; an
+    axis of C channels folds into `units` consecutive blocks (GroupNorm: C/G channels per group).
+    """
+    r = np.moveaxis(np.where(np.isnan(ratio), np.inf, ratio), 1 if ratio.ndim > 1 else 0, 0)
+    if r.shape[0] % units:  # not laid out by channel or group: one value for the whole tensor
+        return np.full(units, r.max(initial=0.0))
+    return r.reshape(units, -1).max(axis=1, initial=0.0)
+
+
+def tensor_report(name: str, got: np.ndarray, expected: np.ndarray, ratio: np.ndarray, units: int) -> TensorReport:
+    nonfinite = int(np.count_nonzero(np.isinf(ratio) & ~(np.isfinite(got) & np.isfinite(expected))))
+    by_unit = tuple(float(v) for v in unit_ratios(ratio, units))
+    if ratio.size == 0:
+        return TensorReport(name, 0.0, 0.0, (), 0.0, 0.0, 0, PASS, unit_ratios=by_unit)
+    flat = int(np.nanargmax(np.where(np.isnan(ratio), np.inf, ratio)))
+    idx = tuple(int(i) for i in np.unravel_index(flat, ratio.shape))
+    with np.errstate(invalid="ignore"):
+        err = np.abs(got - expected)
+    max_ratio = float(ratio.flat[flat])
+    verdict = PASS if max_ratio <= 1.0 else FAIL
+    if verdict == PASS and np.count_nonzero(expected) < MIN_NONZERO_FRACTION * expected.size:
+        verdict = MISTRUSTED
+    return TensorReport(
+        name, float(np.nanmax(np.where(np.isnan(err), np.inf, err))), max_ratio, idx,
+        float(got.flat[flat]), float(expected.flat[flat]), nonfinite, verdict, unit_ratios=by_unit,
+    )
+
+

@@ -1,0 +1,178 @@
+"""The error model: how far from the float64 reference a correct implementation may land.
+
+See docs/tolerance.md for the derivation and its calibration. In short, every compared element e
+gets an allowance
+
+    allowed_e = max(B_e, K_BASELINE · |baseline_e − ref_e|) + tiny
+
+where B_e is a first-order rounding-error bound built from the formula that produces the element
+(which magnitudes enter it, in which precision they are accumulated, over how many terms), and
+baseline is a straightforward same-dtype implementation with float32 accumulation (float64 for
+float64). The budget ratio |got_e − ref_e| / allowed_e is ≤ 1 for a correct implementation.
+
+Symbols (per normalisation set of M elements): μ, σ² (biased), r = 1/sqrt(σ² + eps), x̂ = (x − μ)·r,
+g = γ·dy, ḡ = mean(g), h = mean(g·x̂). u_a is the unit roundoff of the accumulation precision,
+u_o that of the tensor's storage dtype, u_s that of the moments (the accumulation precision, or
+the parameter dtype when that is coarser: torch's CPU kernels keep the saved mean/invstd of a plain
+f16/bf16 input in f16/bf16, which is the parameter dtype's precision; with f32 parameters the moments
+must be f32), and ρ(M) = LAMBDA·sqrt(M) the growth of a length-M sum's
+error (the probabilistic bound of Higham & Mary, 2019; worst-case M·u is far too loose to see bugs).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..cases import Case, CaseInputs
+from ..numerics.dtypes import TINY, UNIT_ROUNDOFF, quantise
+
+
+@dataclass(frozen=True)
+class Constants:
+    """Calibrated in docs/tolerance.md; change them only together with that calibration."""
+
+    growth: float = 2.0       # LAMBDA in ρ(M) = LAMBDA·sqrt(M)
+    rounding: float = 3.0     # output and element-wise rounding: a few operations, each ≤ u_o
+    baseline_factor: float = 4.0  # K_BASELINE: never demand more than this × the baseline's accuracy
+
+
+CONSTANTS = Constants()
+
+
+def element_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) -> dict[str, np.ndarray]:
+    """B_e for every output the op defines, each shaped like the reference output."""
+    op = case.record
+    view = case.view
+    axes = view.axes
+    ua = UNIT_ROUNDOFF[case.dtypes.accumulation]
+    uo = UNIT_ROUNDOFF[case.dtype]
+    up = UNIT_ROUNDOFF[case.param_dtype]
+    us = max(ua, up)
+    eps, mom = case.eps, case.momentum
+    size = view.set_size
+
+    def mean(a):
+        return a.mean(axis=axes, keepdims=True)
+
+    def rho(n):
+        return c.growth * np.sqrt(max(n, 1))
+
+    ones = np.ones(case.channels)
+    x = view.group(inputs.x)
+    dy = view.group(inputs.dy)
+    gamma = view.per_channel_values(inputs.weight if inputs.weight is not None else ones)
+    beta = view.per_channel_values(inputs.bias if inputs.bias is not None else 0 * ones)
+
+    # Forward statistics and how wrong an accumulation in u_a may leave them.
+    mu = mean(x)
+    dev = x - mu
+    var = mean(dev * dev)
+    r = 1.0 / np.sqrt(var + eps)
+    xhat = dev * r
+    # The probabilistic ρ(M) assumes independent rounding errors. Summing M identical values makes
+    # them correlated, so a constant set gets the deterministic worst case, M·u (Higham, Thm 4.2).
+    constant = x.max(axis=axes, keepdims=True) == x.min(axis=axes, keepdims=True)
+    mean_growth = np.where(constant, float(size), rho(size))
+    d_mu = ua * mean_growth * mean(np.abs(x)) + c.rounding * us * np.abs(mu)
+    # Two-pass and Welford variances both lose about u_a·ρ(M) of σ², and Welford's running mean adds
+    # a term in |μ|·mean|x − μ|; E[x²] − E[x]² would lose u_a·μ², which is what we must not allow.
+    # Σ(x − μ̃)² = Σ(x − μ)² + M·δμ², and the variance may be held in the moments' dtype. SyncBN's
+    # primitives pass invstd = 1/sqrt(σ² + eps) between ranks and recover σ² from it: u_a·(σ² + eps).
+    d_var = (ua * mean_growth * (var + np.abs(mu) * mean(np.abs(dev))) + d_mu * d_mu + c.rounding * us * var
+             + c.rounding * ua * eps)
+    rel_r = 0.5 * d_var / (var + eps) + c.rounding * us
+    d_xhat = r * d_mu + np.abs(xhat) * rel_r
+
+    bound_y = c.rounding * uo * (np.abs(gamma * xhat) + np.abs(beta)) + np.abs(gamma) * d_xhat
+    d_dy = np.zeros_like(dy)  # error in the dy that enters the BatchNorm backward (a fused epilogue's)
+    if op.epilogue is not None:
+        # z = f(y): z inherits y's error through f'(y); the backward's dy = dz·f'(y) is recomputed
+        # from an inexact y (f'') and rounded to the input dtype.
+        ep = op.epilogue
+        y_norm = gamma * xhat + beta
+        grad1 = ep.grad(y_norm)
+        dy = dy * grad1
+        d_dy = np.abs(view.group(inputs.dy) * ep.grad2(y_norm)) * bound_y + c.rounding * uo * np.abs(dy)
+        bound_y = np.abs(grad1) * bound_y + c.rounding * uo * np.abs(ep.f(y_norm))
+
+    # Backward: dx = r·(g − ḡ − x̂·h).
+    g = gamma * dy
+    d_g = np.abs(gamma) * d_dy
+    gbar = mean(g)
+    h = mean(g * xhat)
+    d_gbar = ua * rho(size) * mean(np.abs(g)) + mean(d_g)
+    d_h = ua * rho(size) * mean(np.abs(g * xhat)) + mean(np.abs(g) * d_xhat) + mean(d_g * np.abs(xhat))
+    dx = r * (g - gbar - xhat * h)
+
+    bounds = {
+        "y": bound_y,
+        "dx": c.rounding * uo * r * (np.abs(g) + np.abs(gbar) + np.abs(xhat * h))
+        + r * (d_g + d_gbar + np.abs(xhat) * d_h + np.abs(h) * d_xhat)
+        + np.abs(dx) * rel_r,
+    }
+    bounds = {k: view.ungroup(np.broadcast_to(v, x.shape)) for k, v in bounds.items()}
+
+    per_channel = view.channel_count
+    dweight = view.channel_sum(dy * xhat)
+    dbias = view.channel_sum(dy)
+    bounds["dweight"] = (
+        ua * rho(per_channel) * view.channel_sum(np.abs(dy * xhat))
+        + view.channel_sum(np.abs(dy) * d_xhat + d_dy * np.abs(xhat))
+        + c.rounding * up * np.abs(dweight)
+    )
+    bounds["dbias"] = (ua * rho(per_channel) * view.channel_sum(np.abs(dy)) + view.channel_sum(d_dy)
+                       + c.rounding * up * np.abs(dbias))
+    if case.split is not None:
+        # Each rank rounds its local dγ/dβ to the parameter dtype before they are summed, and local
+        # sums can be much larger than their total: c·u_p·Σ_r |local_r| on top.
+        for name, per_element in (("dweight", dy * xhat), ("dbias", dy)):
+            starts = np.cumsum((0,) + case.split)
+            local = [np.abs(view.channel_sum(per_element[a:b])) for a, b in zip(starts[:-1], starts[1:])]
+            bounds[name] = bounds[name] + c.rounding * up * np.sum(local, axis=0)
+
+    # Saved statistics are returned in the accumulation precision, one per set.
+    bounds["mean"] = (d_mu + c.rounding * us * np.abs(mu)).reshape(view.stats_shape)
+    bounds["invstd"] = bounds["rstd"] = (r * rel_r).reshape(view.stats_shape)
+
+    if op.running_stats:
+        unbiased = size / max(size - 1, 1)
+        rm, rv = inputs.running_mean, inputs.running_var
+        mu_c, var_c = mu.reshape(-1), var.reshape(-1)
+        bounds["running_mean"] = mom * d_mu.reshape(-1) + c.rounding * up * (
+            np.abs((1 - mom) * rm) + np.abs(mom * mu_c)
+        )
+        bounds["running_var"] = mom * unbiased * d_var.reshape(-1) + c.rounding * up * (
+            np.abs((1 - mom) * rv) + np.abs(mom * unbiased * var_c)
+        )
+    return bounds
+
+
+def budget_ratio(
+    got: np.ndarray, ref: np.ndarray, bound: np.ndarray, baseline: np.ndarray | None, dtype: str,
+    c: Constants = CONSTANTS,
+) -> np.ndarray:
+    """|got − ref| / allowed per element; non-finite mismatches are +inf, matching non-finites 0.
+
+    A reference value beyond the range of `dtype` rounds to ±inf there, so ±inf is then right.
+    """
+    with np.errstate(over="ignore"):
+        overflowed = np.isinf(quantise(ref, dtype)) & np.isfinite(ref)
+    ref = np.where(overflowed & (got == np.copysign(np.inf, ref)), got, ref)
+    allowed = bound
+    if baseline is not None:
+        base_err = _abs_error(baseline, ref)
+        # A baseline that itself went non-finite earns no allowance.
+        allowed = np.maximum(bound, np.where(np.isfinite(base_err), c.baseline_factor * base_err, 0.0))
+    err = _abs_error(got, ref)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return err / (allowed + TINY[dtype])
+
+
+def _abs_error(got: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    both_nonfinite_equal = ~np.isfinite(ref) & (got == ref) | (np.isnan(got) & np.isnan(ref))
+    with np.errstate(invalid="ignore", over="ignore"):
+        err = np.abs(got - ref)
+    err = np.where(both_nonfinite_equal, 0.0, err)
+    return np.where(np.isnan(err), np.inf, err)
+

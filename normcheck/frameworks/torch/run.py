@@ -1,0 +1,109 @@
+"""Run an implementation on torch tensors: forward, backward through autograd, interface checks,
+outputs back as float64 NumPy. The one place these rules live, for one process and for every rank
+of a world alike.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ...core.errors import ImplError
+from .tensors import TORCH_DTYPES, TorchInputs, dtype_name, torch_inputs, with_threads
+
+Outputs = dict[str, "torch.Tensor | None"]
+
+
+def check_tensor(name: str, value, shape: tuple[int, ...], dtype: torch.dtype | None) -> torch.Tensor:
+    """`value` is a tensor of `shape` (and `dtype`, unless None), else ImplError."""
+    if not isinstance(value, torch.Tensor):
+        raise ImplError(f"{name} is {type(value).__name__}, expected a tensor")
+    if tuple(value.shape) != tuple(shape):
+        raise ImplError(f"{name} has shape {tuple(value.shape)}, expected {tuple(shape)}")
+    if dtype is not None and value.dtype != dtype:
+        raise ImplError(f"{name} has dtype {dtype_name(value.dtype)}, expected {dtype_name(dtype)}")
+    return value
+
+
+def grad_leaves(t: TorchInputs) -> dict[str, torch.Tensor]:
+    """x, γ and β made to require grad, keyed by the name of their gradient."""
+    named = {"dx": t.x, "dweight": t.weight, "dbias": t.bias}
+    return {k: v.requires_grad_() for k, v in named.items() if v is not None}
+
+
+def differentiate(op, fn, case, t: TorchInputs, group=None, world_size: int = 1) -> Outputs:
+    """y = fn(...) under the op's contract, then every gradient through autograd with dy.
+
+    A gradient may be None only on a rank that holds no rows (it then counts as zero); anywhere
+    else None means no gradient reaches that input.
+    """
+    leaves = grad_leaves(t)
+    y = check_tensor("y", op.call(fn, t, case, group, world_size), t.x.shape, t.x.dtype)
+    if not y.requires_grad:
+        raise ImplError("y does not require grad: the implementation detached its output")
+    # Every rank runs backward, empty ones included: they must still join the collectives.
+    grads = torch.autograd.grad(y, list(leaves.values()), grad_outputs=t.dy, allow_unused=True)
+    out: Outputs = {"y": y.detach()}
+    for name, grad in zip(leaves, grads):
+        if grad is None and t.x.numel():
+            raise ImplError(f"{name} is None: no gradient reaches that input")
+        out[name] = grad
+    if out["dx"] is None:
+        out["dx"] = torch.zeros_like(t.x)
+    if op.running_stats:  # updated in place by the implementation
+        out["running_mean"], out["running_var"] = t.running_mean, t.running_var
+    return out
+
+
+def to_numpy(op, case, outputs: Outputs, x_shape: tuple[int, ...]) -> dict[str, np.ndarray]:
+    """The outputs the op defines, checked against their expected shapes and dtypes, as float64.
+
+    Saved statistics may legitimately come back in another float dtype; nothing else may.
+    `running_mean[rank 2]` is checked like `running_mean`.
+    """
+    out = {}
+    for name, value in outputs.items():
+        base = name.split("[")[0]
+        if value is None or base not in op.outputs:
+            continue
+        dtype = None if base in op.saved_stats else TORCH_DTYPES[op.output_dtype(case, base)]
+        value = check_tensor(name, value, op.output_shape(case, base, x_shape), dtype)
+        out[name] = value.detach().to(torch.float64).cpu().contiguous().numpy()
+    return out
+
+
+def _guarded_run(t: TorchInputs, produce) -> Outputs:
+    before = t.snapshot()
+    outputs = produce()
+    if not isinstance(outputs, dict):
+        raise ImplError(f"runner returned {type(outputs).__name__}, expected a dict of outputs")
+    modified = t.modified_since(before)
+    if modified:
+        raise ImplError(f"modified its input {', '.join(modified)} in place")
+    return outputs
+
+
+def run(op, impl, case, inputs) -> tuple[dict[str, np.ndarray], str]:
+    """One process: impl.target under its convention ("contract": the op's --impl contract through
+    autograd; "direct": target(case, tensors) returns every output itself)."""
+    t = torch_inputs(inputs)
+    fn = impl.callable()
+    if impl.convention == "direct":
+        outputs = _guarded_run(t, lambda: with_threads(impl.threads, fn, case, t))
+    else:
+        outputs = _guarded_run(t, lambda: with_threads(impl.threads, differentiate, op, fn, case, t))
+    path = impl.path(case) if impl.path is not None else ""
+    return to_numpy(op, case, outputs, tuple(t.x.shape)), str(path or "")
+
+
+def run_rank(op, fn, case, inputs, rank: int, group, world_size: int,
+             device: torch.device | None = None) -> dict[str, np.ndarray]:
+    """One rank of a world: `fn` (the op's distributed contract) on this rank's rows of x and dy
+    and its own replicas of γ, β and the running statistics (on `device` when given)."""
+    t = torch_inputs(inputs, case.rank_rows(rank), device)
+    outputs = _guarded_run(t, lambda: differentiate(op, fn, case, t, group, world_size))
+    return to_numpy(op, case, outputs, tuple(t.x.shape))
+
+
+def grad_mask(t: TorchInputs) -> list[bool]:
+    """The output_mask of aten's native backward ops: dx, and dγ/dβ where the parameter exists."""
+    return [True, t.weight is not None, t.bias is not None]

@@ -1,0 +1,137 @@
+"""Torch tensors for a case: dtypes, memory formats, devices, and the inputs an implementation sees."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch._prims_common import is_non_overlapping_and_dense_or_false
+
+from ...core.errors import UsageError
+from ...numerics.dtypes import accumulation
+from ...numerics.formats import FORMATS
+
+TORCH_DTYPES = {"f64": torch.float64, "f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    for name, dt in TORCH_DTYPES.items():
+        if dt == dtype:
+            return name
+    return str(dtype).replace("torch.", "")
+
+
+def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The torch dtype a correct kernel accumulates `dtype` data in (numerics.dtypes.accumulation)."""
+    return TORCH_DTYPES[accumulation(dtype_name(dtype))]
+
+
+_MEMORY_FORMATS = {"contiguous": torch.contiguous_format, "channels_last": torch.channels_last,
+                   "channels_last_3d": torch.channels_last_3d}
+
+
+def lay_out(t: torch.Tensor, name: str) -> torch.Tensor:
+    """Return a tensor equal to contiguous `t` in the named layout (fresh storage, never aliases t)."""
+    if name in _MEMORY_FORMATS:
+        return t.clone(memory_format=_MEMORY_FORMATS[name])
+    if name == "strided":
+        # A genuine non-contiguous view: every other element of a buffer twice as wide in the last
+        # dimension, with the channel axis moved outermost so no stride matches a standard format.
+        wide = list(t.shape)
+        wide[-1] *= 2
+        perm = [1, 0] + list(range(2, t.dim()))
+        buffer = torch.zeros([wide[i] for i in perm], dtype=t.dtype).permute(*_inverse(perm))
+        view = buffer[..., ::2]
+        view.copy_(t)
+        return view
+    raise UsageError(f"unknown memory format {name!r}; choose one of {', '.join(FORMATS)}")
+
+
+def _inverse(perm: list[int]) -> list[int]:
+    inv = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inv[p] = i
+    return inv
+
+
+def describe_layout(t: torch.Tensor) -> str:
+    """Name the layout a tensor actually has (for messages)."""
+    if t.is_contiguous():
+        return "contiguous"
+    if t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last):
+        return "channels_last"
+    if t.dim() == 5 and t.is_contiguous(memory_format=torch.channels_last_3d):
+        return "channels_last_3d"
+    return f"strided (strides {tuple(t.stride())})"
+
+
+def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A copy of `t` on `device` with t's exact strides, even for a non-dense view (`.to` would
+    make that one contiguous, and the strided case would not be what it says)."""
+    if is_non_overlapping_and_dense_or_false(t):
+        return t.to(device)  # keeps the strides of dense tensors
+    storage = torch.empty(0, dtype=t.dtype).set_(t.untyped_storage())  # the whole buffer t views
+    return storage.to(device).as_strided(t.shape, t.stride(), t.storage_offset())
+
+
+def with_threads(threads: int | None, fn, *args):
+    """fn(*args) with torch's intra-op pool at `threads` for the call (None: as it is)."""
+    old = torch.get_num_threads()
+    if threads is None or threads == old:
+        return fn(*args)
+    torch.set_num_threads(threads)
+    try:
+        return fn(*args)
+    finally:
+        torch.set_num_threads(old)
+
+
+@dataclass
+class TorchInputs:
+    x: torch.Tensor
+    dy: torch.Tensor
+    weight: torch.Tensor | None
+    bias: torch.Tensor | None
+    running_mean: torch.Tensor
+    running_var: torch.Tensor
+
+    def _guarded(self) -> dict[str, torch.Tensor]:
+        """The tensors an implementation must not modify (dy is grad_output)."""
+        named = {"x": self.x, "dy": self.dy, "weight": self.weight, "bias": self.bias}
+        return {k: v for k, v in named.items() if v is not None}
+
+    def snapshot(self) -> dict[str, torch.Tensor]:
+        return {k: v.detach().clone() for k, v in self._guarded().items()}
+
+    def modified_since(self, snap: dict[str, torch.Tensor]) -> list[str]:
+        now = self._guarded()
+        return [k for k, before in snap.items() if not _same_bits(now[k].detach(), before)]
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a.isnan(), b.isnan())) and bool(
+        torch.equal(torch.nan_to_num(a), torch.nan_to_num(b))
+    )
+
+
+def torch_inputs(inputs, rows: slice | None = None, device: torch.device | None = None) -> TorchInputs:
+    """Fresh tensors (new storage on every call) in the case's dtypes and layouts from its NumPy
+    master inputs; `rows`: one rank's slice of x and dy; `device`: where they live (same layout)."""
+    case = inputs.case
+    dt, pdt = TORCH_DTYPES[case.dtype], TORCH_DTYPES[case.param_dtype]
+
+    def param(a):
+        return None if a is None else _move(torch.from_numpy(a.copy()).to(pdt), device)
+
+    def data(a, fmt):
+        t = lay_out(torch.from_numpy(a).to(dt), fmt)
+        return _move(t if rows is None else t[rows].detach(), device)
+
+    return TorchInputs(
+        x=data(inputs.x, case.x_format), dy=data(inputs.dy, case.dy_format),
+        weight=param(inputs.weight), bias=param(inputs.bias),
+        running_mean=param(inputs.running_mean), running_var=param(inputs.running_var),
+    )
+
+
+def _move(t: torch.Tensor, device: torch.device | None) -> torch.Tensor:
+    return t if device is None else to_device(t, device)

@@ -1,0 +1,20 @@
+"""The implementation catalogue (IMPLS) and the public `compare`."""
+from __future__ import annotations
+
+from typing import Callable
+
+from ..cases import Case
+from ..engine import Report, judge
+from ..engine.tolerance import CONSTANTS, Constants
+from ..ops import Impl
+from .catalogue import IMPLS, backend_of, bind, check_world, list_impls, register, resolve_impl, support_text, worlds_of
+
+
+def compare(op: str, impl: str | Impl | Callable | None, case: Case, constants: Constants = CONSTANTS) -> Report:
+    """Run `impl` (a registered name, module:attr, a function or an Impl) on `case` and compare
+    each output it produces with the float64 reference."""
+    return judge(case, resolve_impl(op, impl), constants)
+
+
+__all__ = ["IMPLS", "backend_of", "bind", "check_world", "compare", "list_impls", "register", "resolve_impl", "support_text",
+           "worlds_of"]

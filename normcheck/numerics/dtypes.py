@@ -1,0 +1,87 @@
+"""Dtype specs: the storage dtype of x/dy/y/dx, the dtype of γ/β/running stats, and rounding units.
+
+Dtypes are named ("f64", "f32", "f16", "bf16"); frameworks map the names to their own types.
+`quantise` rounds float64 values exactly as torch's `.to(dtype)` does (bf16 and f16 through float32,
+round to nearest even), so every framework sees the same quantised inputs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..core.errors import UsageError
+
+DTYPES = ("f64", "f32", "f16", "bf16")
+
+# Unit roundoff u = 2^-p (half an ulp at 1) of each storage dtype.
+UNIT_ROUNDOFF = {"f64": 2.0**-53, "f32": 2.0**-24, "f16": 2.0**-11, "bf16": 2.0**-8}
+
+# Smallest positive normal number: errors below this are subnormal noise, never a finding.
+TINY = {"f64": float(np.finfo(np.float64).tiny), "f32": float(np.finfo(np.float32).tiny),
+        "f16": float(np.finfo(np.float16).tiny), "bf16": float(np.finfo(np.float32).tiny)}  # bf16: f32's exponent
+
+# The spellings accepted on the command line: plain dtypes, and mixed ones where a
+# half-precision input comes with float32 weight, bias and running statistics.
+DTYPE_CHOICES = ("f64", "f32", "f16", "bf16", "mixed-f16", "mixed-bf16")
+
+
+@dataclass(frozen=True)
+class DtypeSpec:
+    """Input dtype plus parameter dtype (γ, β, running stats)."""
+
+    dtype: str
+    param_dtype: str
+
+    @property
+    def label(self) -> str:
+        return self.dtype if self.dtype == self.param_dtype else f"{self.dtype}/{self.param_dtype}"
+
+    @property
+    def is_mixed(self) -> bool:
+        return self.dtype != self.param_dtype
+
+    @property
+    def accumulation(self) -> str:
+        return accumulation(self.dtype)
+
+    @property
+    def moments(self) -> str:
+        """Saved mean/invstd: the accumulation precision, or the parameter dtype where that is coarser."""
+        return self.param_dtype if UNIT_ROUNDOFF[self.param_dtype] > UNIT_ROUNDOFF[self.accumulation] else self.accumulation
+
+
+def accumulation(dtype: str) -> str:
+    """The precision a correct kernel accumulates `dtype` data in: float64 for float64, float32 otherwise."""
+    return "f64" if dtype == "f64" else "f32"
+
+
+def parse_dtype(text: str) -> DtypeSpec:
+    """'bf16' -> bf16/bf16, 'mixed-bf16' -> bf16 input with f32 parameters."""
+    if text not in DTYPE_CHOICES:
+        raise UsageError(f"unknown dtype {text!r}; choose one of {', '.join(DTYPE_CHOICES)}")
+    if text.startswith("mixed-"):
+        return DtypeSpec(text[len("mixed-"):], "f32")
+    return DtypeSpec(text, text)
+
+
+def quantise(values: np.ndarray, dtype: str) -> np.ndarray:
+    """Round float64 values to `dtype` and return them as float64 (exactly representable).
+
+    Like torch, f16 and bf16 round through float32 (round to nearest even at each step).
+    """
+    a = np.asarray(values, dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        if dtype == "f64":
+            return a.copy()
+        f = a.astype(np.float32)
+        if dtype == "f32":
+            return f.astype(np.float64)
+        if dtype == "f16":
+            return f.astype(np.float16).astype(np.float64)
+        if dtype == "bf16":
+            bits = f.view(np.uint32).astype(np.uint64)
+            rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+            out = rounded.astype(np.uint32).view(np.float32)
+            return np.where(np.isnan(f), np.float32(np.nan), out).astype(np.float64)
+    raise UsageError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")

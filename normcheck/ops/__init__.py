@@ -1,0 +1,29 @@
+"""The op catalogue: one record per op (normcheck.ops.core.Op), one line each below.
+
+Adding an op: its reference module (normcheck/reference/), its record module here (with torch's
+implementations of it and their known issues), and its line in `_RECORDS`.
+"""
+from __future__ import annotations
+
+from ..core.errors import UsageError
+from . import batchnorm, groupnorm, syncbn, syncbn_silu
+from .core import ALL_CASES, GridSweep, Impl, KnownIssue, Op, SplitSweep
+
+RECORDED_WITH_TORCH = "2.13"  # the torch the known issues were recorded (and are reproduced) with
+
+_RECORDS = (
+    batchnorm.OP,
+    syncbn.OP,
+    syncbn_silu.OP,
+    groupnorm.OP,
+)
+OPS: dict[str, Op] = {op.name: op for op in _RECORDS}
+
+
+def get_op(name: str) -> Op:
+    if name not in OPS:
+        raise UsageError(f"unknown op {name!r}; choose one of {', '.join(OPS)}")
+    return OPS[name]
+
+
+__all__ = ["ALL_CASES", "GridSweep", "Impl", "KnownIssue", "OPS", "Op", "RECORDED_WITH_TORCH", "SplitSweep", "get_op"]

@@ -1,0 +1,97 @@
+"""BatchNorm in one process, training mode: per-channel statistics over (N, spatial)."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .. import reference
+from ..frameworks.torch import grad_mask
+from ..numerics.sets import SetView
+from .core import GridSweep, Impl, KnownIssue, Op
+
+SIGNATURE = ("fn(input, running_mean, running_var, weight, bias, training, momentum, eps) -> Tensor"
+             "  (torch.nn.functional.batch_norm)")
+OUTPUTS = ("y", "mean", "invstd", "running_mean", "running_var", "dx", "dweight", "dbias")
+REQUIRED = ("y", "dx", "dweight", "dbias", "running_mean", "running_var")
+
+# Sets of 8, 8192 and 65536 elements per channel, by input rank.
+SWEEP = GridSweep(shapes={
+    "small": {2: (8, 3), 3: (2, 3, 4), 4: (2, 3, 2, 2), 5: (2, 3, 2, 2, 1)},
+    "large": {2: (8192, 3), 3: (16, 3, 512), 4: (8, 3, 32, 32), 5: (4, 3, 8, 16, 16)},
+    "huge": {2: (65536, 3), 3: (64, 3, 1024), 4: (16, 3, 64, 64), 5: (16, 3, 4, 32, 32)},
+})
+
+
+def view(case) -> SetView:
+    return SetView.per_channel(case.shape)
+
+
+def call(fn, t, case, group=None, world_size=1):
+    return fn(t.x, t.running_mean, t.running_var, t.weight, t.bias, True, case.momentum, case.eps)
+
+
+def reference_outputs(i) -> dict[str, np.ndarray]:
+    """The whole batch on one device (SyncBN's reference too)."""
+    c = i.case
+    fwd = reference.batch_norm_forward(i.x, i.weight, i.bias, i.running_mean, i.running_var, c.momentum, c.eps)
+    bwd = reference.batch_norm_backward(i.dy, i.x, i.weight, c.eps, has_bias=i.bias is not None)
+    return drop_none(y=fwd.y, mean=fwd.mean, invstd=fwd.invstd, running_mean=fwd.running_mean,
+                     running_var=fwd.running_var, dx=bwd.dx, dweight=bwd.dweight, dbias=bwd.dbias)
+
+
+def drop_none(**arrays) -> dict[str, np.ndarray]:
+    return {k: v for k, v in arrays.items() if v is not None}
+
+
+def native_backward(case, t):
+    """aten.native_batch_norm, then aten.native_batch_norm_backward called directly (no autograd)."""
+    aten = torch.ops.aten
+    y, mean, invstd = aten.native_batch_norm(t.x, t.weight, t.bias, t.running_mean, t.running_var, True,
+                                             case.momentum, case.eps)
+    dx, dw, db = aten.native_batch_norm_backward(t.dy, t.x, t.weight, t.running_mean, t.running_var, mean, invstd,
+                                                 True, case.eps, grad_mask(t))
+    return {"y": y, "mean": mean, "invstd": invstd, "dx": dx, "dweight": dw, "dbias": db,
+            "running_mean": t.running_mean, "running_var": t.running_var}
+
+
+# ----------------------------------------------------------------------------- torch's known issues
+MIXED_SLOW_PATH = KnownIssue(
+    "torch-bn-mixed-slow-path",
+    "torch CPU batch_norm backward with f16/bf16 input and f32 parameters, when x is strided or x and dy "
+    "have different memory formats, rounds dweight/dbias (and intermediate dx terms) to the input dtype",
+    lambda c: c.dtypes.is_mixed and (c.x_format != c.dy_format or "strided" in (c.x_format, c.dy_format)),
+)
+
+F16_INTERMEDIATES = KnownIssue(
+    "torch-bn-f16-intermediates",
+    "torch CPU batch_norm backward in plain f16 (f16 parameters) keeps Σ dy·(x − mean) and other "
+    "intermediates in f16: inf/NaN when |dy|·|x − mean|·count exceeds 65504 although every true result is "
+    "representable; sums rounded in f16 on the channels-last, strided and mixed-layout paths (near-constant "
+    "channels, 65536-element sets: dx errors 10× the budget)",
+    lambda c: c.dtypes.dtype == "f16" and not c.dtypes.is_mixed,
+)
+
+CHANNELS_LAST_F32_CANCELLATION = KnownIssue(
+    "torch-bn-channels-last-f32-cancellation",
+    "torch CPU batch_norm backward in f32 on channels_last input loses all accuracy when |mean| ≫ std and "
+    "the set is large (dx 225 instead of 0.01 at 16x3x64x64 with |mean| ~ 5e3): Σ dy·(x − mean) is "
+    "formed by cancellation",
+    lambda c: c.dtypes.dtype == "f32" and c.x_format in ("channels_last", "channels_last_3d"),
+)
+
+TORCH_ISSUES = (MIXED_SLOW_PATH, F16_INTERMEDIATES, CHANNELS_LAST_F32_CANCELLATION)
+
+OP = Op(
+    name="batchnorm",
+    description="BatchNorm, one process, training mode: per-channel statistics over (N, spatial)",
+    signature=SIGNATURE, call=call, reference=reference_outputs, view=view, unit="channel",
+    outputs=OUTPUTS, required=REQUIRED, saved_stats=("mean", "invstd"), running_stats=True, sweep=SWEEP,
+    impls=(
+        Impl("torch", "batchnorm", "torch.nn.functional.batch_norm through autograd", F.batch_norm,
+             known_issues=TORCH_ISSUES),
+        Impl("torch-native-backward", "batchnorm",
+             "aten.native_batch_norm + aten.native_batch_norm_backward called directly", native_backward,
+             convention="direct", known_issues=TORCH_ISSUES),
+    ),
+)

@@ -1,0 +1,149 @@
+"""The record types (in the spirit of PyTorch's OpInfo): Op, Impl and KnownIssue.
+
+An `Op` holds everything generic code needs about one op; an `Impl` is one implementation of an
+op (torch's, our kernels, a recipe, a user's function), whoever registers it; a `KnownIssue` is a
+recorded failure of code that is not ours to fix. Records are frozen data: `__post_init__`
+validates them, generic code reads them, nothing outside a record branches on an op's name.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from ..core.errors import UsageError
+from ..core.loading import load_callable, spec_of
+from ..numerics.sets import SetView
+
+ALL_CASES = "all dtypes (f64, f32, f16, bf16, mixed), all memory formats, 2-D to 5-D"
+CONVENTIONS = ("contract", "direct")
+
+
+@dataclass(frozen=True)
+class KnownIssue:
+    """A failure of someone else's code (torch's) that normcheck found: the cases it covers."""
+    key: str
+    summary: str
+    applies: Callable[[Any], bool]
+
+
+def supports_everything(case) -> str | None:
+    return None
+
+
+@dataclass(frozen=True)
+class Impl:
+    """One implementation under test.
+
+    `target` is the code: a function, or a `module:attr` spec loaded where it runs (how it reaches
+    a gloo worker). Its `convention` says how it is called: "contract" — the op's public `--impl`
+    contract, gradients from the framework's autodiff; "direct" — `target(case, tensors)` returns
+    every output itself (the native backward ops called directly, the NumPy baseline). It runs in
+    `world` unless told otherwise (None: its op's default world); `worlds` lists the worlds it can
+    run in (empty: any). `runner` is set when the catalogue binds the record to a world.
+    """
+    name: str
+    op: str
+    description: str
+    target: Callable | str
+    convention: str = "contract"
+    framework: str = "torch"
+    world: str | None = None
+    worlds: tuple[str, ...] = ()
+    supports: Callable[[Any], "str | None"] = supports_everything  # None, or why a case is skipped
+    capabilities: str = ALL_CASES
+    known_issues: tuple[KnownIssue, ...] = ()
+    threads: int | None = None          # the framework's intra-op threads while it runs
+    path: Callable[[Any], str] | None = None  # the code path it took on the case it just ran
+    runner: Callable | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self):
+        if self.convention not in CONVENTIONS:
+            raise UsageError(f"Impl {self.name}: convention {self.convention!r} is not one of {', '.join(CONVENTIONS)}")
+        if not (callable(self.target) or isinstance(self.target, str)):
+            raise UsageError(f"Impl {self.name}: target must be a function or a module:attr spec")
+
+    def callable(self) -> Callable:
+        return load_callable(self.target) if isinstance(self.target, str) else self.target
+
+    @property
+    def spec(self) -> str:
+        """The `module:attr` the target is importable under (ranks in other processes load it)."""
+        return self.target if isinstance(self.target, str) else spec_of(self.target)
+
+    def unsupported(self, case) -> str | None:
+        """Why this implementation, in its world, skips `case` (None: it takes it)."""
+        if self.worlds and self.world not in self.worlds:
+            return f"{self.name} runs in the {' or '.join(self.worlds)} world, not {self.world}"
+        return self.supports(case)
+
+    def known_issue(self, case) -> KnownIssue | None:
+        return next((k for k in self.known_issues if k.applies(case)), None)
+
+
+@dataclass(frozen=True)
+class GridSweep:
+    """Every dtype × value profile × reduction size once, layouts rotated (normcheck.cases.sweep).
+
+    `shapes`: reduction size ("small", "large", "huge") -> input rank -> shape;
+    `fields(size, rank)`: the op's own case fields for that shape (GroupNorm: its groups)."""
+    shapes: dict[str, dict[int, tuple[int, ...]]]
+    fields: Callable[[str, int], dict] = lambda size, rank: {}
+
+
+@dataclass(frozen=True)
+class SplitSweep:
+    """Every world split × dtype, layouts and profiles rotated (normcheck.cases.sweep)."""
+
+
+@dataclass(frozen=True)
+class Op:
+    name: str
+    description: str
+    signature: str                      # the public contract for `--impl module:attr`
+    call: Callable                      # call(fn, tensors, case, group, world_size) -> y, under `signature`
+    reference: Callable[[Any], dict[str, np.ndarray]]  # CaseInputs -> float64 outputs
+    view: Callable[[Any], SetView]      # case -> its normalisation sets and affine axes
+    unit: str                           # what reports break ratios down by: "channel" or "group"
+    outputs: tuple[str, ...]            # every output the reference defines
+    required: tuple[str, ...]           # outputs every implementation must produce (dweight/dbias if affine)
+    sweep: GridSweep | SplitSweep
+    saved_stats: tuple[str, ...] = ()   # outputs that may come back in any float dtype
+    running_stats: bool = False         # a training step updates running_mean/running_var
+    distributed: bool = False           # cases split the batch over the ranks of a world
+    world: str = "in-process"           # where user implementations of this op run by default
+    case_fields: dict[str, Any] = field(default_factory=dict)  # the op's own case fields -> CLI default
+    set_dim: int = 0                    # a dim every normalisation set spans (strategies grow it)
+    validate: Callable[[Any], None] = lambda case: None  # op-specific checks of a case (UsageError)
+    epilogue: Any = None                # an element-wise function applied after the norm (reference.Epilogue)
+    impls: tuple[Impl, ...] = ()        # torch's own implementations, with their known issues
+    default_impl: str = "torch"
+
+    def __post_init__(self):
+        names = {i.name for i in self.impls}
+        if len(names) != len(self.impls) or any(i.op != self.name for i in self.impls):
+            raise ValueError(f"op {self.name}: implementations must be unique and of this op")
+        if not set(self.required) <= set(self.outputs) or not set(self.saved_stats) <= set(self.outputs):
+            raise ValueError(f"op {self.name}: required and saved outputs must be outputs")
+
+    def output_dtype(self, case, name: str) -> str:
+        """The storage dtype an output is expected in."""
+        if name in ("y", "dx"):
+            return case.dtype
+        if name in self.saved_stats:
+            return case.dtypes.moments
+        return case.param_dtype
+
+    def output_shape(self, case, name: str, x_shape: tuple[int, ...]) -> tuple[int, ...]:
+        """y and dx are shaped like x (one rank's rows of it in a world); statistics have one value
+        per set; everything else one per channel."""
+        if name in ("y", "dx"):
+            return tuple(x_shape)
+        if name in self.saved_stats:
+            return self.view(case).stats_shape
+        return (case.channels,)
+
+    def units(self, case) -> int:
+        """How many channels or groups a tensor's ratios break down into."""
+        return self.view(case).blocks

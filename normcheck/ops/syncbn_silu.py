@@ -1,0 +1,28 @@
+"""SyncBatchNorm followed by SiLU, fused: the output is SiLU(BN(x)); y names that output."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import reference
+from . import batchnorm, syncbn
+from .core import Op, SplitSweep
+
+
+def reference_outputs(i) -> dict[str, np.ndarray]:
+    c = i.case
+    z, fwd = reference.silu_bn_forward(i.x, i.weight, i.bias, i.running_mean, i.running_var, c.momentum, c.eps)
+    bwd = reference.silu_bn_backward(i.dy, i.x, i.weight, i.bias, c.eps)
+    return batchnorm.drop_none(y=z, running_mean=fwd.running_mean, running_var=fwd.running_var,
+                               dx=bwd.dx, dweight=bwd.dweight, dbias=bwd.dbias)
+
+
+OP = Op(
+    name="syncbn_silu",
+    description="SyncBatchNorm followed by SiLU, fused (the output is SiLU(BN(x)); y names that output)",
+    signature="fn(input, weight, bias, running_mean, running_var, eps, momentum, process_group, world_size)"
+    " -> SiLU(SyncBN(input))",
+    call=syncbn.call, reference=reference_outputs, view=batchnorm.view, unit="channel",
+    outputs=("y", "running_mean", "running_var", "dx", "dweight", "dbias"), required=syncbn.REQUIRED,
+    running_stats=True, distributed=True, world="gloo", sweep=SplitSweep(), epilogue=reference.SILU,
+    default_impl="fused-silu",  # torch ships no fused BN + SiLU
+)

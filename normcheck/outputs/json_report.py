@@ -1,0 +1,93 @@
+"""The `--json` report: one versioned document per run (documented in docs/json-schema.md).
+
+Within a schema_version keys are only ever added, never renamed, removed or retyped. Non-finite
+numbers are written as the strings "inf", "-inf" and "nan" so the output is strict JSON.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import fields
+from importlib.metadata import PackageNotFoundError, version
+
+import torch
+
+from ..cases import Case
+from ..cases.tokens import encode_case
+from ..engine import VERDICTS, Report, TensorReport
+from .replay import report_replay
+
+SCHEMA = "normcheck-report"
+SCHEMA_VERSION = 1
+
+
+def run_document(op: str, impl: str, backend: str | None, reports: list[Report], seconds: float,
+                 exit_status: int) -> dict:
+    counts = {v.lower(): sum(r.verdict == v for r in reports) for v in VERDICTS}
+    return {
+        "schema": SCHEMA,
+        "schema_version": SCHEMA_VERSION,
+        "normcheck_version": _normcheck_version(),
+        "torch_version": torch.__version__,
+        "op": op,
+        "impl": impl,
+        "backend": backend,
+        "seconds": round(seconds, 3),
+        "exit_status": exit_status,
+        "summary": {"total": len(reports), **counts},
+        "cases": [case_document(r, backend) for r in reports],
+    }
+
+
+def case_document(r: Report, backend: str | None = None) -> dict:
+    worst = r.worst
+    return {
+        "label": r.case.label,
+        "token": encode_case(r.case),
+        "replay": report_replay(r, backend),
+        "case": _case_fields(r.case),
+        "verdict": r.verdict,
+        "message": r.message,
+        "summary": r.summary(),
+        "seconds": round(r.seconds, 4),
+        "path": r.path,
+        "worst_tensor": worst.name if worst else None,
+        "max_ratio": _number(worst.max_ratio) if worst else None,
+        "unit": r.unit,
+        "tensors": [_tensor(t) for t in r.tensors],
+    }
+
+
+def _case_fields(case: Case) -> dict:
+    out = {f.name: getattr(case, f.name) for f in fields(Case)}
+    out["shape"] = list(case.shape)
+    out["split"] = None if case.split is None else list(case.split)
+    return {k: _number(v) if isinstance(v, float) else v for k, v in out.items()}
+
+
+def _tensor(t: TensorReport) -> dict:
+    return {
+        "name": t.name,
+        "verdict": t.verdict,
+        "max_ratio": _number(t.max_ratio),
+        "max_abs_error": _number(t.max_abs_error),
+        "worst_index": list(t.worst_index),
+        "got": _number(t.got),
+        "expected": _number(t.expected),
+        "nonfinite_mismatches": t.nonfinite_mismatches,
+        "rank": t.rank,
+        "unit_ratios": [_number(v) for v in t.unit_ratios],
+    }
+
+
+def _number(x: float) -> float | str:
+    x = float(x)
+    if math.isfinite(x):
+        return x
+    return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+
+
+def _normcheck_version() -> str:
+    try:
+        return version("normcheck")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        return "unknown"

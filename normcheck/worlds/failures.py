@@ -1,0 +1,85 @@
+"""The failure vocabulary every world shares: what a rank's failure was, and one line naming the
+ranks that caused it (not the peers that merely stopped waiting for them).
+
+A failure is (kind, text, collective): kind "impl" (an interface fault, ImplError), "raised" (an
+exception), "died" (the process ended) or "timed out"; `collective` names the collective the rank
+was in when it failed, which makes it most likely a consequence of a peer.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import traceback
+
+from ..core.errors import ImplError
+from ..core.text import exception_text, rank_list
+
+Failure = tuple[str, str, "str | None"]
+
+
+def _torch_dirs() -> tuple[str, str]:
+    import torch
+
+    root = os.path.dirname(torch.__file__) + os.sep
+    return root, os.path.join(root, "distributed") + os.sep
+
+
+def collective_of(frames) -> str | None:
+    """The torch.distributed function a stack (outermost first) is inside, if any."""
+    _, dist_dir = _torch_dirs()
+    for f in frames:
+        if f.filename.startswith(dist_dir) and not f.filename.endswith("c10d_logger.py"):
+            return f.name
+    return None
+
+
+def failure_of(e: BaseException) -> Failure:
+    """(kind, text, collective) for an exception raised on a rank; `collective` names the
+    torch.distributed call it came out of (then it is most likely a consequence of a peer)."""
+    if isinstance(e, ImplError):
+        return "impl", str(e), None
+    collective = collective_of(traceback.extract_tb(e.__traceback__))
+    if collective is None:
+        try:
+            import torch.distributed as dist
+
+            if isinstance(e, getattr(dist, "DistError", ())):
+                collective = "a collective"
+        except ImportError:  # pragma: no cover
+            pass
+    return "raised", exception_text(e), collective
+
+
+def describe_failures(failures: dict[int, Failure]) -> str:
+    """One line naming the ranks that caused a failure (ranks that failed inside a collective are
+    only named when nobody else failed) and their causes; identical causes are grouped."""
+    primary = {r: f for r, f in failures.items() if f[2] is None} or failures
+    by_text: dict[str, list[int]] = {}
+    for r in sorted(primary):
+        _, text, collective = primary[r]
+        if collective is not None and collective != "a collective":
+            text = f"{text} (in {collective})"
+        by_text.setdefault(text, []).append(r)
+    return "; ".join(f"{rank_list(ranks)}: {text}" for text, ranks in by_text.items())
+
+
+def exit_text(code: int | None) -> str:
+    if code is None:
+        return "died (closed its connection)"
+    if code < 0:
+        try:
+            return f"died (exit code {code}, {signal.Signals(-code).name})"
+        except ValueError:
+            pass
+    return f"died (exit code {code})"
+
+
+def timed_out(ranks, timeout: float, where: str = "") -> str:
+    """'ranks 1, 2: timed out after 5 s at file.py:12 in fn'."""
+    return f"{rank_list(ranks)}: timed out after {timeout:g} s" + (f" at {where}" if where else "")
+
+
+def never_joined(absent, waiting, what: str, timeout: float) -> str:
+    """Every failing rank gave up in a collective: the others finished without joining it."""
+    return (f"{rank_list(absent)}: never joined a collective that {rank_list(waiting)} waited in "
+            f"({what}; timed out after {timeout:g} s)")

@@ -1,0 +1,16 @@
+"""BatchNorm mutants: the textbook implementation with one bug each.
+
+They have F.batch_norm's signature, so each also works as
+`normcheck compare --op batchnorm --impl tests.mutants.batchnorm:naive_variance`.
+"""
+from __future__ import annotations
+
+from .textbook import batch_norm, named
+
+BUGS = ("unbiased_normalise", "naive_variance", "low_precision_accumulation", "drop_xhat_term",
+        "biased_running_var", "ignore_strides", "bf16_moments", "eps_outside_sqrt", "momentum_swapped",
+        "modifies_input", "per_sample_variance", "dweight_missing_invstd")
+MUTANTS = {bug: named(batch_norm, bug) for bug in BUGS}
+textbook = batch_norm()
+CORRECT = {"textbook": textbook}
+globals().update(MUTANTS)

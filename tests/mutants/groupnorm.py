@@ -1,0 +1,16 @@
+"""GroupNorm mutants: the textbook implementation with one bug each.
+
+They have F.group_norm's signature, so each also works as
+`normcheck compare --op groupnorm --impl tests.mutants.groupnorm:interleaved_groups`.
+"""
+from __future__ import annotations
+
+from .textbook import group_norm, named
+
+BUGS = ("unbiased_normalise", "naive_variance", "low_precision_accumulation", "drop_xhat_term",
+        "ignore_strides", "gamma_outside_group_sums", "bf16_moments", "eps_outside_sqrt",
+        "interleaved_groups", "modifies_input", "dweight_missing_invstd")
+MUTANTS = {bug: named(group_norm, bug) for bug in BUGS}
+textbook = group_norm()
+CORRECT = {"textbook": textbook}
+globals().update(MUTANTS)

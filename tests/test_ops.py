@@ -1,0 +1,102 @@
+"""Templates over the op catalogue (OPS): every op's reference is right, its default sweep catches
+every mutant in its catalogue (tests/mutants/) and passes every correct implementation there.
+
+A new op record gets these tests for free; it must bring its mutant module.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+
+from normcheck import OPS, compare, resolve_impl
+from normcheck.cases.strategies import cases
+from normcheck.cases.sweep import default_sweep
+from normcheck.engine import FAIL
+from tests.mutants import CATALOGUE
+
+SWEEPS = {}
+
+
+def sweep(op: str):
+    if op not in SWEEPS:
+        SWEEPS[op] = default_sweep(op)
+    return SWEEPS[op]
+
+
+def bound(op: str, fn):
+    """Distributed mutants run in the lockstep world (threads: the sweep takes a second)."""
+    return resolve_impl(op, fn, "lockstep" if OPS[op].distributed else None)
+
+
+def test_every_op_has_a_mutant_catalogue():
+    assert set(CATALOGUE) == set(OPS)
+    assert all(CATALOGUE[op].MUTANTS for op in OPS)
+
+
+# ----------------------------------------------------------------------------- the reference
+
+def _loss(op, inputs) -> float:
+    return float(np.sum(op.reference(inputs)["y"] * inputs.dy))
+
+
+@pytest.mark.parametrize("op", list(OPS))
+def test_reference_gradients_are_the_derivatives_of_its_forward(op):
+    """⟨dx, v⟩ equals the central difference of ⟨y(x + h·v), dy⟩, and likewise for γ and β."""
+    record = OPS[op]
+
+    @settings(max_examples=15, deadline=None)
+    @given(cases(op, dtypes=["f64"], profiles=["normal", "heavy_tailed"], max_numel=600))
+    def check(case):
+        inputs = case.with_(eps=1e-3).make_inputs()
+        grads = record.reference(inputs)
+        rng = np.random.default_rng(case.seed % 1000)
+        for name, grad in (("x", "dx"), ("weight", "dweight"), ("bias", "dbias")):
+            value = getattr(inputs, name)
+            if value is None:
+                continue
+            v = rng.standard_normal(value.shape)
+            h = 1e-5 * max(1.0, float(np.abs(value).max()))
+            up = _loss(record, replace(inputs, **{name: value + h * v}))
+            down = _loss(record, replace(inputs, **{name: value - h * v}))
+            fd = (up - down) / (2 * h)
+            exact = float(np.sum(grads[grad] * v))
+            scale = float(np.abs(grads[grad] * v).sum()) + 1e-12
+            assert abs(fd - exact) <= 1e-6 * scale, f"{case.label}: d{name}: {exact} vs finite difference {fd}"
+
+    check()
+
+
+def test_the_derivative_check_can_fail():
+    """A reference whose dx dropped the x̂·mean(dy·x̂) term is far outside the check's tolerance."""
+    record = OPS["batchnorm"]
+    inputs = default_sweep("batchnorm")[0].with_(eps=1e-3).make_inputs()
+    xhat = (inputs.x - inputs.x.mean(0)) / np.sqrt(inputs.x.var(0) + 1e-3)
+    wrong_dx = record.reference(inputs)["dx"] + xhat * (inputs.dy * xhat).mean(0) * inputs.weight / np.sqrt(
+        inputs.x.var(0) + 1e-3)
+    v = np.random.default_rng(0).standard_normal(inputs.x.shape)
+    h = 1e-5
+    fd = (_loss(record, replace(inputs, x=inputs.x + h * v)) - _loss(record, replace(inputs, x=inputs.x - h * v))) / (2 * h)
+    assert abs(fd - float(np.sum(wrong_dx * v))) > 1e-3 * float(np.abs(wrong_dx * v).sum())
+
+
+# ----------------------------------------------------------------------------- the mutant catalogue
+
+MUTANTS = [(op, bug) for op in OPS for bug in CATALOGUE[op].MUTANTS]
+CORRECT = [(op, name) for op in OPS for name in CATALOGUE[op].CORRECT]
+
+
+@pytest.mark.parametrize("op, bug", MUTANTS, ids=[f"{op}-{bug}" for op, bug in MUTANTS])
+def test_default_sweep_catches_mutant(op, bug):
+    impl = bound(op, CATALOGUE[op].MUTANTS[bug])
+    caught = next((r for r in (compare(op, impl, case) for case in sweep(op)) if r.verdict == FAIL), None)
+    assert caught is not None, f"{op} mutant {bug} passed the whole default sweep"
+
+
+@pytest.mark.parametrize("op, name", CORRECT, ids=[f"{op}-{name}" for op, name in CORRECT])
+def test_default_sweep_passes_correct_implementations(op, name):
+    impl = bound(op, CATALOGUE[op].CORRECT[name])
+    failures = [f"{r.case.label}: {r.summary()}" for r in (compare(op, impl, c) for c in sweep(op)) if r.verdict == FAIL]
+    assert not failures, failures[:5]
