@@ -1,7 +1,7 @@
 """Hypothesis strategies for Cases: small composable pieces (in the style of array-api-tests).
 
 `cases(op)` draws every field of a Case; narrower strategies are made by fixing arguments, e.g.
-`cases("groupnorm", dtypes=["bf16"], profiles=["offset"])`. tests/test_strategies.py checks the
+`cases("groupnorm", dtypes=["bf16"], profiles=["offset"])`. tests/meta/test_strategies.py checks the
 strategies themselves: every draw is a valid Case and the axes are all reachable.
 """
 from __future__ import annotations

@@ -1,10 +1,12 @@
 """The mutant catalogue: plausible wrong implementations of every op, one module per op.
 
-Each module has MUTANTS (bug name -> function with the op's --impl contract) and CORRECT (correct
-implementations written in another style than torch's). The default sweep must fail every mutant
-and pass every correct one (tests/test_ops.py): that is what proves the tolerance model and the
-sweep see these bug classes. A new op adds its module here.
+`tests/mutants/<op>.py` has MUTANTS (bug name -> function with the op's --impl contract) and CORRECT
+(correct implementations written in another style than torch's). The default sweep must fail every
+mutant and pass every correct one (tests/test_ops.py): that is what proves the tolerance model and
+the sweep see these bug classes. CATALOGUE finds the module of every op in normcheck's OPS.
 """
-from . import batchnorm, groupnorm, syncbn, syncbn_silu
+import importlib
 
-CATALOGUE = {"batchnorm": batchnorm, "groupnorm": groupnorm, "syncbn": syncbn, "syncbn_silu": syncbn_silu}
+from normcheck import OPS
+
+CATALOGUE = {op: importlib.import_module(f"{__name__}.{op}") for op in OPS}
