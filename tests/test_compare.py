@@ -1,5 +1,6 @@
 """The compare engine: every misbehaviour of an implementation becomes a failing row that says what
 happened; correct ones pass; known upstream issues are attributed, not hidden."""
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -114,3 +115,13 @@ def test_an_implementation_can_report_the_path_it_took():
     report = compare("groupnorm", impl, GN)
     assert report.verdict == PASS and report.path == "pixels/2d"
     assert report.summary().startswith("[pixels/2d] ") and report.to_dict()["path"] == "pixels/2d"
+
+
+def test_the_engine_judges_only_bound_implementations():
+    from normcheck import Impl, UsageError
+    from normcheck.engine import judge
+
+    record = Impl("unbound", "groupnorm", "not bound to a world yet", F.group_norm)
+    with pytest.raises(UsageError, match="not bound to a world"):
+        judge(GN, record)
+    assert judge(GN, resolve_impl("groupnorm", record)).verdict == PASS

@@ -9,7 +9,7 @@ import time
 from dataclasses import replace
 
 from ..cases import Case
-from ..core.errors import ImplError
+from ..core.errors import ImplError, UsageError
 from ..core.text import exception_text
 from ..ops import Impl
 from .baseline import baseline_outputs
@@ -22,6 +22,8 @@ def judge(case: Case, impl: Impl, constants: Constants = CONSTANTS) -> Report:
 
     `constants` are the tolerance model's (tolerance.Constants); only calibration changes them.
     """
+    if impl.runner is None:
+        raise UsageError(f"implementation {impl.name} is not bound to a world: pass it through normcheck.resolve_impl")
     op = case.record
     start = time.perf_counter()
     path = ""

@@ -20,7 +20,6 @@ combination, not on the CPU) raises ValueError naming what it got, before any wo
 """
 from __future__ import annotations
 
-from math import prod
 
 import torch
 
