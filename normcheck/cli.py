@@ -6,6 +6,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from textwrap import indent
 
 from .cases import Case
 from .cases.sweep import default_sweep
@@ -13,7 +14,7 @@ from .cases.tokens import decode_case
 from .core.errors import ImplError, UsageError
 from .core.loading import int_list
 from .doctor import run_doctor
-from .engine import FAIL, KNOWN, judge
+from .engine import FAIL, KNOWN, judge, nothing_tested
 from .impls import backend_of, check_world, list_impls, resolve_impl, support_text
 from .numerics.dtypes import DTYPE_CHOICES, parse_dtype
 from .numerics.formats import FORMATS
@@ -24,8 +25,9 @@ from .outputs.junit import write_junit
 from .outputs.plot import require_matplotlib, write_plot
 from .outputs.progress import Progress, wants_progress
 from .outputs.replay import report_replay
-from .outputs.table import row, summary_line
+from .outputs.table import row, summary_line, wants_colour
 from .worlds import BACKENDS, DEFAULT_TIMEOUT, close_env_world, env_world
+from .worlds.core import positive_seconds
 
 
 
@@ -61,9 +63,11 @@ def build_parser() -> argparse.ArgumentParser:
                      "gloo for torch's function and user code)")
     cmp.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="syncbn: seconds per case (default 60)")
     cmp.add_argument("--cases", type=_positive, help="seeds per case (default 1)")
-    cmp.add_argument("--seed", type=int, help="first seed (default 0)")
+    cmp.add_argument("--seed", type=_non_negative, help="first seed (default 0)")
     cmp.add_argument("--case", metavar="TOKEN", help="run exactly the case of a replay line's token")
     cmp.add_argument("--strict", action="store_true", help="known upstream issues fail the run too")
+    cmp.add_argument("--traceback", action="store_true",
+                     help="after a row whose implementation raised, print the whole stack")
     cmp.add_argument("--json", action="store_true",
                      help="print a JSON report instead of the table (schema: docs/json-schema.md)")
     cmp.add_argument("--junit-xml", metavar="PATH", help="also write a JUnit XML report, one testcase per case")
@@ -83,6 +87,16 @@ def _int_list(text: str) -> tuple[int, ...]:
         return int_list(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
 
 
 def _positive(text: str) -> int:
@@ -158,11 +172,14 @@ def run_compare(args, out) -> int:
     if args.backend is not None and not get_op(args.op).distributed:
         raise UsageError(f"--backend applies to syncbn only, not {args.op}")
     # Report problems found before the run, not after it.
+    positive_seconds(args.timeout, "--timeout")
     if args.plot:
         require_matplotlib()
+        if Path(args.plot).suffix.lower() != ".png":
+            raise UsageError(f"--plot {args.plot}: the picture is a PNG file; give a path ending in .png")
     for option, path in (("--junit-xml", args.junit_xml), ("--plot", args.plot)):
-        if path is not None and not Path(path).resolve().parent.is_dir():
-            raise UsageError(f"{option} {path}: directory {Path(path).resolve().parent} does not exist")
+        if path is not None:
+            _check_writable(option, Path(path))
     impl = resolve_impl(args.op, args.impl, args.backend, args.timeout)
     cases = build_cases(args)
     backend = backend_of(impl)
@@ -173,28 +190,53 @@ def run_compare(args, out) -> int:
             return _serve_as_peer(args, impl, cases)
     start = time.perf_counter()
     reports = []
+    timeout = args.timeout
+    colour, seeds = wants_colour(out), (args.cases or 1) > 1
     with Progress(len(cases), f"{args.op} / {impl.name}", wants_progress(quiet=args.json)) as progress:
         for case in cases:
             report = judge(case, impl)
             reports.append(report)
             progress.advance()
             if not args.json:
-                progress.print(row(report), out)
+                progress.print(row(report, colour, seeds), out)
                 if report.verdict == FAIL:
-                    progress.print(f"    replay: {report_replay(report, backend)}", out)
+                    if args.traceback and report.traceback:
+                        progress.print(indent(report.traceback.rstrip(), "    | "), out)
+                    progress.print(f"    replay: {report_replay(report, backend, timeout)}", out)
     elapsed = time.perf_counter() - start
     failed = any(r.verdict == FAIL or (args.strict and r.verdict == KNOWN) for r in reports)
-    status = 1 if failed else 0
+    untested = nothing_tested(reports)
+    status = 2 if untested else 1 if failed else 0
     if args.json:
-        json.dump(run_document(args.op, impl.name, backend, reports, elapsed, status), out, indent=1, allow_nan=False)
+        json.dump(run_document(args.op, impl.name, backend, reports, elapsed, status, timeout), out, indent=1,
+                  allow_nan=False)
         print(file=out)
     else:
         print(summary_line(args.op, impl.name, reports, elapsed), file=out)
     if args.junit_xml:
-        write_junit(args.junit_xml, args.op, impl.name, backend, reports, elapsed, args.strict)
+        write_junit(args.junit_xml, args.op, impl.name, backend, reports, elapsed, args.strict, timeout)
     if args.plot:
         write_plot(args.plot, f"{args.op} / {impl.name}", reports)
+    if untested:
+        print(f"normcheck: error: {untested}", file=sys.stderr)
     return status
+
+
+def _check_writable(option: str, path: Path) -> None:
+    """A report path names a file this process can write (no traceback after the run)."""
+    parent = path.resolve().parent
+    if path.is_dir():
+        raise UsageError(f"{option} {path}: is a directory; give the path of a file")
+    if not parent.is_dir():
+        raise UsageError(f"{option} {path}: directory {parent} does not exist")
+    existed = path.exists()
+    try:
+        with open(path, "a"):
+            pass
+    except OSError as e:
+        raise UsageError(f"{option} {path}: cannot be written ({e.strerror})") from None
+    if not existed:
+        path.unlink()
 
 
 def _serve_as_peer(args, impl, cases) -> int:

@@ -115,12 +115,12 @@ def _options(config) -> Options:
     return Options(op, impl, backend_of(impl), profile, timeout)
 
 
-def failure_message(report, backend: str | None, impl_spec: str | None = None) -> str:
+def failure_message(report, backend: str | None, impl_spec: str | None = None, timeout: float | None = None) -> str:
     """What every failing normcheck test says: the case, what went wrong, and how to replay it."""
     from normcheck.outputs.replay import replay_command
 
     return (f"{report.verdict} {report.case.label}: {report.summary()}\n"
-            f"replay: {replay_command(report.op, impl_spec or report.impl, report.case, backend)}")
+            f"replay: {replay_command(report.op, impl_spec or report.impl, report.case, backend, timeout)}")
 
 
 @pytest.fixture(scope="session")
@@ -167,7 +167,7 @@ def normcheck_compare():
         if report.verdict == FAIL:
             # A function is replayed by the name it is importable under.
             spec = spec_of(impl) if callable(impl) else None
-            pytest.fail(failure_message(report, backend_of(resolved), spec), pytrace=False)
+            pytest.fail(failure_message(report, backend_of(resolved), spec, timeout), pytrace=False)
         return report
 
     return check

@@ -93,7 +93,7 @@ def test_a_users_syncbn_passes_in_gloo_workers_started_from_the_users_directory(
     (tmp_path / "mysync.py").write_text("from normcheck.kernels.syncbn.recipes.torch19 import sync_batch_norm\n")
     proc = pytest_in(tmp_path, "-q", "--normcheck-op", "syncbn", "--normcheck-impl", "mysync:sync_batch_norm")
     assert proc.returncode == 0, proc.stdout[-3000:]
-    assert f"{len(default_sweep('syncbn')) + 1} passed" in proc.stdout
+    assert f"{len(default_sweep('syncbn')) + 2} passed" in proc.stdout
 
 
 def test_a_generated_syncbn_failure_is_shrunk_and_replayable(tmp_path):
@@ -116,8 +116,8 @@ def test_a_generated_syncbn_failure_is_shrunk_and_replayable(tmp_path):
 def test_every_op_collects_its_sweep_and_the_property(pytester, op):
     result = pytester.runpytest_inprocess("--collect-only", "-q", "--normcheck-op", op)
     tests = [line for line in result.outlines if "::" in line]
-    assert result.ret == 0 and len(tests) == len(default_sweep(op)) + 1
-    assert tests[-1].endswith("::test_generated_cases")
+    assert result.ret == 0 and len(tests) == len(default_sweep(op)) + 2
+    assert tests[-2].endswith("::test_generated_cases") and tests[-1].endswith("::test_something_was_tested")
 
 
 def test_without_normcheck_op_the_plugin_adds_nothing(pytester):
@@ -142,3 +142,11 @@ def test_bad_options_are_one_line_usage_errors(pytester, args, message):
     errors = [line for line in result.errlines if line.strip()]
     assert result.ret == pytest.ExitCode.USAGE_ERROR and len(errors) == 1
     assert errors[0].startswith("ERROR: ") and message in errors[0]
+
+
+def test_a_gate_that_tested_nothing_fails(tmp_path):
+    # torch's SyncBatchNorm Function runs in gloo or env worlds only: in the lockstep world every case skips
+    proc = pytest_in(tmp_path, "--normcheck-op", "syncbn", "--normcheck-impl", "torch", "--normcheck-backend",
+                     "lockstep", "-k", "sweep or tested")
+    assert proc.returncode == 1
+    assert "nothing was tested: all 30 cases of the default sweep were skipped by torch" in proc.stdout

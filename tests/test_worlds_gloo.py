@@ -178,8 +178,9 @@ def _fails_then_recovers(w: GlooWorld, impl: str, pattern: str, timeout: float |
 
 
 @pytest.mark.parametrize("impl, pattern", [
-    ("raises_on_rank2", r"rank 2: raised ValueError: rank 2 refuses on purpose"),
-    ("raises_everywhere", r"ranks 0, 1, 2: raised NotImplementedError: no kernel for torch.float64"),
+    ("raises_on_rank2", r"rank 2: raised ValueError: rank 2 refuses on purpose \(at _gloo_impls.py:\d+ in raises_on_rank2\)"),
+    ("raises_everywhere", r"ranks 0, 1, 2: raised NotImplementedError: no kernel for torch.float64 "
+                          r"\(at _gloo_impls.py:\d+ in raises_everywhere\)"),
     ("dies_on_rank1", r"rank 1: died \(exit code 3\)"),
     ("wrong_shape_on_rank0", r"rank 0: y has shape \(3, 3, 4, 4\), expected \(3, 4, 4, 4\)"),
 ], ids=["raises", "raises-everywhere", "dies", "wrong-shape"])
@@ -307,7 +308,8 @@ def test_env_world_under_torchrun(tmp_path):
     for name, err in results[0]["errors"].items():
         assert err <= TOLERANCE, f"{name}: relative error {err:.3g} under torchrun"
     for r in (0, 1):  # every rank learns the same outcome, naming the rank that raised
-        assert results[r]["failure"] == "rank 1: raised ValueError: rank 1 refuses on purpose"
+        assert re.fullmatch(r"rank 1: raised ValueError: rank 1 refuses on purpose \(at _gloo_impls.py:\d+ in raises_on_rank1\)",
+                            results[r]["failure"]), results[r]["failure"]
 
 
 # ----------------------------------------------------------------------------- last: nothing left

@@ -71,6 +71,8 @@ class Case:
             raise UsageError(f"unknown profile {self.profile!r}; choose one of {', '.join(PROFILES)}")
         if not self.eps >= 0:
             raise UsageError(f"eps must be >= 0, got {self.eps}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise UsageError(f"seed must be an integer >= 0, got {self.seed!r}")
         if self.groups is not None and "groups" not in op.case_fields:
             takers = [o.name for o in OPS.values() if "groups" in o.case_fields]
             raise UsageError(f"--groups applies to {' and '.join(takers)} only, not {self.op}")

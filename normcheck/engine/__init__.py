@@ -2,6 +2,8 @@
 
 NumPy only (tests/meta checks that no module here imports a framework)."""
 from .compare import judge
-from .report import FAIL, KNOWN, MISTRUSTED, PASS, SKIP, VERDICTS, Report, TensorReport, tally
+from .report import (FAIL, KNOWN, MISTRUSTED, PASS, SKIP, VERDICTS, Report, TensorReport, nothing_tested, tally,
+                     tested_count)
 
-__all__ = ["FAIL", "KNOWN", "MISTRUSTED", "PASS", "SKIP", "VERDICTS", "Report", "TensorReport", "judge", "tally"]
+__all__ = ["FAIL", "KNOWN", "MISTRUSTED", "PASS", "SKIP", "VERDICTS", "Report", "TensorReport", "judge", "nothing_tested", "tally",
+           "tested_count"]

@@ -10,7 +10,9 @@ from dataclasses import replace
 
 from ..cases import Case
 from ..core.errors import ImplError, UsageError
-from ..core.text import exception_text
+import traceback
+
+from ..core.text import exception_text, raised_at
 from ..ops import Impl
 from .baseline import baseline_outputs
 from .report import FAIL, KNOWN, MISTRUSTED, PASS, SKIP, Report, tensor_report, worst_failure
@@ -26,14 +28,15 @@ def judge(case: Case, impl: Impl, constants: Constants = CONSTANTS) -> Report:
         raise UsageError(f"implementation {impl.name} is not bound to a world: pass it through normcheck.resolve_impl")
     op = case.record
     start = time.perf_counter()
-    path = ""
+    path, ops, stack = "", frozenset(), ""
 
     def report(verdict: str, tensors=(), message: str = "") -> Report:
-        known = impl.known_issue(case) if verdict == FAIL else None
-        if known is not None:  # still reported with its numbers, attributed to the recorded cause
-            verdict = KNOWN
-            message = f"known issue {known.key}: " + (message or worst_failure(tensors))
-        return Report(op.name, impl.name, case, verdict, list(tensors), message, time.perf_counter() - start, path)
+        if verdict == FAIL:
+            own = impl.applicable_issues(case, ops, op.known_issues)
+            others = [k for k in op.known_issues if k not in own and k.applies(case)]
+            verdict, message = attribute(own, others, tensors, message)
+        return Report(op.name, impl.name, case, verdict, list(tensors), message, time.perf_counter() - start, path,
+                      stack)
 
     reason = impl.unsupported(case)
     if reason:
@@ -41,7 +44,7 @@ def judge(case: Case, impl: Impl, constants: Constants = CONSTANTS) -> Report:
 
     inputs = case.make_inputs()
     try:
-        outputs, path = impl.runner(case, inputs)
+        outputs, path, ops = impl.runner(case, inputs)
         for name in op.required:
             if name in ("dweight", "dbias") and not case.affine:
                 continue
@@ -49,8 +52,11 @@ def judge(case: Case, impl: Impl, constants: Constants = CONSTANTS) -> Report:
                 raise ImplError(f"produced no {name}")
     except ImplError as e:
         return report(FAIL, message=str(e))
+    except UsageError:
+        raise  # bad input is never a finding (nor a known issue)
     except Exception as e:  # the implementation raised: that is a finding, not a crash of ours
-        return report(FAIL, message=exception_text(e))
+        stack = "".join(traceback.format_exception(e))
+        return report(FAIL, message=exception_text(e) + raised_at(e))
 
     ref = op.reference(inputs)
     bounds = element_bounds(case, inputs, constants)
@@ -69,6 +75,34 @@ def judge(case: Case, impl: Impl, constants: Constants = CONSTANTS) -> Report:
     verdicts = {t.verdict for t in tensors}
     verdict = FAIL if FAIL in verdicts else MISTRUSTED if MISTRUSTED in verdicts else PASS
     return report(verdict, tensors)
+
+
+def attribute(own, others, tensors, message: str) -> tuple[str, str]:
+    """(verdict, message) of a failure. `own`: the known issues of the code that ran (the record's, and
+    those of torch kernels it called); `others`: its op's other known issues; only those applying to
+    the case. KNOWN when `own` explain it (every failing tensor, or the message it failed with);
+    otherwise FAIL, saying which known issue it looks like or was near."""
+    failure = message or worst_failure(tensors)
+    keys, unexplained = _explained(own, tensors, message)
+    if own and not unexplained:
+        return KNOWN, f"known issue {', '.join(keys)}: {failure}"
+    like, rest = _explained(others, tensors, message)
+    if others and not rest:
+        return FAIL, (f"{failure} (the signature of known issue {', '.join(like)} of torch's implementation: "
+                      "if this code calls it, that is the cause)")
+    if own:
+        return FAIL, f"{failure} (near known issue {own[0].key}, which does not explain {', '.join(unexplained)})"
+    return FAIL, failure
+
+
+def _explained(issues, tensors, message: str) -> tuple[list[str], list[str]]:
+    """(keys of the issues that explain part of the failure, what none of them explains)."""
+    failing = [t for t in tensors if t.verdict == FAIL]
+    if failing and not message:
+        by = {t.name: [k.key for k in issues if k.signature.explains_tensor(t)] for t in failing}
+        return list(dict.fromkeys(k for ks in by.values() for k in ks)), [n for n, ks in by.items() if not ks]
+    keys = [k.key for k in issues if k.signature.explains_message(message)]
+    return keys, [] if keys else ["its message"]
 
 
 def _rank_of_row(split: tuple[int, ...], row: int) -> int:

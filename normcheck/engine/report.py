@@ -14,6 +14,20 @@ _VERDICT_WORDS = {PASS: "passed", FAIL: "failed", KNOWN: "known upstream issues"
                   MISTRUSTED: "mistrusted"}
 
 
+def nothing_tested(reports) -> str:
+    """Why a run tested nothing (every case skipped, or no case at all), or '' when it tested something."""
+    if not reports:
+        return "nothing was tested: the run has no case"
+    if all(r.verdict == SKIP for r in reports):
+        return (f"nothing was tested: all {len(reports)} cases were skipped "
+                f"(the first: {reports[0].message.removeprefix('not supported: ')})")
+    return ""
+
+
+def tested_count(reports) -> int:
+    return sum(r.verdict != SKIP for r in reports)
+
+
 def tally(reports) -> str:
     """'96 passed, 0 failed, 11 known upstream issues, 1 mistrusted': passed and failed always shown."""
     counts = {v: sum(r.verdict == v for r in reports) for v in VERDICTS}
@@ -52,6 +66,7 @@ class Report:
     message: str = ""          # why a case failed or was skipped when that is not one tensor's fault
     seconds: float = 0.0
     path: str = ""             # which code path the implementation reports it took (if it does)
+    traceback: str = ""        # the whole stack, when the implementation raised in this process
 
     @property
     def passed(self) -> bool:

@@ -95,7 +95,7 @@ def user_impl(op: str, target: str | Callable) -> Impl:
 
 
 def bind(impl: Impl, backend: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> Impl:
-    """The record with its world chosen and its runner set: runner(case, inputs) -> (outputs, path)."""
+    """The record with its world chosen and its runner set: runner(case, inputs) -> (outputs, path, ops)."""
     op = get_op(impl.op)
     world = get_world(backend or impl.world or op.world)
     if world.distributed != op.distributed:

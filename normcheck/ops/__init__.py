@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ..core.errors import UsageError
 from . import batchnorm, groupnorm, syncbn, syncbn_silu
-from .core import ALL_CASES, GridSweep, Impl, KnownIssue, Op, SplitSweep
+from .core import ALL_CASES, GridSweep, Impl, KnownIssue, Op, Signature, SplitSweep
 
 RECORDED_WITH_TORCH = "2.13"  # the torch the known issues were recorded (and are reproduced) with
 
@@ -26,4 +26,5 @@ def get_op(name: str) -> Op:
     return OPS[name]
 
 
-__all__ = ["ALL_CASES", "GridSweep", "Impl", "KnownIssue", "OPS", "Op", "RECORDED_WITH_TORCH", "SplitSweep", "get_op"]
+__all__ = ["ALL_CASES", "GridSweep", "Impl", "KnownIssue", "OPS", "Op", "RECORDED_WITH_TORCH", "Signature", "SplitSweep",
+           "get_op"]

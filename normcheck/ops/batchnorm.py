@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from .. import reference
 from ..frameworks.torch import grad_mask
 from ..numerics.sets import SetView
-from .core import GridSweep, Impl, KnownIssue, Op
+from .core import GridSweep, Impl, KnownIssue, Op, Signature
 
 SIGNATURE = ("fn(input, running_mean, running_var, weight, bias, training, momentum, eps) -> Tensor"
              "  (torch.nn.functional.batch_norm)")
@@ -61,6 +61,8 @@ MIXED_SLOW_PATH = KnownIssue(
     "torch CPU batch_norm backward with f16/bf16 input and f32 parameters, when x is strided or x and dy "
     "have different memory formats, rounds dweight/dbias (and intermediate dx terms) to the input dtype",
     lambda c: c.dtypes.is_mixed and (c.x_format != c.dy_format or "strided" in (c.x_format, c.dy_format)),
+    Signature(("dx", "dweight", "dbias"), max_ratio=1e5),  # bf16 rounding: at most u_bf16/u_f32 = 2^16
+    code=("aten.native_batch_norm_backward",),
 )
 
 F16_INTERMEDIATES = KnownIssue(
@@ -70,14 +72,19 @@ F16_INTERMEDIATES = KnownIssue(
     "representable; sums rounded in f16 on the channels-last, strided and mixed-layout paths (near-constant "
     "channels, 65536-element sets: dx errors 10× the budget)",
     lambda c: c.dtypes.dtype == "f16" and not c.dtypes.is_mixed,
+    Signature(("dx", "dweight", "dbias"), max_ratio=100, nonfinite=True),
+    code=("aten.native_batch_norm_backward",),
 )
 
 CHANNELS_LAST_F32_CANCELLATION = KnownIssue(
     "torch-bn-channels-last-f32-cancellation",
     "torch CPU batch_norm backward in f32 on channels_last input loses all accuracy when |mean| ≫ std and "
     "the set is large (dx 225 instead of 0.01 at 16x3x64x64 with |mean| ~ 5e3): Σ dy·(x − mean) is "
-    "formed by cancellation",
+    "formed by cancellation; the forward's statistics lose accuracy the same way (y, running stats and "
+    "dweight a few times over budget)",
     lambda c: c.dtypes.dtype == "f32" and c.x_format in ("channels_last", "channels_last_3d"),
+    Signature(("y", "mean", "invstd", "running_mean", "running_var", "dx", "dweight")),  # not dbias = Σ dy
+    code=("aten.native_batch_norm", "aten.native_batch_norm_backward"),
 )
 
 TORCH_ISSUES = (MIXED_SLOW_PATH, F16_INTERMEDIATES, CHANNELS_LAST_F32_CANCELLATION)

@@ -7,7 +7,9 @@ validates them, generic code reads them, nothing outside a record branches on an
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+from math import inf
 from typing import Any, Callable
 
 import numpy as np
@@ -21,11 +23,34 @@ CONVENTIONS = ("contract", "direct")
 
 
 @dataclass(frozen=True)
+class Signature:
+    """What a failure a known issue explains looks like: which tensors go wrong and how (finite errors
+    up to `max_ratio` budget ratios, NaN/Inf where the reference is finite if `nonfinite`), or, for a
+    case that fails before any tensor is compared, the `message` (a regex) it fails with."""
+    tensors: tuple[str, ...] = ()
+    max_ratio: float = inf
+    nonfinite: bool = False
+    message: str | None = None
+
+    def explains_tensor(self, t) -> bool:
+        if t.name.split("[")[0] not in self.tensors:
+            return False
+        return self.nonfinite if t.nonfinite_mismatches else t.max_ratio <= self.max_ratio
+
+    def explains_message(self, message: str) -> bool:
+        return self.message is not None and re.search(self.message, message) is not None
+
+
+@dataclass(frozen=True)
 class KnownIssue:
-    """A failure of someone else's code (torch's) that normcheck found: the cases it covers."""
+    """A failure of someone else's code (torch's) that normcheck found: the cases it covers, the
+    signature of the failure it explains, and the aten ops whose kernels have it (`code`: the issue
+    follows those kernels into any implementation that calls them)."""
     key: str
     summary: str
     applies: Callable[[Any], bool]
+    signature: Signature
+    code: tuple[str, ...] = ()
 
 
 def supports_everything(case) -> str | None:
@@ -78,8 +103,11 @@ class Impl:
             return f"{self.name} runs in the {' or '.join(self.worlds)} world, not {self.world}"
         return self.supports(case)
 
-    def known_issue(self, case) -> KnownIssue | None:
-        return next((k for k in self.known_issues if k.applies(case)), None)
+    def applicable_issues(self, case, ops_called=frozenset(), of_op: tuple[KnownIssue, ...] = ()) -> list[KnownIssue]:
+        """The known issues that may explain a failure on `case`: the record's own, and those of its op
+        whose kernels (`code`) the run called."""
+        issues = list(self.known_issues) + [k for k in of_op if k not in self.known_issues and set(k.code) & ops_called]
+        return [k for k in issues if k.applies(case)]
 
 
 @dataclass(frozen=True)
@@ -143,6 +171,11 @@ class Op:
         if name in self.saved_stats:
             return self.view(case).stats_shape
         return (case.channels,)
+
+    @property
+    def known_issues(self) -> tuple[KnownIssue, ...]:
+        """Every known issue of torch's implementations of this op."""
+        return tuple(dict.fromkeys(k for i in self.impls for k in i.known_issues))
 
     def units(self, case) -> int:
         """How many channels or groups a tensor's ratios break down into."""

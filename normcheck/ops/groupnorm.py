@@ -12,7 +12,7 @@ from ..core.errors import UsageError
 from ..frameworks.torch import grad_mask
 from ..numerics.sets import SetView
 from .batchnorm import drop_none
-from .core import GridSweep, Impl, KnownIssue, Op
+from .core import GridSweep, Impl, KnownIssue, Op, Signature
 
 SIGNATURE = "fn(input, num_groups, weight, bias, eps) -> Tensor  (torch.nn.functional.group_norm)"
 OUTPUTS = ("y", "mean", "rstd", "dx", "dweight", "dbias")
@@ -79,6 +79,8 @@ CHANNELS_LAST_VARIANCE = KnownIssue(
     "cancellation when |mean| ≫ std (f32 dx off by 1e7×, f64 off by ~1e-8 relative); small sets hit it "
     "by chance in any profile",
     lambda c: c.x_format in ("channels_last", "channels_last_3d"),
+    Signature(("y", "mean", "rstd", "dx", "dweight")),  # not dbias = Σ dy, which no variance enters
+    code=("aten.native_group_norm",),
 )
 
 MIXED_MOMENTS = KnownIssue(
@@ -86,6 +88,8 @@ MIXED_MOMENTS = KnownIssue(
     "torch CPU group_norm with f16/bf16 input and f32 parameters rounds mean and rstd to the input dtype "
     "(returned as f32): the 'low-precision moments' bug, large dx errors when |mean| ≫ std",
     lambda c: c.dtypes.is_mixed,
+    Signature(("y", "mean", "rstd", "dx", "dweight")),
+    code=("aten.native_group_norm",),
 )
 
 F16_OVERFLOW = KnownIssue(
@@ -94,6 +98,8 @@ F16_OVERFLOW = KnownIssue(
     "for large |x|·|dy|·count although the true dweight is representable",
     # profiles with values of large magnitude (|x − mean|·|dy| ≫ 1): where f16 intermediates overflow
     lambda c: c.dtypes.dtype == "f16" and not c.dtypes.is_mixed and c.profile in ("offset", "heavy_tailed"),
+    Signature(("dweight", "dbias"), max_ratio=100, nonfinite=True),
+    code=("aten.native_group_norm_backward",),
 )
 
 NATIVE_DY_LAYOUT = KnownIssue(
@@ -101,6 +107,8 @@ NATIVE_DY_LAYOUT = KnownIssue(
     "aten.native_group_norm_backward reads dy with x's memory format: a dy in another layout gives silently "
     "wrong gradients (autograd hides this by converting dy first; direct callers are exposed)",
     lambda c: c.dy_format != c.x_format,
+    # Only direct callers: autograd converts dy first, so the kernel alone is no fingerprint (no `code`).
+    Signature(("dx", "dweight", "dbias"), nonfinite=True),
 )
 
 TORCH_ISSUES = (CHANNELS_LAST_VARIANCE, MIXED_MOMENTS, F16_OVERFLOW)

@@ -6,7 +6,7 @@ slice of the whole dx, dweight/dbias as the sum over ranks of each rank's local 
 from __future__ import annotations
 
 from . import batchnorm
-from .core import Impl, KnownIssue, Op, SplitSweep
+from .core import Impl, KnownIssue, Op, Signature, SplitSweep
 
 SIGNATURE = ("fn(input, weight, bias, running_mean, running_var, eps, momentum, process_group, world_size)"
              " -> Tensor  (torch.nn.modules._functions.SyncBatchNorm.apply)")
@@ -23,6 +23,8 @@ EMPTY_RANK_HALF = KnownIssue(
     "the others send float32 statistics, so the all_gather sizes differ: gloo aborts the process (SIGABRT, "
     "'Received data size doesn't match expected size'); on NCCL the gather is corrupt or hangs",
     lambda c: c.dtype in ("f16", "bf16") and c.split is not None and 0 in c.split,
+    Signature(message=r"died \(exit code -6, SIGABRT\).*(Received data size doesn't match expected size"
+                      r"|op\.preamble\.length <= op\.nbytes)"),
 )
 
 OP = Op(

@@ -21,7 +21,7 @@ SCHEMA_VERSION = 1
 
 
 def run_document(op: str, impl: str, backend: str | None, reports: list[Report], seconds: float,
-                 exit_status: int) -> dict:
+                 exit_status: int, timeout: float | None = None) -> dict:
     counts = {v.lower(): sum(r.verdict == v for r in reports) for v in VERDICTS}
     return {
         "schema": SCHEMA,
@@ -34,16 +34,16 @@ def run_document(op: str, impl: str, backend: str | None, reports: list[Report],
         "seconds": round(seconds, 3),
         "exit_status": exit_status,
         "summary": {"total": len(reports), **counts},
-        "cases": [case_document(r, backend) for r in reports],
+        "cases": [case_document(r, backend, timeout) for r in reports],
     }
 
 
-def case_document(r: Report, backend: str | None = None) -> dict:
+def case_document(r: Report, backend: str | None = None, timeout: float | None = None) -> dict:
     worst = r.worst
     return {
         "label": r.case.label,
         "token": encode_case(r.case),
-        "replay": report_replay(r, backend),
+        "replay": report_replay(r, backend, timeout),
         "case": _case_fields(r.case),
         "verdict": r.verdict,
         "message": r.message,

@@ -13,7 +13,7 @@ from .replay import report_replay
 
 
 def write_junit(path: str, op: str, impl: str, backend: str | None, reports: list[Report], seconds: float,
-                strict: bool = False) -> None:
+                strict: bool = False, timeout: float | None = None) -> None:
     suite_name = f"normcheck.{op}.{impl}"
     failing = {FAIL, KNOWN} if strict else {FAIL}
     skipping = {SKIP} if strict else {SKIP, KNOWN}
@@ -27,7 +27,7 @@ def write_junit(path: str, op: str, impl: str, backend: str | None, reports: lis
         # The seed is in the name: with --cases K the same label occurs K times.
         case = ET.SubElement(suite, "testcase", classname=suite_name, name=f"{r.case.label} seed={r.case.seed}",
                              time=f"{r.seconds:.4f}")
-        replay = report_replay(r, backend)
+        replay = report_replay(r, backend, timeout)
         if r.verdict in failing:
             failure = ET.SubElement(case, "failure", type=r.verdict, message=f"{r.summary()}  replay: {replay}")
             failure.text = f"{r.summary()}\nreplay: {replay}\n"

@@ -5,15 +5,19 @@ import shlex
 
 from ..cases.tokens import encode_case
 from ..engine import Report
+from ..worlds import DEFAULT_TIMEOUT
 
 
-def replay_command(op: str, impl: str, case, backend: str | None = None) -> str:
-    """The command line that re-runs exactly this case with this implementation (and world)."""
+def replay_command(op: str, impl: str, case, backend: str | None = None, timeout: float | None = None) -> str:
+    """The command line that re-runs exactly this case with this implementation, in the same world
+    with the same per-case timeout (when it is not the default)."""
     parts = ["normcheck compare", f"--op {op}", f"--impl {shlex.quote(impl)}", f"--case {encode_case(case)}"]
     if backend is not None:
         parts.append(f"--backend {backend}")
+    if timeout is not None and timeout != DEFAULT_TIMEOUT:
+        parts.append(f"--timeout {timeout:g}")
     return " ".join(parts)
 
 
-def report_replay(r: Report, backend: str | None = None) -> str:
-    return replay_command(r.op, r.impl, r.case, backend)
+def report_replay(r: Report, backend: str | None = None, timeout: float | None = None) -> str:
+    return replay_command(r.op, r.impl, r.case, backend, timeout)

@@ -2,7 +2,8 @@
 
 * every case of the default sweep (normcheck.sweep: every dtype, value profile, reduction size
   and layout; for SyncBN uneven and empty-rank splits) is a test of its own;
-* a hypothesis property: no generated case (normcheck.strategies) fails. Budget: --normcheck-profile.
+* a hypothesis property: no generated case (normcheck.cases.strategies) fails. Budget: --normcheck-profile;
+* a run whose whole sweep was skipped fails (a gate that tested nothing is not green).
 
 A failure names the tensor, index and budget ratio and ends with the replay line; a case the
 implementation declares it cannot take is skipped with its reason; a recorded upstream issue of
@@ -28,15 +29,21 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("sweep_case", sweep, ids=[f"{c.label} seed={c.seed}" for c in sweep])
 
 
+# How many sweep cases ran, and how many of them were tested rather than skipped.
+SWEEP = {"ran": 0, "tested": 0}
+
+
 def check(options, case):
     report = judge(case, options.impl)
     if report.verdict == FAIL:
-        pytest.fail(failure_message(report, options.backend), pytrace=False)
+        pytest.fail(failure_message(report, options.backend, timeout=options.timeout), pytrace=False)
     return report
 
 
 def test_default_sweep(normcheck_options, sweep_case):
     report = check(normcheck_options, sweep_case)
+    SWEEP["ran"] += 1
+    SWEEP["tested"] += report.verdict != SKIP
     if report.verdict == SKIP:
         pytest.skip(report.summary())
     if report.verdict == KNOWN:
@@ -52,3 +59,12 @@ def test_generated_cases(normcheck_options):
         check(o, case)
 
     property_()
+
+
+def test_something_was_tested(normcheck_options):
+    """A gate that tested nothing is not green: every case of the sweep skipped is a failure."""
+    if not SWEEP["ran"]:
+        pytest.skip("the default sweep did not run (deselected)")
+    if not SWEEP["tested"]:
+        pytest.fail(f"nothing was tested: all {SWEEP['ran']} cases of the default sweep were skipped by "
+                    f"{normcheck_options.impl.name}", pytrace=False)

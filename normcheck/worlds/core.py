@@ -18,7 +18,7 @@ RankOutputs = dict[str, "np.ndarray | None"]  # one rank's float64 outputs (fram
 
 @dataclass(frozen=True)
 class World:
-    """`run(impl, case, inputs, timeout) -> (outputs, path)` runs one case of `impl` here.
+    """`run(impl, case, inputs, timeout) -> (outputs, path, ops)` runs one case of `impl` here.
 
     distributed: it runs the ranks of a split case (False: the single-process ops' world);
     ranks: how ranks run ("process": this one; "threads"; "processes" it starts; "launcher": the
@@ -77,6 +77,6 @@ def distributed(run_ranks: Callable) -> Callable:
     """A World.run from `run_ranks(impl, case, inputs, timeout) -> per-rank outputs`."""
 
     def run(impl, case, inputs, timeout: float):
-        return assemble(case, run_ranks(impl, case, inputs, timeout)), ""
+        return assemble(case, run_ranks(impl, case, inputs, timeout)), "", frozenset()
 
     return run

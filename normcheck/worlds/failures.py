@@ -12,7 +12,7 @@ import signal
 import traceback
 
 from ..core.errors import ImplError
-from ..core.text import exception_text, rank_list
+from ..core.text import exception_text, raised_at, rank_list
 
 Failure = tuple[str, str, "str | None"]
 
@@ -47,7 +47,7 @@ def failure_of(e: BaseException) -> Failure:
                 collective = "a collective"
         except ImportError:  # pragma: no cover
             pass
-    return "raised", exception_text(e), collective
+    return "raised", exception_text(e) + raised_at(e), collective
 
 
 def describe_failures(failures: dict[int, Failure]) -> str:

@@ -54,7 +54,7 @@ from pathlib import Path
 from ..cases import Case
 from ..core.errors import ImplError, UsageError
 from ..core.loading import load_callable
-from ..core.text import exception_text, rank_list
+from ..core.text import clip, exception_text, rank_list
 from ..frameworks.torch import run_rank
 from ..kernels.syncbn import cpu_primitives
 from .core import DEFAULT_TIMEOUT, RankOutputs, positive_seconds
@@ -93,7 +93,7 @@ def _last_line(path: str) -> str:
             lines = [line.strip() for line in f.read()[-4000:].splitlines() if line.strip()]
     except OSError:
         return ""
-    return lines[-1][:200] if lines else ""
+    return clip(lines[-1], 200) if lines else ""
 
 
 # ----------------------------------------------------------------------------- worker side

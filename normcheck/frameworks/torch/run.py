@@ -4,8 +4,11 @@ of a world alike.
 """
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from ...core.errors import ImplError
 from .tensors import TORCH_DTYPES, TorchInputs, dtype_name, torch_inputs, with_threads
@@ -71,6 +74,19 @@ def to_numpy(op, case, outputs: Outputs, x_shape: tuple[int, ...]) -> dict[str, 
     return out
 
 
+class OpRecorder(TorchDispatchMode):
+    """Records the aten ops a run dispatches ("aten.native_group_norm", ...): known issues of torch's
+    kernels follow those kernels into any implementation that calls them."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops: set[str] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.add(str(func.overloadpacket))
+        return func(*args, **(kwargs or {}))
+
+
 def _guarded_run(t: TorchInputs, produce) -> Outputs:
     before = t.snapshot()
     outputs = produce()
@@ -82,17 +98,17 @@ def _guarded_run(t: TorchInputs, produce) -> Outputs:
     return outputs
 
 
-def run(op, impl, case, inputs) -> tuple[dict[str, np.ndarray], str]:
+def run(op, impl, case, inputs) -> tuple[dict[str, np.ndarray], str, frozenset[str]]:
     """One process: impl.target under its convention ("contract": the op's --impl contract through
-    autograd; "direct": target(case, tensors) returns every output itself)."""
+    autograd; "direct": target(case, tensors) returns every output itself). Returns the outputs, the
+    path the implementation reports, and the aten ops it ran."""
     t = torch_inputs(inputs)
     fn = impl.callable()
-    if impl.convention == "direct":
-        outputs = _guarded_run(t, lambda: with_threads(impl.threads, fn, case, t))
-    else:
-        outputs = _guarded_run(t, lambda: with_threads(impl.threads, differentiate, op, fn, case, t))
+    call = (fn, case, t) if impl.convention == "direct" else (differentiate, op, fn, case, t)
+    with OpRecorder() as recorder:
+        outputs = _guarded_run(t, partial(with_threads, impl.threads, *call))
     path = impl.path(case) if impl.path is not None else ""
-    return to_numpy(op, case, outputs, tuple(t.x.shape)), str(path or "")
+    return to_numpy(op, case, outputs, tuple(t.x.shape)), str(path or ""), frozenset(recorder.ops)
 
 
 def run_rank(op, fn, case, inputs, rank: int, group, world_size: int,
