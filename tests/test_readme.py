@@ -1,0 +1,75 @@
+"""README stays true: every `$ command` block in README.md is run, and every line it shows (except the
+`...` that elide rows) must be a line the command prints. A change that alters a sample fails here
+until README is updated (`python tests/test_readme.py` prints the real output of each command)."""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+BLOCK = re.compile(r"^( *)```\n(\1\$ .*?)^\1```", re.S | re.M)  # also inside list items (indented)
+TIMES = [(re.compile(r"\bin \d+(\.\d+)? ?s\b"), "in <time>"), (re.compile(r'"seconds": [0-9.]+'), '"seconds": <time>')]
+
+
+def samples() -> list[tuple[str, list[str]]]:
+    """(command, the lines README shows for it) for every `$ command` in a README code block."""
+    out = []
+    for indent, block in BLOCK.findall(README.read_text()):
+        block = "\n".join(line[len(indent):] for line in block.split("\n"))
+        for chunk in re.split(r"(?m)^(?=\$ )", block):
+            if chunk.strip():
+                command, *lines = chunk.rstrip("\n").split("\n")
+                out.append((command[2:], lines))
+    return out
+
+
+def normalise(line: str) -> str:
+    for pattern, text in TIMES:
+        line = pattern.sub(text, line)
+    return line.rstrip()
+
+
+def run(command: str, workdir: Path) -> str:
+    argv = shlex.split(command)
+    env = dict(os.environ, CI="1", NO_COLOR="1", PYTHONPATH=str(ROOT))
+    if argv[0] == "normcheck":
+        argv, cwd = [sys.executable, "-m", "normcheck", *argv[1:]], ROOT
+    elif argv[0] == "pytest":  # the plugin in a user's project: the SyncBN mutant as mypkg/sync.py:sync_bn
+        (workdir / "mypkg").mkdir(exist_ok=True)
+        (workdir / "mypkg" / "__init__.py").write_text("")
+        (workdir / "mypkg" / "sync.py").write_text((ROOT / "tests" / "mutants" / "syncbn.py").read_text()
+                                                  + "\nsync_bn = mean_dy_over_world_size\n")
+        argv, cwd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *argv[1:]], workdir
+    else:
+        raise AssertionError(f"README runs {argv[0]!r}: teach tests/test_readme.py how")
+    proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    return proc.stdout + proc.stderr
+
+
+SAMPLES = samples()
+
+
+def test_readme_has_samples_to_check():
+    assert len(SAMPLES) >= 8
+
+
+@pytest.mark.parametrize("command, lines", SAMPLES, ids=[c[:60] for c, _ in SAMPLES])
+def test_readme_sample_is_what_the_command_prints(command, lines, tmp_path):
+    printed = {normalise(line) for line in run(command, tmp_path).splitlines()}
+    stale = [line for line in lines if not line.lstrip().startswith("...") and normalise(line) not in printed]
+    assert not stale, f"README shows lines `{command}` does not print:\n" + "\n".join(stale)
+
+
+if __name__ == "__main__":  # print what each README command prints now
+    import tempfile
+
+    for command, _ in SAMPLES:
+        with tempfile.TemporaryDirectory() as tmp:
+            print(f"$ {command}\n{run(command, Path(tmp))}")
