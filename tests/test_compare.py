@@ -127,3 +127,16 @@ def test_the_engine_judges_only_bound_implementations():
     with pytest.raises(UsageError, match="not bound to a world"):
         judge(GN, record)
     assert judge(GN, resolve_impl("groupnorm", record)).verdict == PASS
+
+
+def test_a_pass_on_a_loose_budget_says_it_proves_little():
+    # f32, |mean| >> std, x channels-last and dy contiguous: a correct f32 kernel's own error in dx and dγ
+    # is larger than a dropped backward term, so the mutant passes here, and the row says the pass is weak
+    from tests.mutants.batchnorm import drop_xhat_term
+
+    case = Case("batchnorm", (8, 3, 32, 32), "f32", x_format="channels_last", dy_format="contiguous", profile="offset")
+    report = compare("batchnorm", drop_xhat_term, case)
+    assert report.verdict == PASS and report.tensor("dx").slack > 100 and report.tensor("y").slack < 1
+    assert "a pass proves little for dweight" in report.summary() and "dx (×" in report.summary()
+    tight = compare("batchnorm", "torch", BN)
+    assert all(t.slack < 1 for t in tight.tensors) and "proves little" not in tight.summary()

@@ -16,7 +16,7 @@ from ..core.text import exception_text, raised_at
 from ..ops import Impl
 from .baseline import baseline_outputs
 from .report import FAIL, KNOWN, MISTRUSTED, PASS, SKIP, Report, tensor_report, worst_failure
-from .tolerance import CONSTANTS, Constants, budget_ratio, element_bounds
+from .tolerance import CONSTANTS, Constants, allowance, budget_ratio, element_bounds, slack
 
 
 def judge(case: Case, impl: Impl, constants: Constants = CONSTANTS) -> Report:
@@ -68,7 +68,8 @@ def judge(case: Case, impl: Impl, constants: Constants = CONSTANTS) -> Report:
             continue
         ratio = budget_ratio(got, ref[base_name], bounds[base_name], baseline.get(base_name),
                              op.output_dtype(case, base_name), constants)
-        tensor = tensor_report(name, got, ref[base_name], ratio, op.units(case))
+        loose = slack(ref[base_name], allowance(ref[base_name], bounds[base_name], baseline.get(base_name), constants))
+        tensor = replace(tensor_report(name, got, ref[base_name], ratio, op.units(case)), slack=loose)
         if case.split is not None and base_name in ("y", "dx") and tensor.worst_index:
             tensor = replace(tensor, rank=_rank_of_row(case.split, tensor.worst_index[0]))
         tensors.append(tensor)

@@ -36,6 +36,8 @@ def tally(reports) -> str:
 
 # Below this fraction of non-zero reference elements a pass proves little (benchdnn's MISTRUSTED).
 MIN_NONZERO_FRACTION = 0.01
+# A budget that lets an error this large (relative to the tensor's size) through is blind there.
+LOOSE_SLACK = 1.0
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,7 @@ class TensorReport:
     rank: int | None = None     # split cases: the rank holding the worst element of y or dx
     # max ratio per unit of the op (channel or group): see unit_ratios()
     unit_ratios: tuple[float, ...] = ()
+    slack: float = 0.0          # the largest error the budget lets through / the tensor's RMS size
 
     def to_dict(self) -> dict:
         return dict(vars(self), worst_index=list(self.worst_index), unit_ratios=list(self.unit_ratios))
@@ -90,7 +93,13 @@ class Report:
         worst = self.worst
         if worst is None:
             return "nothing compared"
-        return worst_failure(self.tensors) or f"worst {worst.name} ratio {worst.max_ratio:.3g}"
+        failure = worst_failure(self.tensors)
+        if failure:
+            return failure
+        loose = sorted((t for t in self.tensors if t.slack >= LOOSE_SLACK), key=lambda t: -t.slack)
+        blind = ("; budget ≥ the tensor's size, a pass proves little for "
+                 + ", ".join(f"{t.name} (×{t.slack:.3g})" for t in loose)) if loose else ""
+        return f"worst {worst.name} ratio {worst.max_ratio:.3g}{blind}"
 
     @property
     def unit(self) -> str:

@@ -159,14 +159,28 @@ def budget_ratio(
     with np.errstate(over="ignore"):
         overflowed = np.isinf(quantise(ref, dtype)) & np.isfinite(ref)
     ref = np.where(overflowed & (got == np.copysign(np.inf, ref)), got, ref)
-    allowed = bound
-    if baseline is not None:
-        base_err = _abs_error(baseline, ref)
-        # A baseline that itself went non-finite earns no allowance.
-        allowed = np.maximum(bound, np.where(np.isfinite(base_err), c.baseline_factor * base_err, 0.0))
     err = _abs_error(got, ref)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return err / (allowed + TINY[dtype])
+        return err / (allowance(ref, bound, baseline, c) + TINY[dtype])
+
+
+def allowance(ref: np.ndarray, bound: np.ndarray, baseline: np.ndarray | None, c: Constants = CONSTANTS) -> np.ndarray:
+    """allowed_e = max(B_e, K·|baseline_e − ref_e|): the error each element may have."""
+    if baseline is None:
+        return bound
+    base_err = _abs_error(baseline, ref)
+    # A baseline that itself went non-finite earns no allowance.
+    return np.maximum(bound, np.where(np.isfinite(base_err), c.baseline_factor * base_err, 0.0))
+
+
+def slack(ref: np.ndarray, allowed: np.ndarray) -> float:
+    """The largest error the budget lets through, relative to the tensor's own size (its RMS): at 1 or
+    more an error as large as the tensor itself passes, so a pass there proves little about it."""
+    finite = np.isfinite(ref)
+    if not finite.any():
+        return 0.0
+    size = float(np.sqrt(np.mean(np.square(ref[finite]))))
+    return float(np.max(allowed[finite])) / size if size > 0 else 0.0
 
 
 def _abs_error(got: np.ndarray, ref: np.ndarray) -> np.ndarray:

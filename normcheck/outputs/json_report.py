@@ -76,6 +76,7 @@ def _tensor(t: TensorReport) -> dict:
         "nonfinite_mismatches": t.nonfinite_mismatches,
         "rank": t.rank,
         "unit_ratios": [_number(v) for v in t.unit_ratios],
+        "slack": _number(t.slack),
     }
 
 
