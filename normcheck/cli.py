@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from textwrap import indent
@@ -66,6 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--seed", type=_non_negative, help="first seed (default 0)")
     cmp.add_argument("--case", metavar="TOKEN", help="run exactly the case of a replay line's token")
     cmp.add_argument("--strict", action="store_true", help="known upstream issues fail the run too")
+    cmp.add_argument("--maxfail", type=_positive, metavar="N",
+                     help="stop after N failing cases (the reports cover what ran)")
     cmp.add_argument("--traceback", action="store_true",
                      help="after a row whose implementation raised, print the whole stack")
     cmp.add_argument("--json", action="store_true",
@@ -192,9 +197,15 @@ def run_compare(args, out) -> int:
     reports = []
     timeout = args.timeout
     colour, seeds = wants_colour(out), (args.cases or 1) > 1
-    with Progress(len(cases), f"{args.op} / {impl.name}", wants_progress(quiet=args.json)) as progress:
+    stopped = ""  # why the run ended before its last case
+    with Progress(len(cases), f"{args.op} / {impl.name}", wants_progress(quiet=args.json)) as progress, \
+            _interruptible() as interrupted:
         for case in cases:
-            report = judge(case, impl)
+            try:
+                report = judge(case, impl)
+            except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (see _interruptible): report what ran
+                stopped = f"interrupted by {interrupted.get('signal', 'SIGINT')}"
+                break
             reports.append(report)
             progress.advance()
             if not args.json:
@@ -203,10 +214,14 @@ def run_compare(args, out) -> int:
                     if args.traceback and report.traceback:
                         progress.print(indent(report.traceback.rstrip(), "    | "), out)
                     progress.print(f"    replay: {report_replay(report, backend, timeout)}", out)
+            if args.maxfail and sum(r.verdict == FAIL for r in reports) >= args.maxfail:
+                stopped = f"stopped after {args.maxfail} failing case{'s' if args.maxfail > 1 else ''} (--maxfail)"
+                break
     elapsed = time.perf_counter() - start
     failed = any(r.verdict == FAIL or (args.strict and r.verdict == KNOWN) for r in reports)
-    untested = nothing_tested(reports)
-    status = 2 if untested else 1 if failed else 0
+    untested = "" if stopped else nothing_tested(reports)
+    status = _SIGNAL_STATUS[interrupted.get("signal", "SIGINT")] if stopped.startswith("interrupted") else \
+        2 if untested else 1 if failed else 0
     if args.json:
         json.dump(run_document(args.op, impl.name, backend, reports, elapsed, status, timeout), out, indent=1,
                   allow_nan=False)
@@ -219,7 +234,31 @@ def run_compare(args, out) -> int:
         write_plot(args.plot, f"{args.op} / {impl.name}", reports)
     if untested:
         print(f"normcheck: error: {untested}", file=sys.stderr)
+    if stopped:
+        print(f"normcheck: {stopped}: {len(reports)} of {len(cases)} cases ran", file=sys.stderr)
     return status
+
+
+_SIGNAL_STATUS = {"SIGINT": 130, "SIGTERM": 143}  # 128 + the signal's number, as shells report it
+
+
+@contextlib.contextmanager
+def _interruptible():
+    """SIGTERM ends the run like Ctrl-C does (a KeyboardInterrupt at the current case), so both keep
+    the reports of what ran. Yields a dict that names the signal that arrived."""
+    seen: dict[str, str] = {}
+
+    def on_term(signum, frame):
+        seen["signal"] = "SIGTERM"
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_term) if threading.current_thread() is threading.main_thread() \
+        else None
+    try:
+        yield seen
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _check_writable(option: str, path: Path) -> None:
@@ -279,6 +318,9 @@ def main(argv: list[str] | None = None, out=None) -> int:
     except UsageError as e:
         print(f"normcheck: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # before the first case ran (starting a world, building a kernel)
+        print("normcheck: interrupted before any case ran", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -79,7 +79,10 @@ def timed_out(ranks, timeout: float, where: str = "") -> str:
     return f"{rank_list(ranks)}: timed out after {timeout:g} s" + (f" at {where}" if where else "")
 
 
-def never_joined(absent, waiting, what: str, timeout: float) -> str:
-    """Every failing rank gave up in a collective: the others finished without joining it."""
+def never_joined(absent, waiting, what: str, timeout: float | None = None) -> str:
+    """The waiting ranks gave up in a collective (`what`, e.g. "all_gather #2 at recipe.py:40") that the
+    absent ones never joined: they finished the case (a deadlock), or, with `timeout`, did not come in time."""
+    if timeout is None:
+        return f"{rank_list(absent)}: finished the case without joining a collective that {rank_list(waiting)} wait in ({what})"
     return (f"{rank_list(absent)}: never joined a collective that {rank_list(waiting)} waited in "
             f"({what}; timed out after {timeout:g} s)")

@@ -58,13 +58,15 @@ from ..core.text import clip, exception_text, rank_list
 from ..frameworks.torch import run_rank
 from ..kernels.syncbn import cpu_primitives
 from .core import DEFAULT_TIMEOUT, RankOutputs, positive_seconds
-from .failures import _torch_dirs, collective_of, describe_failures, exit_text, failure_of
+from .failures import _torch_dirs, collective_of, describe_failures, exit_text, failure_of, never_joined
 
 __all__ = ["DEFAULT_TIMEOUT", "GlooWorld", "WorldStartError", "close_all", "get_world", "run_gloo"]
 
 STARTUP_TIMEOUT = 180.0       # all ranks imported torch and joined the group (8 ranks on 2 cores: ~15 s)
 _HOST = "127.0.0.1"
 _FAILURE_GRACE = 0.25         # after one rank fails, how long the others get to report before the kill
+_DEADLOCK_GRACE = 1.0         # after one rank finished, when to look whether the others are stuck in a collective
+_DEADLOCK_POLL = 0.5          # and how often after that (a deadlock is two identical looks in a row)
 _WHERE_BUDGET = 1.0           # how long the parent waits for "where is your main thread" answers
 _EXIT_GRACE = 3.0             # close(): how long workers get to exit on their own before SIGKILL
 _START_ATTEMPTS = 3
@@ -282,10 +284,21 @@ class _Workers:
         failures: dict[int, tuple[str, str, str | None]] = {}
         pending = set(range(self.size))
         first_failure = None
+        look_at, last_look = None, None  # deadlock watch: once a rank has finished, are the others stuck?
         while pending:
             now = time.monotonic()
             limit = deadline if first_failure is None else min(deadline, first_failure + _FAILURE_GRACE)
+            if look_at is not None and first_failure is None and look_at < limit:
+                if now >= look_at:
+                    stuck = self._stuck(pending, sorted(results))
+                    if stuck is not None and stuck == last_look:
+                        raise ImplError(stuck)
+                    look_at, last_look = now + _DEADLOCK_POLL, stuck
+                    continue
+                limit = look_at
             if now >= limit:
+                if look_at is not None and now < deadline:
+                    continue
                 break
             ready = set(_wait_any([self.conns[r] for r in pending] + [self.procs[r].sentinel for r in pending],
                                   limit - now))
@@ -300,6 +313,8 @@ class _Workers:
                     failures[r] = ("raised", f"answered case #{msg[0]} instead of #{self.seq}", None)
                 elif msg[1] == "ok":
                     results[r] = msg[2]
+                    if look_at is None:
+                        look_at = time.monotonic() + _DEADLOCK_GRACE
                 else:
                     failures[r] = msg[2]
                 if failures and first_failure is None:
@@ -351,6 +366,15 @@ class _Workers:
                     except (EOFError, OSError):
                         answers[r] = (None, None)
         return answers
+
+    def _stuck(self, pending: set[int], finished: list[int]) -> str | None:
+        """The deadlock message when every pending rank waits in a torch.distributed collective that
+        the finished ranks, having left the case, can never join; None otherwise."""
+        answers = self.where(sorted(pending))
+        if not all(answers.get(r, (None, None))[0] for r in pending):
+            return None
+        places = {f"{answers[r][0]}" + (f" at {answers[r][1]}" if answers[r][1] else "") for r in pending}
+        return never_joined(finished, sorted(pending), "; ".join(sorted(places)))
 
     def _timeout_message(self, pending: set[int], finished: list[int], timeout: float) -> str:
         answers = self.where(sorted(pending))

@@ -3,7 +3,8 @@
 For recipes written against normcheck.kernels.syncbn.collectives (they take a LockstepGroup where
 torch.distributed would take a ProcessGroup). Any world size from 1 to 64, empty ranks included.
 A rank that raises, or never arrives at a collective within the timeout, fails the case with a
-message naming it; the barrier is then broken so the other ranks stop waiting.
+message naming it; the barrier is then broken so the other ranks stop waiting. A rank that finishes
+while others wait in a collective it never joined ends the case at once (a deadlock).
 """
 from __future__ import annotations
 
@@ -24,23 +25,34 @@ MAX_WORLD_SIZE = 64
 
 
 class RankFailed(Exception):
-    """Raised inside a rank whose peers gave up on the collective it was waiting in."""
+    """Raised inside a rank that stopped waiting in a collective: a peer failed, finished the case
+    without joining it (`deserted`), or the collective timed out."""
 
-    def __init__(self, what: str):
+    def __init__(self, what: str, deserted: bool = False):
         super().__init__(f"gave up in {what}")
         self.what = what
+        self.deserted = deserted
 
 
 class _Rendezvous:
-    """Shared by the ranks of one case: a barrier, one slot per rank, and a shared dict."""
+    """Shared by the ranks of one case: a reusable barrier, one slot per rank, and a shared dict.
+
+    The barrier counts generations, so a rank released from one meeting always leaves it, whatever
+    happens next; it breaks when a rank fails (`abort`), when a meeting outlasts the timeout, and as
+    soon as a rank has finished the case while others wait for it (`leave`: nothing can complete that
+    meeting, so a deadlock ends in moments, not at the timeout)."""
 
     def __init__(self, size: int, timeout: float):
         self.size = size
         self.timeout = timeout
-        self.barrier = threading.Barrier(size)
         self.slots: list[torch.Tensor | None] = [None] * size
         self.calls = [0] * size
         self.shared: dict = {}  # for recipes that exchange more than tensors (queues)
+        self._cond = threading.Condition()
+        self._arrived = 0
+        self._generation = 0
+        self._broken = False
+        self._left: set[int] = set()  # ranks that finished the case (returned or raised)
 
     def exchange(self, rank: int, tensor: torch.Tensor, what: str) -> list[torch.Tensor]:
         self.calls[rank] += 1
@@ -50,11 +62,36 @@ class _Rendezvous:
         self._wait(rank, what)  # nobody overwrites a slot before every rank has read them all
         return everyone
 
+    def leave(self, rank: int) -> None:
+        with self._cond:
+            self._left.add(rank)
+            self._cond.notify_all()
+
+    def abort(self) -> None:
+        with self._cond:
+            self._broken = True
+            self._cond.notify_all()
+
     def _wait(self, rank: int, what: str) -> None:
-        try:
-            self.barrier.wait(self.timeout)
-        except threading.BrokenBarrierError:
-            raise RankFailed(f"{what} #{self.calls[rank]}") from None
+        where = f"{what} #{self.calls[rank]}"
+        with self._cond:
+            if self._broken:
+                raise RankFailed(where, deserted=bool(self._left))
+            generation = self._generation
+            self._arrived += 1
+            if self._arrived == self.size:  # the last to arrive releases everyone
+                self._arrived, self._generation = 0, generation + 1
+                self._cond.notify_all()
+                return
+            deadline = time.monotonic() + self.timeout
+            while self._generation == generation:
+                deserted = bool(self._left)
+                left = deadline - time.monotonic()
+                if self._broken or deserted or left <= 0:
+                    self._broken = True
+                    self._cond.notify_all()
+                    raise RankFailed(where, deserted=deserted)
+                self._cond.wait(left)
 
 
 class LockstepGroup:
@@ -108,7 +145,10 @@ def run_lockstep(case: Case, fn: Callable, timeout: float = DEFAULT_TIMEOUT,
                                      device)
         except BaseException as e:  # noqa: BLE001 - every failure is reported, none escapes the thread
             errors[rank] = e
-            rendezvous.barrier.abort()  # peers waiting in a collective stop waiting
+        finally:
+            if rank in errors:
+                rendezvous.abort()  # peers waiting in a collective stop waiting
+            rendezvous.leave(rank)
 
     threads = [threading.Thread(target=rank_main, args=(r,), daemon=True, name=f"rank{r}") for r in range(size)]
     for th in threads:
@@ -119,7 +159,7 @@ def run_lockstep(case: Case, fn: Callable, timeout: float = DEFAULT_TIMEOUT,
         th.join(max(0.0, deadline - time.monotonic()))
     hung = [r for r, th in enumerate(threads) if th.is_alive()]
     if hung:
-        rendezvous.barrier.abort()  # a hung thread cannot be killed; it is a daemon and is abandoned
+        rendezvous.abort()  # a hung thread cannot be killed; it is a daemon and is abandoned
         raise ImplError(timed_out(hung, timeout))
     if errors:
         raise ImplError(_describe(errors, size, timeout))
@@ -131,10 +171,11 @@ def _describe(errors: dict[int, BaseException], size: int, timeout: float) -> st
     failures = {r: ("raised", str(e), e.what) if isinstance(e, RankFailed) else failure_of(e)
                 for r, e in errors.items()}
     if all(isinstance(e, RankFailed) for e in errors.values()):
-        # the waiting ranks timed out: the others finished without joining that collective
+        # the waiting ranks gave up: the others finished without joining that collective
         waiting = sorted(errors)
         absent = [r for r in range(size) if r not in errors]
-        return never_joined(absent, waiting, str(errors[waiting[0]]), timeout)
+        first = errors[waiting[0]]
+        return never_joined(absent, waiting, first.what, None if first.deserted else timeout)
     return describe_failures(failures)
 
 
