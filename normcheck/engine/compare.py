@@ -66,10 +66,10 @@ def judge(case: Case, impl: Impl, constants: Constants = CONSTANTS) -> Report:
         base_name = name.split("[")[0]  # "running_mean[rank 2]" is compared like "running_mean"
         if base_name not in ref:
             continue
-        ratio = budget_ratio(got, ref[base_name], bounds[base_name], baseline.get(base_name),
-                             op.output_dtype(case, base_name), constants)
-        loose = slack(ref[base_name], allowance(ref[base_name], bounds[base_name], baseline.get(base_name), constants))
-        tensor = replace(tensor_report(name, got, ref[base_name], ratio, op.units(case)), slack=loose)
+        allowed = allowance(ref[base_name], bounds[base_name], baseline.get(base_name), constants)
+        ratio = budget_ratio(got, ref[base_name], allowed, None, op.output_dtype(case, base_name), constants)
+        tensor = replace(tensor_report(name, got, ref[base_name], ratio, op.units(case)),
+                         slack=slack(ref[base_name], allowed))
         if case.split is not None and base_name in ("y", "dx") and tensor.worst_index:
             tensor = replace(tensor, rank=_rank_of_row(case.split, tensor.worst_index[0]))
         tensors.append(tensor)
