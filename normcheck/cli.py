@@ -15,7 +15,6 @@ from .cases import Case
 from .cases.sweep import default_sweep
 from .cases.tokens import decode_case
 from .core.errors import ImplError, UsageError
-from .core.loading import int_list
 from .doctor import run_doctor
 from .engine import FAIL, KNOWN, judge, nothing_tested
 from .impls import backend_of, check_world, list_impls, resolve_impl, support_text
@@ -88,10 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _int_list(text: str) -> tuple[int, ...]:
+    """'3,0,5' -> (3, 0, 5): --shape and --split."""
     try:
-        return int_list(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+        return tuple(int(s) for s in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
 
 
 def _non_negative(text: str) -> int:

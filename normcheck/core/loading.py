@@ -67,10 +67,3 @@ def spec_of(fn: Callable) -> str:
     """The `module:attr` a function is importable under (how a function travels to other processes)."""
     return f"{fn.__module__}:{fn.__qualname__}"
 
-
-def int_list(text: str) -> tuple[int, ...]:
-    """'3,0,5' -> (3, 0, 5); ValueError naming the text otherwise."""
-    try:
-        return tuple(int(s) for s in text.split(","))
-    except ValueError:
-        raise ValueError(f"{text!r} is not a comma-separated list of integers") from None

@@ -17,7 +17,7 @@ def run(op, impl, case, inputs) -> tuple[dict[str, np.ndarray], str, frozenset[s
         if np.shape(value) != tuple(shape):
             raise ImplError(f"{name} has shape {np.shape(value)}, expected {tuple(shape)}")
         out[name] = np.asarray(value, dtype=np.float64)
-    return out, impl.path(case) if impl.path is not None else "", frozenset()
+    return out, impl.reported_path(case), frozenset()
 
 
 def run_rank(op, fn, case, inputs, rank, group, world_size, device=None):

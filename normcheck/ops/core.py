@@ -97,6 +97,10 @@ class Impl:
         """The `module:attr` the target is importable under (ranks in other processes load it)."""
         return self.target if isinstance(self.target, str) else spec_of(self.target)
 
+    def reported_path(self, case) -> str:
+        """The code path the implementation says it took on the case it just ran ('' if it says none)."""
+        return str(self.path(case) or "") if self.path is not None else ""
+
     def unsupported(self, case) -> str | None:
         """Why this implementation, in its world, skips `case` (None: it takes it)."""
         if self.worlds and self.world not in self.worlds:

@@ -1,5 +1,5 @@
 """The torch adapter: tensors in the case's dtypes and memory formats, autograd, interface checks."""
-from .run import check_tensor, differentiate, grad_leaves, grad_mask, run, run_rank, to_numpy
+from .adapter import check_tensor, differentiate, grad_leaves, grad_mask, run, run_rank, to_numpy
 from .tensors import (TORCH_DTYPES, TorchInputs, accumulation_dtype, describe_layout, dtype_name, lay_out, to_device,
                       torch_inputs, with_threads)
 

@@ -107,8 +107,7 @@ def run(op, impl, case, inputs) -> tuple[dict[str, np.ndarray], str, frozenset[s
     call = (fn, case, t) if impl.convention == "direct" else (differentiate, op, fn, case, t)
     with OpRecorder() as recorder:
         outputs = _guarded_run(t, partial(with_threads, impl.threads, *call))
-    path = impl.path(case) if impl.path is not None else ""
-    return to_numpy(op, case, outputs, tuple(t.x.shape)), str(path or ""), frozenset(recorder.ops)
+    return to_numpy(op, case, outputs, tuple(t.x.shape)), impl.reported_path(case), frozenset(recorder.ops)
 
 
 def run_rank(op, fn, case, inputs, rank: int, group, world_size: int,
