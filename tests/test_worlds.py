@@ -65,3 +65,13 @@ def test_single_process_ops_run_in_the_in_process_world_only():
     assert resolve_impl("batchnorm", "torch").world == "in-process"
     with pytest.raises(UsageError, match="batchnorm runs in one process, not the lockstep world"):
         resolve_impl("batchnorm", "torch", "lockstep")
+
+
+@pytest.mark.parametrize("world", DISTRIBUTED, ids=lambda w: w.name)
+def test_a_failure_ends_the_case_while_other_ranks_are_still_busy(world):
+    # rank 1 has returned and rank 0 failed while rank 2 still works: the case ends at the failure,
+    # not at the 20 s timeout (nor does the wait for rank 2 spin)
+    impl = resolve_impl("syncbn", f"{FAULTS}:grad_lost_on_rank0_while_rank2_lingers", hosted(world), 20)
+    report = compare("syncbn", impl, CASE)
+    assert report.verdict == FAIL and report.message.startswith("rank 0: dweight is None"), report.message
+    assert report.seconds < 10

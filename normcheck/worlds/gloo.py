@@ -288,20 +288,18 @@ class _Workers:
         while pending:
             now = time.monotonic()
             limit = deadline if first_failure is None else min(deadline, first_failure + _FAILURE_GRACE)
-            if look_at is not None and first_failure is None and look_at < limit:
-                if now >= look_at:
-                    stuck = self._stuck(pending, sorted(results))
-                    if stuck is not None and stuck == last_look:
-                        raise ImplError(stuck)
-                    look_at, last_look = now + _DEADLOCK_POLL, stuck
-                    continue
-                limit = look_at
+            watching = look_at is not None and first_failure is None  # a failure ends the case anyway
+            if watching and now >= look_at:
+                stuck = self._stuck(pending, sorted(results))
+                if stuck is not None and stuck == last_look:
+                    raise ImplError(stuck)
+                look_at, last_look = now + _DEADLOCK_POLL, stuck
+                continue
             if now >= limit:
-                if look_at is not None and now < deadline:
-                    continue
                 break
+            wake = min(limit, look_at) if watching else limit
             ready = set(_wait_any([self.conns[r] for r in pending] + [self.procs[r].sentinel for r in pending],
-                                  limit - now))
+                                  wake - now))
             for r in sorted(pending):
                 if self.conns[r] not in ready and self.procs[r].sentinel not in ready:
                     continue
