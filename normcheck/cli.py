@@ -28,8 +28,8 @@ from .outputs.plot import require_matplotlib, write_plot
 from .outputs.progress import Progress, wants_progress
 from .outputs.replay import report_replay
 from .outputs.table import row, summary_line, wants_colour
-from .worlds import BACKENDS, DEFAULT_TIMEOUT, close_env_world, env_world
-from .worlds.core import positive_seconds
+from .worlds import BACKENDS, DEFAULT_TIMEOUT, CaseLimit, close_env_world, env_world
+from .worlds.limits import FLOOR, MULTIPLE
 
 
 
@@ -63,7 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--split", type=_int_list, help="syncbn: per-rank batch sizes, e.g. 3,0,5 (0: an empty rank)")
     cmp.add_argument("--backend", choices=BACKENDS, help="syncbn: where ranks run (default: the recipe's own, "
                      "gloo for torch's function and user code)")
-    cmp.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="syncbn: seconds per case (default 60)")
+    cmp.add_argument("--timeout", type=float, metavar="S",
+                     help=f"seconds per case (default: {MULTIPLE:g} × the longest finished case, at least {FLOOR:g} s; "
+                          f"{DEFAULT_TIMEOUT:g} s until a case has finished)")
     cmp.add_argument("--cases", type=_positive, help="seeds per case (default 1)")
     cmp.add_argument("--seed", type=_non_negative, help="first seed (default 0)")
     cmp.add_argument("--case", metavar="TOKEN", help="run exactly the case of a replay line's token")
@@ -121,7 +123,7 @@ def build_cases(args) -> list[Case]:
     if not explicit:
         cases = [case for seed in seeds for case in default_sweep(args.op, seed)]
         if get_op(args.op).distributed and args.backend == "env":  # the launcher fixed the world size
-            size = env_world(args.timeout).world_size
+            size = env_world(args.timeout or DEFAULT_TIMEOUT).world_size
             cases = [c for c in cases if len(c.split) == size]
             if not cases:
                 raise UsageError(f"the default sweep has no case for world size {size}; give --split")
@@ -177,7 +179,7 @@ def run_compare(args, out) -> int:
     if args.backend is not None and not get_op(args.op).distributed:
         raise UsageError(f"--backend applies to syncbn only, not {args.op}")
     # Report problems found before the run, not after it.
-    positive_seconds(args.timeout, "--timeout")
+    limit = CaseLimit(args.timeout, "--timeout")
     if args.plot:
         require_matplotlib()
         if Path(args.plot).suffix.lower() != ".png":
@@ -185,13 +187,13 @@ def run_compare(args, out) -> int:
     for option, path in (("--junit-xml", args.junit_xml), ("--plot", args.plot)):
         if path is not None:
             _check_writable(option, Path(path))
-    impl = resolve_impl(args.op, args.impl, args.backend, args.timeout)
+    impl = resolve_impl(args.op, args.impl, args.backend, limit)
     cases = build_cases(args)
     backend = backend_of(impl)
     if backend is not None:
         for case in cases:
             check_world(impl, case)
-        if args.backend == "env" and env_world(args.timeout).rank != 0:
+        if args.backend == "env" and env_world(args.timeout or DEFAULT_TIMEOUT).rank != 0:
             return _serve_as_peer(args, impl, cases)
     start = time.perf_counter()
     reports = []
@@ -223,8 +225,8 @@ def run_compare(args, out) -> int:
     status = _SIGNAL_STATUS[interrupted.get("signal", "SIGINT")] if stopped.startswith("interrupted") else \
         2 if untested else 1 if failed else 0
     if args.json:
-        json.dump(run_document(args.op, impl.name, backend, reports, elapsed, status, timeout), out, indent=1,
-                  allow_nan=False)
+        json.dump(run_document(args.op, impl.name, backend, reports, elapsed, status, timeout, limit.describe()),
+                  out, indent=1, allow_nan=False)
         print(file=out)
     else:
         print(summary_line(args.op, impl.name, reports, elapsed), file=out)
@@ -282,7 +284,7 @@ def _serve_as_peer(args, impl, cases) -> int:
     """Under torchrun every rank runs every case; rank 0 compares and reports, the others stay quiet."""
     for case in cases:
         try:
-            env_world(args.timeout).run(case, impl.spec)
+            env_world(args.timeout or DEFAULT_TIMEOUT).run(case, impl.spec)
         except ImplError:
             pass  # rank 0 reports it
     return 0

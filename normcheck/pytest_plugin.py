@@ -15,6 +15,8 @@ and fails the test with a replay line).
 """
 from __future__ import annotations
 
+import signal
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,10 +33,12 @@ class Options:
     impl: object            # a bound normcheck.ops.Impl
     backend: str | None     # the world SyncBN ranks run in; None for single-process ops
     profile: str            # a key of normcheck.cases.budgets.PROFILES
-    timeout: float
+    timeout: float | None   # --normcheck-timeout (None: the limit follows the cases' measured times)
 
 
 OPTIONS = pytest.StashKey[Options]()
+SIGNALS = pytest.StashKey[dict]()  # the signal that interrupted the run, and the handlers it replaced
+_STATUS = {"SIGINT": 130, "SIGTERM": 143}  # 128 + the signal's number, as shells report it
 
 
 def pytest_addoption(parser):
@@ -49,7 +53,8 @@ def pytest_addoption(parser):
     group.addoption("--normcheck-profile", metavar="PROFILE", default="ci",
                     help="hypothesis budget: ci (default, derandomized), dev or thorough")
     group.addoption("--normcheck-timeout", metavar="S", type=float, default=None,
-                    help="syncbn: seconds per case before a rank counts as hung (default: the worlds' 60)")
+                    help="seconds per case before an implementation counts as hung (default: 20 × the longest "
+                         "finished case, at least 1.5 s; 60 s until a case has finished)")
 
 
 def pytest_configure(config):
@@ -59,7 +64,31 @@ def pytest_configure(config):
                 raise pytest.UsageError(f"--normcheck-{name} needs --normcheck-op")
         return
     config.stash[OPTIONS] = _options(config)
+    config.stash[SIGNALS] = _catch_signals()
     config.args.append(str(SUITE_DIR))  # collected beside the user's own tests, from any rootdir
+
+
+def _catch_signals() -> dict:
+    """SIGTERM ends a gated run the way Ctrl-C does: pytest stops at the current test, reports what
+    ran and writes its JUnit file; the worker processes of the case that was running are killed."""
+    seen: dict = {"previous": {}}
+    if threading.current_thread() is not threading.main_thread():
+        return seen
+
+    def interrupted(signum, frame):
+        seen["signal"] = signal.Signals(signum).name
+        raise KeyboardInterrupt
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        seen["previous"][sig] = signal.signal(sig, interrupted)
+    return seen
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus):
+    seen = session.config.stash.get(SIGNALS, {})
+    if exitstatus == pytest.ExitCode.INTERRUPTED and seen.get("signal") in _STATUS:
+        session.exitstatus = _STATUS[seen["signal"]]  # what pytest returns
 
 
 def pytest_ignore_collect(collection_path, config):
@@ -78,10 +107,12 @@ def pytest_report_header(config):
 
 
 def pytest_unconfigure(config):
-    if OPTIONS in config.stash and config.stash[OPTIONS].backend == "gloo" and not config.option.collectonly:
-        from normcheck.worlds.gloo import close_all
+    for sig, handler in config.stash.get(SIGNALS, {}).get("previous", {}).items():
+        signal.signal(sig, handler)
+    if OPTIONS in config.stash and not config.option.collectonly:
+        from normcheck.worlds.workers import close_all
 
-        close_all()  # stop the rank processes now rather than at interpreter exit
+        close_all()  # stop the worker processes now rather than at interpreter exit
 
 
 def _options(config) -> Options:
@@ -96,7 +127,6 @@ def _options(config) -> Options:
     from normcheck.core.errors import UsageError
     from normcheck.impls import backend_of, resolve_impl
     from normcheck.ops import OPS
-    from normcheck.worlds import DEFAULT_TIMEOUT
 
     if op not in OPS:
         raise pytest.UsageError(f"--normcheck-op {op!r} is not an op; choose one of {', '.join(OPS)}")
@@ -107,9 +137,11 @@ def _options(config) -> Options:
     if backend is not None and backend not in BACKENDS:
         raise pytest.UsageError(f"--normcheck-backend {backend!r}: choose one of {', '.join(BACKENDS)} "
                                 "(for torchrun's env world use `normcheck compare --backend env`)")
-    timeout = config.getoption("normcheck_timeout") or DEFAULT_TIMEOUT
+    from normcheck.worlds import CaseLimit
+
+    timeout = config.getoption("normcheck_timeout")
     try:
-        impl = resolve_impl(op, config.getoption("normcheck_impl"), backend, timeout)
+        impl = resolve_impl(op, config.getoption("normcheck_impl"), backend, CaseLimit(timeout, "--normcheck-timeout"))
     except UsageError as e:
         raise pytest.UsageError(str(e).replace("--impl ", "--normcheck-impl ", 1)) from None
     return Options(op, impl, backend_of(impl), profile, timeout)
@@ -159,9 +191,8 @@ def normcheck_compare():
     from normcheck.core.loading import spec_of
     from normcheck.engine import FAIL, judge
     from normcheck.impls import backend_of, resolve_impl
-    from normcheck.worlds import DEFAULT_TIMEOUT
 
-    def check(impl, case, backend: str | None = None, timeout: float = DEFAULT_TIMEOUT):
+    def check(impl, case, backend: str | None = None, timeout: float | None = None):
         resolved = resolve_impl(case.op, impl, backend, timeout)
         report = judge(case, resolved)
         if report.verdict == FAIL:

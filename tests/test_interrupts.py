@@ -1,5 +1,6 @@
-"""An interrupted run ends cleanly: Ctrl-C (SIGINT) or SIGTERM during a gloo run ends promptly with the
-summary of what ran, a complete JSON document, exit 130 / 143, no traceback and no process left behind."""
+"""An interrupted run ends cleanly: Ctrl-C (SIGINT) or SIGTERM during a gloo run, or during a pytest gate
+whose implementation runs isolated, ends promptly with the summary of what ran, a complete JSON / JUnit
+document, exit 130 / 143, no traceback and no process left behind."""
 from __future__ import annotations
 
 import json
@@ -8,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -46,7 +48,7 @@ def alive(pid: int) -> bool:
 def test_a_signal_during_a_gloo_run_keeps_the_report_and_leaves_nothing(sig, status):
     # The first cases (one rank) pass; the first two-rank case hangs on rank 1 for its 60 s timeout.
     proc = subprocess.Popen([sys.executable, "-m", "normcheck", "compare", "--op", "syncbn", "--impl",
-                             "tests._world_faults:hangs_on_rank1", "--backend", "gloo", "--json"],
+                             "tests._world_faults:hangs_on_rank1", "--backend", "gloo", "--timeout", "60", "--json"],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=dict(os.environ, CI="1"))
     seen: set[int] = set()
@@ -66,5 +68,48 @@ def test_a_signal_during_a_gloo_run_keeps_the_report_and_leaves_nothing(sig, sta
     document = json.loads(out)
     assert document["exit_status"] == status and document["summary"]["total"] == len(document["cases"])
     assert all(c["verdict"] == "PASS" for c in document["cases"])
+    time.sleep(2.0)
+    assert not [p for p in seen if alive(p)], "processes of the run outlived it"
+
+
+# A BatchNorm that hangs on bf16, the sweep's second half: the gate is interrupted while it hangs.
+HANGING_BN = '''
+import time
+import torch
+import torch.nn.functional as F
+
+def bn(x, running_mean, running_var, weight, bias, training, momentum, eps):
+    if x.dtype == torch.bfloat16:
+        time.sleep(600)
+    return F.batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps)
+'''
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc to find the run's worker processes")
+@pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_during_a_gated_pytest_run_keeps_the_junit_report_and_leaves_nothing(sig, status, tmp_path):
+    (tmp_path / "mybn.py").write_text(HANGING_BN)
+    junit = tmp_path / "gate.xml"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_ADDOPTS")}
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--normcheck-op", "batchnorm",
+                             "--normcheck-impl", "mybn:bn", "--normcheck-timeout", "120", f"--junitxml={junit}"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    seen: set[int] = set()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(seen) < 2:  # the fork server and the isolated worker
+        seen |= descendants(proc.pid)
+        time.sleep(0.2)
+    assert len(seen) >= 2, "the isolated worker never started"
+    time.sleep(10.0)  # the first 54 cases (not bf16) pass in a few seconds; then case 55 hangs
+    seen |= descendants(proc.pid)
+    sent = time.monotonic()
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    assert time.monotonic() - sent < 15, "the run did not end promptly"
+    assert proc.returncode == status, out[-2000:] + err[-2000:]
+    assert "Traceback" not in out + err
+    cases = ET.parse(junit).getroot().iter("testcase")
+    ran = [c for c in cases if (c.get("name") or "").startswith("test_default_sweep")]
+    assert len(ran) >= 50 and not any(c.find("failure") is not None or c.find("error") is not None for c in ran)
     time.sleep(2.0)
     assert not [p for p in seen if alive(p)], "processes of the run outlived it"

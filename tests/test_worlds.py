@@ -61,8 +61,9 @@ def test_the_size_limit_is_one_line(world):
         impl.runner(case, None)
 
 
-def test_single_process_ops_run_in_the_in_process_world_only():
-    assert resolve_impl("batchnorm", "torch").world == "in-process"
+def test_single_process_ops_run_isolated_or_in_this_process_only():
+    assert resolve_impl("batchnorm", "torch").world == "isolated"
+    assert resolve_impl("batchnorm", "torch", "in-process").world == "in-process"
     with pytest.raises(UsageError, match="batchnorm runs in one process, not the lockstep world"):
         resolve_impl("batchnorm", "torch", "lockstep")
 

@@ -13,3 +13,16 @@ class UsageError(ValueError):
 
 class ImplError(Exception):
     """The implementation under test misbehaved; the message says how."""
+
+
+class CaseTimeout(ImplError):
+    """The implementation ran past the case's time limit (the message says where it was)."""
+
+
+class RaisedElsewhere(ImplError):
+    """The implementation raised in another process: the message is the exception's one line (and where
+    it was raised), `stack` its formatted traceback (for --traceback)."""
+
+    def __init__(self, message: str, stack: str = ""):
+        super().__init__(message)
+        self.stack = stack

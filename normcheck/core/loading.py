@@ -67,3 +67,11 @@ def spec_of(fn: Callable) -> str:
     """The `module:attr` a function is importable under (how a function travels to other processes)."""
     return f"{fn.__module__}:{fn.__qualname__}"
 
+
+
+def absolute_spec(spec: str) -> str:
+    """`path/to/file.py:attr` with the path made absolute (workers may stand in another directory)."""
+    module, _, attr = spec.rpartition(":")
+    if module.endswith(".py") and Path(module).is_file():
+        return f"{Path(module).resolve()}:{attr}"
+    return spec

@@ -6,12 +6,11 @@ framework adapter and world) returns float64 outputs; names are resolved by the 
 from __future__ import annotations
 
 import time
+import traceback
 from dataclasses import replace
 
 from ..cases import Case
 from ..core.errors import ImplError, UsageError
-import traceback
-
 from ..core.text import exception_text, raised_at
 from ..ops import Impl
 from .baseline import baseline_outputs
@@ -29,6 +28,7 @@ def judge(case: Case, impl: Impl, constants: Constants = CONSTANTS) -> Report:
     op = case.record
     start = time.perf_counter()
     path, ops, stack = "", frozenset(), ""
+    time_limit = impl.limit.seconds(case) if impl.limit is not None else None  # before the run adds to it
 
     def report(verdict: str, tensors=(), message: str = "") -> Report:
         if verdict == FAIL:
@@ -36,7 +36,7 @@ def judge(case: Case, impl: Impl, constants: Constants = CONSTANTS) -> Report:
             others = [k for k in op.known_issues if k not in own and k.applies(case)]
             verdict, message = attribute(own, others, tensors, message)
         return Report(op.name, impl.name, case, verdict, list(tensors), message, time.perf_counter() - start, path,
-                      stack)
+                      stack, time_limit)
 
     reason = impl.unsupported(case)
     if reason:
@@ -51,6 +51,7 @@ def judge(case: Case, impl: Impl, constants: Constants = CONSTANTS) -> Report:
             if name not in outputs:
                 raise ImplError(f"produced no {name}")
     except ImplError as e:
+        stack = getattr(e, "stack", "")  # RaisedElsewhere: an exception in the implementation's worker
         return report(FAIL, message=str(e))
     except UsageError:
         raise  # bad input is never a finding (nor a known issue)

@@ -69,7 +69,8 @@ class Report:
     message: str = ""          # why a case failed or was skipped when that is not one tensor's fault
     seconds: float = 0.0
     path: str = ""             # which code path the implementation reports it took (if it does)
-    traceback: str = ""        # the whole stack, when the implementation raised in this process
+    traceback: str = ""        # the whole stack, when the implementation raised (here or in its worker)
+    time_limit: float | None = None  # the seconds the case was allowed (None: not bound to a limit)
 
     @property
     def passed(self) -> bool:

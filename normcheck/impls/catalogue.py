@@ -7,16 +7,19 @@ a function or a record into a bound record (its `runner` set), which the engine 
 """
 from __future__ import annotations
 
+import pickle
 from dataclasses import replace
+from functools import partial
 from typing import Callable
 
 from ..core.errors import UsageError
-from ..core.loading import check_arity, load_callable, spec_of
+from ..core.loading import absolute_spec, check_arity, load_callable, spec_of
 from ..engine.baseline import baseline_outputs
 from ..kernels.groupnorm.impls import IMPLS as GROUPNORM_KERNEL_IMPLS
 from ..kernels.syncbn.recipes import IMPLS as SYNCBN_RECIPES
 from ..ops import OPS, Impl, get_op
-from ..worlds import BACKENDS, DEFAULT_TIMEOUT, get_world
+from ..ops.core import supports_everything
+from ..worlds import BACKENDS, CaseLimit, as_limit, get_world
 
 BASELINES = tuple(
     Impl("baseline", op.name, "normcheck's same-precision baseline (float32 accumulation)", baseline_outputs,
@@ -35,6 +38,8 @@ def register(impl: Impl) -> Impl:
 
 for _impl in (*(i for op in OPS.values() for i in op.impls), *BASELINES, *SYNCBN_RECIPES, *GROUPNORM_KERNEL_IMPLS):
     register(_impl)
+# What every process that imports normcheck has: a worker rebuilds these records by name.
+_BUILT_IN = {(i.op, i.name): i for ops in IMPLS.values() for i in ops.values()}
 
 
 def list_impls(op: str) -> list[Impl]:
@@ -45,7 +50,7 @@ def list_impls(op: str) -> list[Impl]:
 def worlds_of(impl: Impl) -> tuple[str, ...]:
     """The worlds an implementation can run in."""
     if not get_op(impl.op).distributed:
-        return ("in-process",)
+        return ("isolated", "in-process")
     return impl.worlds or BACKENDS
 
 
@@ -57,10 +62,11 @@ def support_text(impl: Impl) -> str:
 
 
 def resolve_impl(op: str, spec: str | Impl | Callable | None = None, backend: str | None = None,
-                 timeout: float | None = None) -> Impl:
+                 timeout: CaseLimit | float | None = None) -> Impl:
     """A registered name, a `module:attr` / `path/to/file.py:attr` spec, an Impl or a callable, bound
-    to a world: `backend` (the record's own world when None) with `timeout` seconds per case (the
-    worlds' default when None). A record already bound stays as it is unless either is given."""
+    to a world: `backend` (the record's own world when None) under `timeout`: seconds per case, a
+    CaseLimit, or None (a limit that follows the cases' measured times; normcheck.worlds.limits).
+    A record already bound stays as it is unless either is given."""
     the_op = get_op(op)
     if spec is None:
         spec = the_op.default_impl
@@ -76,7 +82,7 @@ def resolve_impl(op: str, spec: str | Impl | Callable | None = None, backend: st
         raise UsageError(f"unknown implementation {spec!r} for {op}; use one of {', '.join(IMPLS[op])} or module:attr")
     else:
         impl = user_impl(op, spec)
-    return bind(impl, backend, DEFAULT_TIMEOUT if timeout is None else timeout)
+    return bind(impl, backend, timeout)
 
 
 def user_impl(op: str, target: str | Callable) -> Impl:
@@ -94,20 +100,48 @@ def user_impl(op: str, target: str | Callable) -> Impl:
     return Impl(name, op, f"user implementation {name}", target, capabilities="unknown (user code)")
 
 
-def bind(impl: Impl, backend: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> Impl:
-    """The record with its world chosen and its runner set: runner(case, inputs) -> (outputs, path, ops)."""
+def bind(impl: Impl, backend: str | None = None, timeout: CaseLimit | float | None = None) -> Impl:
+    """The record with its world chosen, its time limit and its runner set:
+    runner(case, inputs) -> (outputs, path, ops)."""
     op = get_op(impl.op)
     world = get_world(backend or impl.world or op.world)
     if world.distributed != op.distributed:
         raise UsageError(f"{op.name} runs in {'a distributed world' if op.distributed else 'one process'}, "
                          f"not the {world.name} world")
-    bound = replace(impl, world=world.name, runner=None)
+    limit = as_limit(timeout)
+    bound = replace(impl, world=world.name, runner=None, limit=limit)
+    bound = replace(bound, portable=None if op.distributed else portable(bound))
 
     def runner(case, inputs):
         world.check(case)
-        return world.run(bound, case, inputs, timeout)
+        return world.run(bound, case, inputs, limit)
 
     return replace(bound, runner=runner)
+
+
+def portable(impl: Impl) -> Callable[[], Impl] | None:
+    """How a worker process gets this record: a built-in by name, anything else as the record itself
+    (without what only this process reads: its known issues and support rule) when it pickles;
+    None when it cannot travel (a lambda, a function defined inside another)."""
+    key = (impl.op, impl.name)
+    if key in _BUILT_IN and _BUILT_IN[key] == replace(impl, world=_BUILT_IN[key].world):
+        return partial(built_in, *key)
+    target = absolute_spec(impl.target) if isinstance(impl.target, str) else impl.target
+    travelling = replace(impl, target=target, known_issues=(), supports=supports_everything, world=None,
+                         limit=None)
+    try:
+        pickle.dumps(travelling)
+    except Exception:  # noqa: BLE001 - pickling fails in many ways; any of them means "run here"
+        return None
+    return partial(_itself, travelling)
+
+
+def built_in(op: str, name: str) -> Impl:
+    return _BUILT_IN[(op, name)]
+
+
+def _itself(impl: Impl) -> Impl:
+    return impl
 
 
 def backend_of(impl: Impl) -> str | None:

@@ -82,6 +82,9 @@ class Impl:
     threads: int | None = None          # the framework's intra-op threads while it runs
     path: Callable[[Any], str] | None = None  # the code path it took on the case it just ran
     runner: Callable | None = field(default=None, compare=False, repr=False)
+    # Set by binding: a picklable callable that rebuilds this record in a worker process (None: it cannot)
+    portable: Callable[[], "Impl"] | None = field(default=None, compare=False, repr=False)
+    limit: Any = field(default=None, compare=False, repr=False)  # the bound run's CaseLimit
 
     def __post_init__(self):
         if self.convention not in CONVENTIONS:
@@ -144,7 +147,7 @@ class Op:
     saved_stats: tuple[str, ...] = ()   # outputs that may come back in any float dtype
     running_stats: bool = False         # a training step updates running_mean/running_var
     distributed: bool = False           # cases split the batch over the ranks of a world
-    world: str = "in-process"           # where user implementations of this op run by default
+    world: str = "isolated"             # where user implementations of this op run by default
     case_fields: dict[str, Any] = field(default_factory=dict)  # the op's own case fields -> CLI default
     set_dim: int = 0                    # a dim every normalisation set spans (strategies grow it)
     validate: Callable[[Any], None] = lambda case: None  # op-specific checks of a case (UsageError)

@@ -21,7 +21,7 @@ SCHEMA_VERSION = 1
 
 
 def run_document(op: str, impl: str, backend: str | None, reports: list[Report], seconds: float,
-                 exit_status: int, timeout: float | None = None) -> dict:
+                 exit_status: int, timeout: float | None = None, time_limit: dict | None = None) -> dict:
     counts = {v.lower(): sum(r.verdict == v for r in reports) for v in VERDICTS}
     return {
         "schema": SCHEMA,
@@ -34,6 +34,7 @@ def run_document(op: str, impl: str, backend: str | None, reports: list[Report],
         "seconds": round(seconds, 3),
         "exit_status": exit_status,
         "summary": {"total": len(reports), **counts},
+        "time_limit": time_limit,
         "cases": [case_document(r, backend, timeout) for r in reports],
     }
 
@@ -49,6 +50,7 @@ def case_document(r: Report, backend: str | None = None, timeout: float | None =
         "message": r.message,
         "summary": r.summary(),
         "seconds": round(r.seconds, 4),
+        "time_limit_s": None if r.time_limit is None else round(r.time_limit, 3),
         "path": r.path,
         "worst_tensor": worst.name if worst else None,
         "max_ratio": _number(worst.max_ratio) if worst else None,

@@ -1,5 +1,6 @@
 """The world catalogue: where the ranks of a case run (normcheck.worlds.core.World records).
 
+* isolated   — single-process ops, in a worker process of their own (hangs and crashes become rows).
 * in-process — single-process ops, in this process.
 * lockstep   — ranks are threads of this process meeting at barriers (any W up to 64, empty ranks
   fine); for recipes written against normcheck.kernels.syncbn.collectives.
@@ -17,6 +18,7 @@ from __future__ import annotations
 from ..core.errors import UsageError
 from . import inprocess
 from .core import DEFAULT_TIMEOUT, World, assemble, distributed
+from .limits import CaseLimit, as_limit
 from .cuda import cuda_missing, cuda_primitives
 from .env import close_env_world, env_ranks, env_world
 from .gloo import gloo_ranks
@@ -25,7 +27,9 @@ from .lockstep import MAX_WORLD_SIZE, lockstep_ranks
 _CUDA = "the lockstep world with every rank's tensors on one CUDA device"
 
 WORLDS: dict[str, World] = {w.name: w for w in (
-    World("in-process", "this process (single-process ops)", False, inprocess.run),
+    World("isolated", "a worker process of its own (single-process ops)", False, inprocess.run_isolated,
+          ranks="worker"),
+    World("in-process", "this process (single-process ops)", False, inprocess.run_here),
     World("lockstep", "threads of this process meeting at barriers", True, distributed(lockstep_ranks()),
           ranks="threads", max_size=MAX_WORLD_SIZE),
     World("gloo", "real torch.distributed over gloo on localhost, one persistent process per rank", True,
@@ -50,4 +54,4 @@ def get_world(name: str) -> World:
     return WORLDS[name]
 
 
-__all__ = ["BACKENDS", "DEFAULT_TIMEOUT", "WORLDS", "World", "assemble", "close_env_world", "env_world", "get_world"]
+__all__ = ["BACKENDS", "DEFAULT_TIMEOUT", "CaseLimit", "WORLDS", "as_limit", "World", "assemble", "close_env_world", "env_world", "get_world"]

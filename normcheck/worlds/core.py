@@ -1,5 +1,5 @@
 """The World record: where the ranks of a case run, its size limits and device; and what every
-distributed world shares (the default timeout, assembling the ranks' outputs).
+distributed world shares (assembling the ranks' outputs; the time limits live in limits).
 """
 from __future__ import annotations
 
@@ -10,18 +10,19 @@ import numpy as np
 
 from ..core.errors import UsageError
 from ..numerics.dtypes import quantise
-
-DEFAULT_TIMEOUT = 60.0  # seconds per case, in every world
+from .limits import DEFAULT_TIMEOUT, CaseLimit, positive_seconds  # noqa: F401 - shared by every world
 
 RankOutputs = dict[str, "np.ndarray | None"]  # one rank's float64 outputs (framework adapters' run_rank)
 
 
 @dataclass(frozen=True)
 class World:
-    """`run(impl, case, inputs, timeout) -> (outputs, path, ops)` runs one case of `impl` here.
+    """`run(impl, case, inputs, limit) -> (outputs, path, ops)` runs one case of `impl` here, under
+    the run's CaseLimit (`limit.run(case, work)` times the case itself, start-up excluded).
 
     distributed: it runs the ranks of a split case (False: the single-process ops' world);
-    ranks: how ranks run ("process": this one; "threads"; "processes" it starts; "launcher": the
+    ranks: how ranks run ("process": this one; "worker": one worker process it starts; "threads";
+    "processes" it starts; "launcher": the
     processes a launcher started, this one among them); max_size: the largest world it can hold
     (None: the launcher decides); device: where the ranks' tensors live; available(): why this
     machine cannot host it (None: it can)."""
@@ -41,16 +42,6 @@ class World:
             raise UsageError(why)
         if self.distributed and self.max_size is not None and not 1 <= len(case.split) <= self.max_size:
             raise UsageError(f"world size {len(case.split)} is outside 1-{self.max_size} for the {self.name} backend")
-
-
-def positive_seconds(value, name: str) -> float:
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        raise UsageError(f"{name} must be a number of seconds, got {value!r}") from None
-    if not value > 0:
-        raise UsageError(f"{name} must be > 0 seconds, got {value:g}")
-    return value
 
 
 def assemble(case, per_rank: list[RankOutputs]) -> dict[str, np.ndarray]:
@@ -74,9 +65,9 @@ def assemble(case, per_rank: list[RankOutputs]) -> dict[str, np.ndarray]:
 
 
 def distributed(run_ranks: Callable) -> Callable:
-    """A World.run from `run_ranks(impl, case, inputs, timeout) -> per-rank outputs`."""
+    """A World.run from `run_ranks(impl, case, inputs, limit) -> per-rank outputs`."""
 
-    def run(impl, case, inputs, timeout: float):
-        return assemble(case, run_ranks(impl, case, inputs, timeout)), "", frozenset()
+    def run(impl, case, inputs, limit: CaseLimit):
+        return assemble(case, run_ranks(impl, case, inputs, limit)), "", frozenset()
 
     return run

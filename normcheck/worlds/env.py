@@ -30,7 +30,7 @@ from ..core.errors import ImplError, UsageError
 from ..core.loading import load_callable
 from ..frameworks.torch import run_rank
 from ..kernels.syncbn import cpu_primitives
-from .core import DEFAULT_TIMEOUT, RankOutputs, positive_seconds
+from .core import DEFAULT_TIMEOUT, CaseLimit, RankOutputs, positive_seconds
 from .failures import describe_failures, failure_of
 
 __all__ = ["EnvWorld", "close_env_world", "env_world"]
@@ -140,5 +140,8 @@ def close_env_world() -> None:
         _ENV_WORLD.pop().close()
 
 
-def env_ranks(impl, case: Case, inputs, timeout: float) -> list[RankOutputs]:
-    return env_world(timeout).run(case, impl.spec)
+def env_ranks(impl, case: Case, inputs, limit: CaseLimit) -> list[RankOutputs]:
+    """The env World's run_ranks. The job's process groups were made with one timeout (an explicit
+    limit, else the default), which bounds each collective; the limit here only measures."""
+    world = env_world(limit.fixed or DEFAULT_TIMEOUT)
+    return limit.run(case, lambda timeout: world.run(case, impl.spec))

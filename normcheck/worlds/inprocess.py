@@ -1,8 +1,47 @@
-"""The in-process world: a single-process op's implementation runs here, in this process."""
+"""The single-process ops' worlds.
+
+* isolated   — the implementation runs in a worker process of its own (normcheck.worlds.workers):
+  one that hangs is stopped at the case's time limit, one that kills its process (os._exit, a
+  segfault, an abort in C++) is reported with its exit code or signal, and the run goes on in a
+  fresh worker. An implementation that cannot reach another process (a lambda, a function defined
+  inside another: it does not pickle) runs in this process instead, without that protection.
+* in-process — this process (for a debugger, or code that must share this process's state).
+"""
 from __future__ import annotations
 
+from ..core.errors import ImplError, RaisedElsewhere, UsageError
 from ..frameworks import FRAMEWORKS
+from .limits import CaseLimit
+from .workers import WorkerPool
+
+_POOL: list[WorkerPool] = []
 
 
-def run(impl, case, inputs, timeout: float):
-    return FRAMEWORKS[impl.framework].run(case.record, impl, case, inputs)
+def run_here(impl, case, inputs, limit: CaseLimit):
+    """The in-process world's run (the limit measures the case; nothing here can stop it)."""
+    return limit.run(case, lambda timeout: FRAMEWORKS[impl.framework].run(case.record, impl, case, inputs))
+
+
+def run_isolated(impl, case, inputs, limit: CaseLimit):
+    """The isolated world's run: the case in the worker process, its outcome re-raised here."""
+    if impl.portable is None:
+        return run_here(impl, case, inputs, limit)
+    try:
+        [outcome] = _pool().run_job(case, ("solo", impl.portable, inputs), limit)
+    except ImplError as e:  # a one-process pool names its only rank: a single process needs no name
+        raise type(e)(str(e).removeprefix("rank 0: ")) from None
+    kind, *details = outcome
+    if kind == "outputs":
+        return details[0]
+    if kind == "usage":
+        raise UsageError(details[0])
+    if kind == "raised":
+        raise RaisedElsewhere(*details)
+    raise ImplError(details[0])
+
+
+def _pool() -> WorkerPool:
+    if not _POOL or _POOL[0].closed:
+        _POOL[:] = [WorkerPool(1, group=False, name="isolated")]
+        _POOL[0].kind = "isolated worker process"
+    return _POOL[0]

@@ -15,10 +15,10 @@ from typing import Callable
 import torch
 
 from ..cases import Case, CaseInputs
-from ..core.errors import ImplError
+from ..core.errors import CaseTimeout, ImplError
 from ..frameworks.torch import run_rank
 from ..kernels.syncbn import cpu_primitives
-from .core import DEFAULT_TIMEOUT, RankOutputs
+from .core import DEFAULT_TIMEOUT, CaseLimit, RankOutputs
 from .failures import describe_failures, failure_of, never_joined, timed_out
 
 MAX_WORLD_SIZE = 64
@@ -160,9 +160,10 @@ def run_lockstep(case: Case, fn: Callable, timeout: float = DEFAULT_TIMEOUT,
     hung = [r for r, th in enumerate(threads) if th.is_alive()]
     if hung:
         rendezvous.abort()  # a hung thread cannot be killed; it is a daemon and is abandoned
-        raise ImplError(timed_out(hung, timeout))
+        raise CaseTimeout(timed_out(hung, timeout))
     if errors:
-        raise ImplError(_describe(errors, size, timeout))
+        timed = all(isinstance(e, RankFailed) and not e.deserted for e in errors.values())
+        raise (CaseTimeout if timed else ImplError)(_describe(errors, size, timeout))
     return results  # type: ignore[return-value]
 
 
@@ -183,10 +184,11 @@ def lockstep_ranks(device_of: Callable | None = None) -> Callable:
     """A World's run_ranks for the lockstep world (on the CPU, or on the device `device_of()` yields
     with its primitives in place)."""
 
-    def run_ranks(impl, case: Case, inputs: CaseInputs, timeout: float) -> list[RankOutputs]:
+    def run_ranks(impl, case: Case, inputs: CaseInputs, limit: CaseLimit) -> list[RankOutputs]:
+        fn = impl.callable()
         if device_of is None:
-            return run_lockstep(case, impl.callable(), timeout, inputs=inputs)
+            return limit.run(case, lambda timeout: run_lockstep(case, fn, timeout, inputs=inputs))
         with device_of() as device:
-            return run_lockstep(case, impl.callable(), timeout, device, inputs)
+            return limit.run(case, lambda timeout: run_lockstep(case, fn, timeout, device, inputs))
 
     return run_ranks

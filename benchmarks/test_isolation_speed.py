@@ -1,0 +1,37 @@
+"""What isolation costs a correct implementation: the BatchNorm default sweep (108 cases, torch's
+implementation) judged in this process and in a warm isolated worker, side by side (one group: read
+the ratio). The worker's one-time start is measured on its own.
+
+    pytest benchmarks/test_isolation_speed.py --benchmark-enable -p no:cacheprovider
+"""
+from __future__ import annotations
+
+import pytest
+
+from normcheck.cases.sweep import default_sweep
+from normcheck.engine import FAIL, judge
+from normcheck.impls import resolve_impl
+from normcheck.worlds.workers import WorkerPool
+
+SWEEP = default_sweep("batchnorm")
+
+
+@pytest.mark.parametrize("world", ["in-process", "isolated"])
+def test_batchnorm_sweep(benchmark, world):
+    impl = resolve_impl("batchnorm", "torch", world)
+    judge(SWEEP[0], impl)  # warm: the worker started, torch's first-call imports done
+    benchmark.group = "batchnorm default sweep, torch"
+
+    reports = benchmark(lambda: [judge(case, impl) for case in SWEEP])
+    assert not [r for r in reports if r.verdict == FAIL]
+
+
+def test_worker_start(benchmark):
+    """A fresh isolated worker: fork from the warm fork server, ready to serve (a restart's cost)."""
+    benchmark.group = "isolated worker start"
+
+    def start_and_close():
+        pool = WorkerPool(1, group=False, name="bench").start()
+        pool.close()
+
+    benchmark.pedantic(start_and_close, rounds=5, warmup_rounds=1)

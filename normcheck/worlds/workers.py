@@ -1,0 +1,606 @@
+"""Persistent worker processes that serve cases: the gloo world's ranks, and the single process an
+isolated implementation runs in.
+
+Design
+------
+* Workers are ``multiprocessing`` 'forkserver' processes (no fork of a threaded parent): the fork
+  server imports torch and normcheck once, each worker forks from it (~0.1 s), joins the gloo
+  process group if it is a rank, and then serves cases until closed.
+  The parent sends ``(case, job)``: a rank makes the case's inputs itself (deterministic) and runs
+  ``normcheck.frameworks.torch.run_rank``; a single-process job carries its inputs and a picklable
+  way to rebuild the implementation record. Outputs come back by plain ``pickle`` (bytes; no
+  shared memory or file descriptors travel).
+* Rendezvous (ranks): the parent hosts the ``TCPStore``, bound to port 0, so the OS picks a free
+  port and the parent keeps it bound for the pool's life: two pools (or two test runs) on one
+  machine can never collide, and there is no gap between choosing a port and binding it. Start-up
+  is still retried when a worker reports "address in use".
+* Failures: a worker that raises, returns bad outputs, dies or runs past the case's time limit
+  fails the case with an ``ImplError`` naming the rank(s) and the cause. Peers that merely failed or
+  waited in a collective because of it are not blamed: on a timeout each worker's control thread
+  reports where its main thread is (in a torch.distributed collective, or in which user frame).
+  When some ranks have finished while the others wait in a collective nobody can join any more,
+  the case ends at once (a deadlock). After any failure the workers' state is unknown, so every
+  worker is killed (SIGKILL) and the next case starts fresh ones.
+* Nothing is left behind: ``close()`` asks workers to exit, then kills what is left; a finaliser
+  does the same when a pool is garbage-collected or the interpreter exits; workers are daemonic
+  and exit on their own when the parent disappears (their control pipe closes).
+* gloo's own collective timeout is set well above the per-case limit, so the parent's limit
+  (which kills the stuck workers) always decides first.
+* Workers never import the parent's main script (a script without the ``__main__`` guard is
+  fine); a function defined there cannot reach them, so it runs in the parent (single-process
+  ops) or is refused (ranks).
+"""
+from __future__ import annotations
+
+import atexit
+import contextlib
+import datetime
+import multiprocessing as mp
+import os
+import pickle
+import signal
+import sys
+import sysconfig
+import tempfile
+import threading
+import time
+import traceback
+import weakref
+from collections.abc import Callable
+from multiprocessing.connection import wait as _wait_any
+
+from ..cases import Case
+from ..core.errors import CaseTimeout, ImplError, UsageError
+from ..core.loading import load_callable
+from ..core.text import clip, exception_text, raised_at, rank_list
+from ..frameworks import FRAMEWORKS
+from ..frameworks.torch import run_rank
+from ..kernels.syncbn import cpu_primitives
+from .core import RankOutputs
+from .failures import _torch_dirs, collective_of, describe_failures, exit_text, failure_of, never_joined
+from .limits import DEFAULT_TIMEOUT, CaseLimit, as_limit, positive_seconds
+
+STARTUP_TIMEOUT = 180.0       # all ranks imported torch and joined the group (8 ranks on 2 cores: ~15 s)
+_HOST = "127.0.0.1"
+_FAILURE_GRACE = 0.25         # after one rank fails, how long the others get to report before the kill
+_DEADLOCK_GRACE = 0.2         # after one rank finished, when to look whether the others are stuck in a collective
+_DEADLOCK_POLL = 0.2          # and how often after that (a deadlock is two identical looks in a row)
+_WHERE_BUDGET = 1.0           # how long the parent waits for "where is your main thread" answers
+_EXIT_GRACE = 3.0             # close(): how long workers get to exit on their own before SIGKILL
+_START_ATTEMPTS = 3
+
+
+class WorldStartError(RuntimeError):
+    """The world's worker processes could not be started (not the implementation's fault)."""
+
+
+# ----------------------------------------------------------------------------- wire format
+def _send(conn, obj) -> None:
+    # Plain pickle, not the multiprocessing pickler: torch registers shared-memory reductions for
+    # tensors there, which would move outputs into shared memory and pass file descriptors.
+    conn.send_bytes(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _recv(conn):
+    return pickle.loads(conn.recv_bytes())
+
+
+# ----------------------------------------------------------------------------- messages
+def _last_line(path: str) -> str:
+    """The last non-empty line a worker wrote to stderr (trimmed), or ''."""
+    try:
+        with open(path, errors="replace") as f:
+            lines = [line.strip() for line in f.read()[-4000:].splitlines() if line.strip()]
+    except OSError:
+        return ""
+    return clip(lines[-1], 200) if lines else ""
+
+
+# ----------------------------------------------------------------------------- worker side
+def _describe_stack(frame) -> tuple[str | None, str | None]:
+    """(collective, location) of a thread's current stack: the torch.distributed call it waits in,
+    and its innermost frame outside torch and the standard library ("file.py:12 in fn")."""
+    if frame is None:
+        return None, None
+    stack = traceback.extract_stack(frame)
+    torch_dir, _ = _torch_dirs()
+    stdlib = {sysconfig.get_paths()[k] + os.sep for k in ("stdlib", "platstdlib")}
+    outside = [f for f in stack if not f.filename.startswith(torch_dir)
+               and not any(f.filename.startswith(s) for s in stdlib)]
+    loc = (outside or stack)[-1] if stack else None
+    where = f"{os.path.basename(loc.filename)}:{loc.lineno} in {loc.name}" if loc else None
+    return collective_of(stack), where
+
+
+def _control_loop(ctrl, main_ident: int) -> None:
+    """Answer "where" while the main thread may be stuck; exit when the parent goes away."""
+    while True:
+        try:
+            msg = _recv(ctrl)
+            if msg == "where":
+                _send(ctrl, _describe_stack(sys._current_frames().get(main_ident)))
+        except (EOFError, OSError):
+            os._exit(70)  # the parent closed our pipe or died: nobody will ever read our results
+
+
+def _run_job(job, case, rank: int, group, size: int, fns: dict):
+    """One message's work. ("rank", spec): this rank's part of a distributed case (every rank makes
+    the case's inputs itself); ("solo", portable, inputs): a single-process implementation under its
+    framework adapter, its outcome (outputs, or how it failed) returned as data."""
+    if job[0] == "rank":
+        spec = job[1]
+        fn = fns.get(spec)
+        if fn is None:
+            fn = fns[spec] = load_callable(spec)
+        return run_rank(case.record, fn, case, case.make_inputs(), rank, group, size)
+    _, portable, inputs = job
+    try:
+        impl = portable()
+        return ("outputs", FRAMEWORKS[impl.framework].run(case.record, impl, case, inputs))
+    except UsageError as e:
+        return ("usage", str(e))
+    except ImplError as e:
+        return ("impl", str(e))
+    except BaseException as e:  # noqa: BLE001 - SystemExit from an implementation is a failure too
+        return ("raised", exception_text(e) + raised_at(e), "".join(traceback.format_exception(e)))
+
+
+def _worker_main(rank: int, size: int, port: int | None, gloo_timeout: float, conn, ctrl, stderr_path: str) -> None:
+    """A worker: join the gloo process group on `port` (None: a single-process worker, no group),
+    then serve (seq, case, job, parent's sys.path) messages until told to stop."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it kills us
+    # What a dying worker prints (a C++ abort message, say) goes to a file the parent quotes in its
+    # failure message, instead of interleaving with the report on the terminal.
+    os.dup2(os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), 2)
+    group = None
+    try:
+        import torch
+        import torch.distributed as dist
+
+        threading.Thread(target=_control_loop, args=(ctrl, threading.get_ident()), daemon=True,
+                         name="normcheck-control").start()
+        if port is not None:
+            torch.set_num_threads(1)  # W ranks share the machine's cores
+            cpu_primitives.register()  # torch's SyncBN primitives get CPU kernels in this process only
+            timeout = datetime.timedelta(seconds=gloo_timeout)
+            store = dist.TCPStore(_HOST, port, size, False, timeout=timeout)
+            dist.init_process_group("gloo", store=store, rank=rank, world_size=size, timeout=timeout)
+            dist.barrier()  # every pair connected before the first case
+            group = dist.group.WORLD
+    except BaseException as e:  # noqa: BLE001 - report start-up failures to the parent
+        _send(conn, ("failed", exception_text(e)))
+        return
+    _send(conn, ("ready", os.getpid()))
+    fns: dict[str, Callable] = {}
+    while True:
+        try:
+            msg = _recv(conn)
+        except (EOFError, OSError):
+            break
+        if msg is None:
+            break
+        seq, case, job, (parent_path, parent_cwd) = msg
+        # `module:attr`, files and pickled functions resolve as in the parent
+        if sys.path != parent_path:
+            sys.path[:] = parent_path
+        if os.getcwd() != parent_cwd:
+            with contextlib.suppress(OSError):
+                os.chdir(parent_cwd)
+        try:
+            reply = (seq, "ok", _run_job(job, case, rank, group, size, fns))
+        except BaseException as e:  # noqa: BLE001 - SystemExit from an implementation is a failure too
+            reply = (seq, "failed", failure_of(e))
+        try:
+            data = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as e:  # noqa: BLE001
+            data = pickle.dumps((seq, "failed", ("raised", f"outputs cannot be sent back: {exception_text(e)}", None)))
+        conn.send_bytes(data)
+    if group is not None:
+        dist.destroy_process_group()
+    # Run atexit hooks and flush, but skip the interpreter's module teardown (most of a second
+    # with torch loaded, times every rank on 2 cores): closing a world stays quick.
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+# ----------------------------------------------------------------------------- parent side
+# What torch imports lazily on a process's first case, preloaded so no fresh worker pays it inside
+# the case's time limit (2 cores: symbolic_shapes, through suggest_memory_format, ~0.4-1 s; _dynamo,
+# through Tensor.detach's compile guard, ~1.3 s).
+_PRELOAD = ["torch", "torch.distributed", "torch.fx.experimental.symbolic_shapes", "torch._dynamo",
+            "normcheck.worlds.workers"]
+
+
+def _worker_context():
+    """'forkserver' with torch and normcheck preloaded: a fresh worker forks from a process that
+    has already imported them (~0.1 s instead of ~1.5 s of CPU per rank), so restarting a world
+    after a failure is cheap. The server itself is single-threaded, so forking it is safe."""
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(_PRELOAD)
+    return ctx
+
+
+@contextlib.contextmanager
+def _main_hidden():
+    """Start processes without the parent's main script: multiprocessing would import it in the
+    fork server and in each worker, and a script without the `if __name__ == "__main__":` guard
+    would run again there. Nothing a worker runs comes from it (jobs name importable modules)."""
+    main = sys.modules.get("__main__")
+    saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if main is not None and k in main.__dict__}
+    if saved:
+        main.__dict__.pop("__file__", None)
+        main.__spec__ = None
+    try:
+        yield
+    finally:
+        if saved:
+            main.__dict__.pop("__spec__", None)
+            main.__dict__.update(saved)
+
+
+
+def _kill(procs: list, conns: list, holder: list) -> None:
+    """SIGKILL and reap every process; close the pipes; release the TCPStore. Idempotent."""
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+    for p in procs:
+        if p.pid is not None:  # started
+            p.join(10)
+    for c in conns:
+        c.close()
+    holder.clear()
+
+
+def _parent_place() -> tuple[list[str], str]:
+    """This process's import path and directory, which a worker takes on for each case."""
+    cwd = os.getcwd()
+    return ([cwd] if cwd not in sys.path else []) + list(sys.path), cwd
+
+
+class _StartFailed(Exception):
+    pass
+
+
+class _Workers:
+    """One incarnation of a pool: W processes, their pipes, and (joined in a process group) the
+    TCPStore they met at."""
+
+    def __init__(self, size: int, gloo_timeout: float, group: bool = True, name: str = "gloo"):
+        import torch.distributed as dist
+
+        self.size = size
+        self.gloo_timeout = gloo_timeout
+        self.seq = 0
+        self.port = None
+        self._holder = []
+        if group:
+            store = dist.TCPStore(_HOST, 0, None, True, timeout=datetime.timedelta(seconds=gloo_timeout),
+                                  wait_for_workers=False)
+            self.port = store.port
+            self._holder.append(store)
+        ctx = _worker_context()
+        self.procs: list = []
+        self.conns: list = []
+        self.ctrls: list = []
+        pipes: list = []  # the finaliser gets the lists (filled below), never self
+        self._finalizer = weakref.finalize(self, _kill, self.procs, pipes, self._holder)
+        # At interpreter exit close_all() stops live worlds gracefully (and multiprocessing then
+        # terminates any daemonic child left); this finaliser covers a world garbage-collected unclosed.
+        self._finalizer.atexit = False
+        self._stderr_dir = tempfile.TemporaryDirectory(prefix="normcheck-gloo-")
+        self.stderr_paths = [os.path.join(self._stderr_dir.name, f"rank{r}.stderr") for r in range(size)]
+        try:
+            for rank in range(size):
+                conn, child_conn = ctx.Pipe()
+                ctrl, child_ctrl = ctx.Pipe()
+                proc = ctx.Process(target=_worker_main, name=f"normcheck-{name}{size}-rank{rank}", daemon=True,
+                                   args=(rank, size, self.port, gloo_timeout, child_conn, child_ctrl,
+                                         self.stderr_paths[rank]))
+                self.procs.append(proc)
+                self.conns.append(conn)
+                self.ctrls.append(ctrl)
+                pipes += [conn, ctrl]
+                with _main_hidden():
+                    proc.start()
+                child_conn.close()
+                child_ctrl.close()
+        except BaseException:
+            self.kill()
+            raise
+        self.pids = [p.pid for p in self.procs]
+
+    # -- start-up ---------------------------------------------------------------------------
+    def wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        waiting = set(range(self.size))
+        problems: dict[int, str] = {}
+        while waiting and not problems:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise _StartFailed(f"{rank_list(waiting)} not ready after {timeout:g} s")
+            ready = set(_wait_any([self.conns[r] for r in waiting] + [self.procs[r].sentinel for r in waiting], left))
+            for r in sorted(waiting):
+                if self.conns[r] in ready or self.procs[r].sentinel in ready:
+                    msg = self._read(r)
+                    waiting.discard(r)
+                    if msg is None:
+                        problems[r] = self._death(r)
+                    elif msg[0] != "ready":
+                        problems[r] = msg[1]
+        if problems:
+            raise _StartFailed("; ".join(f"rank {r}: {t}" for r, t in sorted(problems.items())))
+
+    # -- one case ---------------------------------------------------------------------------
+    def run_case(self, case: Case, job, timeout: float) -> list:
+        self.seq += 1
+        data = pickle.dumps((self.seq, case, job, _parent_place()), protocol=pickle.HIGHEST_PROTOCOL)
+        for conn in self.conns:
+            try:
+                conn.send_bytes(data)
+            except OSError:
+                pass  # that worker is gone: its sentinel reports it below
+        deadline = time.monotonic() + timeout
+        results: dict[int, RankOutputs] = {}
+        failures: dict[int, tuple[str, str, str | None]] = {}
+        pending = set(range(self.size))
+        first_failure = None
+        look_at, last_look = None, None  # deadlock watch: once a rank has finished, are the others stuck?
+        while pending:
+            now = time.monotonic()
+            limit = deadline if first_failure is None else min(deadline, first_failure + _FAILURE_GRACE)
+            watching = look_at is not None and first_failure is None  # a failure ends the case anyway
+            if watching and now >= look_at:
+                stuck = self._stuck(pending, sorted(results))
+                if stuck is not None and stuck == last_look:
+                    raise ImplError(stuck)
+                look_at, last_look = now + _DEADLOCK_POLL, stuck
+                continue
+            if now >= limit:
+                break
+            wake = min(limit, look_at) if watching else limit
+            ready = set(_wait_any([self.conns[r] for r in pending] + [self.procs[r].sentinel for r in pending],
+                                  wake - now))
+            for r in sorted(pending):
+                if self.conns[r] not in ready and self.procs[r].sentinel not in ready:
+                    continue
+                msg = self._read(r)
+                pending.discard(r)
+                if msg is None:
+                    failures[r] = ("died", self._death(r), None)
+                elif msg[0] != self.seq:
+                    failures[r] = ("raised", f"answered case #{msg[0]} instead of #{self.seq}", None)
+                elif msg[1] == "ok":
+                    results[r] = msg[2]
+                    if look_at is None:
+                        look_at = time.monotonic() + _DEADLOCK_GRACE
+                else:
+                    failures[r] = msg[2]
+                if failures and first_failure is None:
+                    first_failure = time.monotonic()
+        if failures:
+            raise ImplError(describe_failures(failures))
+        if pending:
+            raise CaseTimeout(self._timeout_message(pending, sorted(results), timeout))
+        return [results[r] for r in range(self.size)]
+
+    def _read(self, r: int):
+        """The next message from rank r, or None when its pipe is closed (it died)."""
+        conn = self.conns[r]
+        try:
+            if conn.poll(0):
+                return _recv(conn)
+        except (EOFError, OSError):
+            return None
+        except Exception as e:  # noqa: BLE001 - e.g. outputs of a class the parent cannot import
+            return (self.seq, "failed", ("raised", f"sent outputs the parent cannot read: {exception_text(e)}", None))
+        return None  # only the sentinel was ready: the process ended without a message
+
+    def _death(self, r: int) -> str:
+        proc = self.procs[r]
+        proc.join(2.0)
+        last = _last_line(self.stderr_paths[r])
+        return exit_text(proc.exitcode) + (f": {last}" if last else "")
+
+    def where(self, ranks) -> dict[int, tuple[str | None, str | None]]:
+        """Ask each rank's control thread where its main thread is (best effort, bounded)."""
+        asked = []
+        for r in ranks:
+            try:
+                _send(self.ctrls[r], "where")
+                asked.append(r)
+            except OSError:
+                pass
+        answers: dict[int, tuple[str | None, str | None]] = {}
+        deadline = time.monotonic() + _WHERE_BUDGET
+        while len(answers) < len(asked):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            ready = _wait_any([self.ctrls[r] for r in asked if r not in answers], left)
+            for r in asked:
+                if self.ctrls[r] in ready and r not in answers:
+                    try:
+                        answers[r] = _recv(self.ctrls[r])
+                    except (EOFError, OSError):
+                        answers[r] = (None, None)
+        return answers
+
+    def _stuck(self, pending: set[int], finished: list[int]) -> str | None:
+        """The deadlock message when every pending rank waits in a torch.distributed collective that
+        the finished ranks, having left the case, can never join; None otherwise."""
+        answers = self.where(sorted(pending))
+        if not all(answers.get(r, (None, None))[0] for r in pending):
+            return None
+        places = {f"{answers[r][0]}" + (f" at {answers[r][1]}" if answers[r][1] else "") for r in pending}
+        return never_joined(finished, sorted(pending), "; ".join(sorted(places)))
+
+    def _timeout_message(self, pending: set[int], finished: list[int], timeout: float) -> str:
+        answers = self.where(sorted(pending))
+        waiting = {r: answers[r][0] for r in pending if r in answers and answers[r][0]}
+        culprits = sorted(r for r in pending if r not in waiting)
+        parts = []
+        if culprits:
+            by_where: dict[str, list[int]] = {}
+            for r in culprits:
+                loc = answers.get(r, (None, None))[1]
+                by_where.setdefault(f" at {loc}" if loc else "", []).append(r)
+            parts += [f"{rank_list(rs)}: timed out after {timeout:g} s{loc}" for loc, rs in by_where.items()]
+            by_coll: dict[str, list[int]] = {}
+            for r, coll in waiting.items():
+                by_coll.setdefault(coll, []).append(r)
+            parts += [f"{rank_list(rs)} waiting in {coll}" for coll, rs in by_coll.items()]
+        else:  # every pending rank waits in a collective: they disagree about which ones to call
+            for r in sorted(pending):
+                loc = answers[r][1]
+                parts.append(f"rank {r}: timed out after {timeout:g} s waiting in {waiting[r]}"
+                             + (f" at {loc}" if loc else ""))
+        text = "; ".join(parts)
+        if finished:
+            text += f" (other ranks finished: {', '.join(map(str, finished))})"
+        return text
+
+    # -- shutdown ---------------------------------------------------------------------------
+    def alive(self) -> bool:
+        return all(p.is_alive() for p in self.procs)
+
+    def stop(self) -> None:
+        """Ask the workers to exit, then kill whatever is left."""
+        for conn in self.conns:
+            try:
+                _send(conn, None)
+            except OSError:
+                pass
+        deadline = time.monotonic() + _EXIT_GRACE
+        for p in self.procs:
+            p.join(max(0.0, deadline - time.monotonic()))
+        self.kill()
+
+    def kill(self) -> None:
+        self._finalizer()
+        self._stderr_dir.cleanup()
+
+
+
+class WorkerPool:
+    """`size` persistent worker processes serving case after case: started on demand, killed after
+    any failure (their state is unknown) and started afresh for the next case, closed at exit.
+    `group`: the workers join one gloo process group (the gloo world's ranks)."""
+
+    kind = "worker pool"
+
+    def __init__(self, size: int, timeout: float = DEFAULT_TIMEOUT, *, group: bool = True,
+                 startup_timeout: float = STARTUP_TIMEOUT, name: str = "workers"):
+        self.size = size
+        self.group = group
+        self.name = name
+        self.timeout = positive_seconds(timeout, "timeout")
+        self.startup_timeout = positive_seconds(startup_timeout, "startup_timeout")
+        self.starts = 0           # how many times worker processes were started (1 + restarts)
+        self._workers: _Workers | None = None
+        self._closed = False
+        self._lock = threading.RLock()
+        _LIVE.add(self)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def pids(self) -> list[int]:
+        """The worker pids, rank order (empty while no workers are running)."""
+        w = self._workers
+        return list(w.pids) if w else []
+
+    def start(self):
+        """Start the workers now (running a case does it on demand); returns self."""
+        with self._lock:
+            self._check_open()
+            self._ensure_started(self.timeout)
+        return self
+
+    def run_job(self, case, job, timeout: "CaseLimit | float | None" = None) -> list:
+        """Every worker's result of `job` on `case`, in rank order, under the case's time limit
+        (the pool's own when None), timed from the moment the workers are ready.
+
+        Raises ImplError naming the rank(s) and the cause when a worker raises, dies or runs past
+        the limit (CaseTimeout); the workers are then killed and the next call starts fresh ones."""
+        limit = as_limit(self.timeout if timeout is None else timeout)
+        with self._lock:
+            self._check_open()
+            workers = self._ensure_started(limit.seconds(case))
+            try:
+                return limit.run(case, lambda seconds: workers.run_case(case, job, seconds))
+            except BaseException:  # ImplError, KeyboardInterrupt, ...: the workers' state is unknown
+                self._discard(kill=True)
+                raise
+
+    def close(self) -> None:
+        """Stop every worker (idempotent)."""
+        with self._lock:
+            self._closed = True
+            self._discard(kill=False)
+        _LIVE.discard(self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- internals --------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise UsageError(f"this {self.kind} is closed")
+
+    def _ensure_started(self, timeout: float) -> _Workers:
+        w = self._workers
+        if w is not None and (not w.alive() or w.gloo_timeout < timeout + 30):
+            self._discard(kill=not w.alive())  # a worker died between cases, or gloo's timeout is too short
+            w = None
+        if w is None:
+            w = self._workers = self._start(_gloo_timeout(max(self.timeout, timeout)))
+        return w
+
+    def _start(self, gloo_timeout: float) -> _Workers:
+        problem = ""
+        for _ in range(_START_ATTEMPTS):
+            workers = _Workers(self.size, gloo_timeout, self.group, self.name)
+            self.starts += 1
+            try:
+                workers.wait_ready(self.startup_timeout)
+                return workers
+            except _StartFailed as e:
+                workers.kill()
+                problem = str(e)
+                if "address already in use" not in problem.lower() and "eaddrinuse" not in problem.lower():
+                    break
+            except BaseException:
+                workers.kill()
+                raise
+        raise WorldStartError(f"{self.kind} did not start: {problem}")
+
+    def _discard(self, kill: bool) -> None:
+        w, self._workers = self._workers, None
+        if w is not None:
+            w.kill() if kill else w.stop()
+
+
+def _gloo_timeout(case_timeout: float) -> float:
+    """gloo's own collective timeout: well above the case's, so the parent's limit decides first."""
+    return max(2 * case_timeout, case_timeout + 60)
+
+
+# ----------------------------------------------------------------------------- process-wide
+_LIVE: weakref.WeakSet[WorkerPool] = weakref.WeakSet()
+
+
+def close_all() -> None:
+    """Close every worker pool of this process (registered with atexit)."""
+    for pool in list(_LIVE):
+        pool.close()
+
+
+atexit.register(close_all)

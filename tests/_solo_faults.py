@@ -1,0 +1,39 @@
+"""BatchNorm implementations that hang or kill their own process on some cases (torch's kernel
+otherwise): the isolated world must turn each into a failing row and go on (tests/test_isolation.py)."""
+import os
+import time
+
+import torch
+import torch.nn.functional as F
+
+HANG_SECONDS = 600  # far beyond any limit a test sets: the world must give up on the process
+
+
+def hangs_on_bf16(input, running_mean, running_var, weight, bias, training, momentum, eps):
+    if input.dtype == torch.bfloat16:
+        time.sleep(HANG_SECONDS)
+    return F.batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps)
+
+
+def exits_on_f16(input, running_mean, running_var, weight, bias, training, momentum, eps):
+    if input.dtype == torch.float16:
+        os._exit(3)
+    return F.batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps)
+
+
+def aborts_on_f16(input, running_mean, running_var, weight, bias, training, momentum, eps):
+    if input.dtype == torch.float16:
+        os.abort()  # SIGABRT, as a failed assertion in C++ would
+    return F.batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps)
+
+
+def raises_on_f16(input, running_mean, running_var, weight, bias, training, momentum, eps):
+    if input.dtype == torch.float16:
+        raise NotImplementedError("no f16 kernel")
+    return F.batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps)
+
+
+def slow(input, running_mean, running_var, weight, bias, training, momentum, eps):
+    """Correct, and slower than torch by a constant: a limit must follow it, not cut it."""
+    time.sleep(0.2)
+    return F.batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps)

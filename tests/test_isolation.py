@@ -1,0 +1,140 @@
+"""Single-process implementations run isolated: one that hangs or kills its process becomes a failing
+row and the run goes on in a fresh worker; what they raise comes back with its stack; code that
+cannot reach another process runs here. And the per-case limit that stops them follows the run."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch.nn.functional as F
+
+from normcheck import Case, compare, resolve_impl
+from normcheck.core.errors import UsageError
+from normcheck.engine import FAIL, PASS
+from normcheck.worlds import CaseLimit
+from normcheck.worlds.limits import DEFAULT_TIMEOUT, FLOOR, MULTIPLE
+
+ROOT = Path(__file__).resolve().parents[1]
+FAULTS = "tests._solo_faults"
+F32 = Case("batchnorm", (4, 3, 5, 5))
+BF16 = Case("batchnorm", (4, 3, 5, 5), dtype="bf16")
+F16 = Case("batchnorm", (4, 3, 5, 5), dtype="f16")
+
+
+def test_a_hanging_implementation_times_out_and_the_next_case_runs_in_a_fresh_worker():
+    impl = resolve_impl("batchnorm", f"{FAULTS}:hangs_on_bf16", timeout=2)
+    start = time.monotonic()
+    hung = compare("batchnorm", impl, BF16)
+    assert time.monotonic() - start < 8
+    assert hung.verdict == FAIL
+    assert hung.message.startswith("timed out after 2 s at _solo_faults.py:"), hung.message
+    assert "in hangs_on_bf16" in hung.message and hung.time_limit == 2
+    assert compare("batchnorm", impl, F32).verdict == PASS
+
+
+@pytest.mark.parametrize("fn, died", [("exits_on_f16", "died (exit code 3)"),
+                                      ("aborts_on_f16", "died (exit code -6, SIGABRT)")])
+def test_an_implementation_that_kills_its_process_is_a_failing_row(fn, died):
+    impl = resolve_impl("batchnorm", f"{FAULTS}:{fn}")
+    report = compare("batchnorm", impl, F16)
+    assert report.verdict == FAIL and report.message.startswith(died), report.message
+    assert compare("batchnorm", impl, F32).verdict == PASS
+
+
+def test_what_an_isolated_implementation_raises_comes_back_with_its_stack():
+    report = compare("batchnorm", f"{FAULTS}:raises_on_f16", F16)
+    assert report.verdict == FAIL
+    assert report.message.startswith("raised NotImplementedError: no f16 kernel (at _solo_faults.py:"), report.message
+    assert "Traceback" in report.traceback and "raises_on_f16" in report.traceback
+
+
+def test_code_that_cannot_reach_another_process_runs_here():
+    impl = resolve_impl("batchnorm", lambda *args: F.batch_norm(*args))
+    assert impl.world == "isolated" and impl.portable is None
+    assert compare("batchnorm", impl, F32).verdict == PASS
+
+
+def test_a_registered_record_travels_by_name_and_a_user_function_as_itself():
+    assert resolve_impl("groupnorm", "cl-auto-t2").portable().name == "cl-auto-t2"
+    travelled = resolve_impl("batchnorm", f"{FAULTS}:slow").portable()
+    assert travelled.target == f"{FAULTS}:slow" and travelled.known_issues == ()
+
+
+def test_a_script_without_the_main_guard_runs_once(tmp_path):
+    script = tmp_path / "check.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(ROOT)!r})
+        from normcheck import Case, compare
+        print("ran", compare("batchnorm", "tests._solo_faults:exits_on_f16", Case("batchnorm", (4, 3, 5))).verdict)
+    """))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["ran", "PASS"]
+
+
+def test_the_cli_reports_a_dying_implementation_and_goes_on():
+    done = subprocess.run([sys.executable, "-m", "normcheck", "compare", "--op", "batchnorm", "--impl",
+                           f"{FAULTS}:exits_on_f16", "--json"], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 1, done.stderr
+    document = json.loads(done.stdout)
+    died = [c for c in document["cases"] if c["verdict"] == FAIL]
+    assert died and all(c["case"]["dtype"] == "f16" and c["message"] == "died (exit code 3)" for c in died)
+    assert document["summary"]["total"] == 108 and document["summary"]["pass"] > 60
+    assert document["time_limit"]["rule"] == "adaptive"
+    assert document["cases"][0]["time_limit_s"] == DEFAULT_TIMEOUT
+
+
+# --------------------------------------------------------------------------- the per-case limit
+def test_the_first_case_gets_the_default_then_the_limit_follows_the_slowest_finished_case():
+    limit = CaseLimit()
+    small, large = Case("batchnorm", (4, 3, 8)), Case("batchnorm", (4, 3, 80))
+    assert limit.seconds(small) == DEFAULT_TIMEOUT and "until a case has finished" in limit.rule(small)
+    limit.run(small, lambda timeout: time.sleep(0.01))
+    assert limit.seconds(small) == FLOOR  # 20 × 0.01 s is below the floor
+    limit.run(small, lambda timeout: time.sleep(0.2))
+    assert MULTIPLE * 0.2 <= limit.seconds(small) < MULTIPLE * 0.3
+    # ten times the elements of anything finished: the largest finished case's time, scaled up
+    assert limit.seconds(large) >= 10 * limit.seconds(small) * 0.9
+    assert "scaled up" in limit.rule(large)
+
+
+def test_scaling_from_a_tiny_case_is_capped_at_the_default():
+    limit = CaseLimit()
+    limit.run(Case("batchnorm", (2, 3)), lambda timeout: time.sleep(0.05))
+    assert limit.seconds(Case("batchnorm", (16, 3, 64, 64))) == DEFAULT_TIMEOUT
+
+
+def test_a_fixed_limit_ignores_what_was_measured():
+    limit = CaseLimit(7)
+    limit.run(F32, lambda timeout: None)
+    assert limit.seconds(F32) == 7 and limit.rule(F32) == "" and limit.describe() == {"rule": "fixed", "seconds": 7}
+
+
+@pytest.mark.parametrize("value", [0, -1, float("nan")])
+def test_a_limit_must_be_positive(value):
+    with pytest.raises(UsageError, match="must be > 0 seconds"):
+        CaseLimit(value)
+
+
+def test_a_slow_correct_implementation_is_not_cut():
+    # 0.2 s a case over torch's time: the limit follows it (20 × 0.2 s), so nothing times out
+    impl = resolve_impl("batchnorm", f"{FAULTS}:slow")
+    cases = [Case("batchnorm", shape, dtype=dtype) for shape in ((2, 3), (8, 3, 16, 16), (16, 3, 32, 32))
+             for dtype in ("f32", "bf16")]
+    reports = [compare("batchnorm", impl, case) for case in cases]
+    assert all(r.verdict == PASS for r in reports), [r.message for r in reports]
+    assert reports[-1].time_limit >= MULTIPLE * 0.2
+
+
+def test_a_timeout_under_the_adaptive_limit_says_which_limit_applied():
+    impl = resolve_impl("batchnorm", f"{FAULTS}:hangs_on_bf16")
+    assert compare("batchnorm", impl, F32).verdict == PASS
+    report = compare("batchnorm", impl, BF16)
+    assert report.verdict == FAIL and report.time_limit == FLOOR
+    assert f"(limit {FLOOR:g} s: {MULTIPLE:g} × the longest finished case" in report.message, report.message
