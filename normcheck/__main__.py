@@ -1,6 +1,25 @@
+"""`python -m normcheck` and the `normcheck` command: start the workers' fork server first when the
+run will need one, so its torch import overlaps this process's."""
 import sys
 
-from .cli import main
+from .core.forkserver import start_early
 
-if __name__ == "__main__":  # worker processes re-import the main module; they must not run the CLI
-    sys.exit(main())
+_NO_WORKERS = ("lockstep", "env")  # --backend values whose ranks are threads or a launcher's processes
+
+
+def run(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["compare"] and not any(b.startswith(_NO_WORKERS) for b in _option_values(argv, "--backend")):
+        start_early()
+    from .cli import main
+
+    return main(argv)
+
+
+def _option_values(argv: list[str], option: str) -> list[str]:
+    values = [a.split("=", 1)[1] for a in argv if a.startswith(option + "=")]
+    return values + [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == option]
+
+
+if __name__ == "__main__":  # worker processes never import the main module; guarded all the same
+    sys.exit(run())

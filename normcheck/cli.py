@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import signal
 import sys
 import threading
@@ -323,6 +324,9 @@ def main(argv: list[str] | None = None, out=None) -> int:
     except KeyboardInterrupt:  # before the first case ran (starting a world, building a kernel)
         print("normcheck: interrupted before any case ran", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `normcheck ... | head`: the reader left; say nothing more
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, as shells report it
 
 
 if __name__ == "__main__":

@@ -81,6 +81,7 @@ class Impl:
     known_issues: tuple[KnownIssue, ...] = ()
     threads: int | None = None          # the framework's intra-op threads while it runs
     path: Callable[[Any], str] | None = None  # the code path it took on the case it just ran
+    prepare: Callable[[], Any] | None = None  # readies the code (a C++ build) before its first case in a process
     runner: Callable | None = field(default=None, compare=False, repr=False)
     # Set by binding: a picklable callable that rebuilds this record in a worker process (None: it cannot)
     portable: Callable[[], "Impl"] | None = field(default=None, compare=False, repr=False)

@@ -56,7 +56,8 @@ class GlooWorld(WorkerPool):
         with self._lock:
             self._check_open()
             self._check_case(case)
-            return self.run_job(case, ("rank", self._checked_spec(impl_spec)), timeout)
+            spec = self._checked_spec(impl_spec)
+            return self.run_job(case, ("rank", spec), timeout, load=("load", spec))
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else (f"port {self.port}, pids {self.pids}" if self._workers else "idle")

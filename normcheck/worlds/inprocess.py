@@ -19,6 +19,8 @@ _POOL: list[WorkerPool] = []
 
 def run_here(impl, case, inputs, limit: CaseLimit):
     """The in-process world's run (the limit measures the case; nothing here can stop it)."""
+    if impl.prepare is not None:
+        impl.prepare()  # outside the case's time (idempotent: a build is cached)
     return limit.run(case, lambda timeout: FRAMEWORKS[impl.framework].run(case.record, impl, case, inputs))
 
 
@@ -27,7 +29,7 @@ def run_isolated(impl, case, inputs, limit: CaseLimit):
     if impl.portable is None:
         return run_here(impl, case, inputs, limit)
     try:
-        [outcome] = _pool().run_job(case, ("solo", impl.portable, inputs), limit)
+        [outcome] = _pool().run_job(case, ("solo", impl.portable, inputs), limit, load=("load", impl.portable))
     except ImplError as e:  # a one-process pool names its only rank: a single process needs no name
         raise type(e)(str(e).removeprefix("rank 0: ")) from None
     kind, *details = outcome

@@ -35,7 +35,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import datetime
-import multiprocessing as mp
 import os
 import pickle
 import signal
@@ -51,6 +50,7 @@ from multiprocessing.connection import wait as _wait_any
 
 from ..cases import Case
 from ..core.errors import CaseTimeout, ImplError, UsageError
+from ..core.forkserver import context, main_hidden
 from ..core.loading import load_callable
 from ..core.text import clip, exception_text, raised_at, rank_list
 from ..frameworks import FRAMEWORKS
@@ -124,9 +124,21 @@ def _control_loop(ctrl, main_ident: int) -> None:
 
 
 def _run_job(job, case, rank: int, group, size: int, fns: dict):
-    """One message's work. ("rank", spec): this rank's part of a distributed case (every rank makes
-    the case's inputs itself); ("solo", portable, inputs): a single-process implementation under its
-    framework adapter, its outcome (outputs, or how it failed) returned as data."""
+    """One message's work. ("load", spec or portable): import the implementation and run its
+    `prepare` (a C++ build, say) before its first case in this process, outside any case's limit;
+    ("rank", spec): this rank's part of a distributed case (every rank makes the case's inputs
+    itself); ("solo", portable, inputs): a single-process implementation under its framework adapter,
+    its outcome (outputs, or how it failed) returned as data."""
+    if job[0] == "load":
+        what = job[1]
+        if isinstance(what, str):
+            fns[what] = load_callable(what)
+        else:
+            impl = what()
+            impl.callable()
+            if impl.prepare is not None:
+                impl.prepare()
+        return None
     if job[0] == "rank":
         spec = job[1]
         fn = fns.get(spec)
@@ -206,41 +218,6 @@ def _worker_main(rank: int, size: int, port: int | None, gloo_timeout: float, co
 
 
 # ----------------------------------------------------------------------------- parent side
-# What torch imports lazily on a process's first case, preloaded so no fresh worker pays it inside
-# the case's time limit (2 cores: symbolic_shapes, through suggest_memory_format, ~0.4-1 s; _dynamo,
-# through Tensor.detach's compile guard, ~1.3 s).
-_PRELOAD = ["torch", "torch.distributed", "torch.fx.experimental.symbolic_shapes", "torch._dynamo",
-            "normcheck.worlds.workers"]
-
-
-def _worker_context():
-    """'forkserver' with torch and normcheck preloaded: a fresh worker forks from a process that
-    has already imported them (~0.1 s instead of ~1.5 s of CPU per rank), so restarting a world
-    after a failure is cheap. The server itself is single-threaded, so forking it is safe."""
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(_PRELOAD)
-    return ctx
-
-
-@contextlib.contextmanager
-def _main_hidden():
-    """Start processes without the parent's main script: multiprocessing would import it in the
-    fork server and in each worker, and a script without the `if __name__ == "__main__":` guard
-    would run again there. Nothing a worker runs comes from it (jobs name importable modules)."""
-    main = sys.modules.get("__main__")
-    saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if main is not None and k in main.__dict__}
-    if saved:
-        main.__dict__.pop("__file__", None)
-        main.__spec__ = None
-    try:
-        yield
-    finally:
-        if saved:
-            main.__dict__.pop("__spec__", None)
-            main.__dict__.update(saved)
-
-
-
 def _kill(procs: list, conns: list, holder: list) -> None:
     """SIGKILL and reap every process; close the pipes; release the TCPStore. Idempotent."""
     for p in procs:
@@ -274,6 +251,7 @@ class _Workers:
         self.size = size
         self.gloo_timeout = gloo_timeout
         self.seq = 0
+        self.loaded: set[bytes] = set()  # the load jobs these processes have run
         self.port = None
         self._holder = []
         if group:
@@ -281,7 +259,7 @@ class _Workers:
                                   wait_for_workers=False)
             self.port = store.port
             self._holder.append(store)
-        ctx = _worker_context()
+        ctx = context()
         self.procs: list = []
         self.conns: list = []
         self.ctrls: list = []
@@ -303,7 +281,7 @@ class _Workers:
                 self.conns.append(conn)
                 self.ctrls.append(ctrl)
                 pipes += [conn, ctrl]
-                with _main_hidden():
+                with main_hidden():
                     proc.start()
                 child_conn.close()
                 child_ctrl.close()
@@ -521,9 +499,10 @@ class WorkerPool:
             self._ensure_started(self.timeout)
         return self
 
-    def run_job(self, case, job, timeout: "CaseLimit | float | None" = None) -> list:
+    def run_job(self, case, job, timeout: "CaseLimit | float | None" = None, load=None) -> list:
         """Every worker's result of `job` on `case`, in rank order, under the case's time limit
-        (the pool's own when None), timed from the moment the workers are ready.
+        (the pool's own when None), timed from the moment the workers are ready and have run the
+        `load` job (e.g. ("load", spec): importing the implementation), once per fresh set of workers.
 
         Raises ImplError naming the rank(s) and the cause when a worker raises, dies or runs past
         the limit (CaseTimeout); the workers are then killed and the next call starts fresh ones."""
@@ -532,6 +511,10 @@ class WorkerPool:
             self._check_open()
             workers = self._ensure_started(limit.seconds(case))
             try:
+                key = None if load is None else pickle.dumps(load, protocol=pickle.HIGHEST_PROTOCOL)
+                if key is not None and key not in workers.loaded:
+                    workers.run_case(case, load, self.startup_timeout)
+                    workers.loaded.add(key)
                 return limit.run(case, lambda seconds: workers.run_case(case, job, seconds))
             except BaseException:  # ImplError, KeyboardInterrupt, ...: the workers' state is unknown
                 self._discard(kill=True)

@@ -14,7 +14,9 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "normcheck"
 FRAMEWORK_FREE = ("core", "numerics", "reference", "cases", "engine")
 FRAMEWORKS = ("torch", "jax", "flax", "tensorflow", "keras")
-LAZY_BY_DESIGN = {"normcheck.pytest_plugin"}  # loaded by pytest in every run: imports normcheck only when used
+# pytest_plugin: loaded by pytest in every run, imports normcheck only when used; __main__: the command
+# starts the workers' fork server before it imports the CLI (and with it torch).
+LAZY_BY_DESIGN = {"normcheck.pytest_plugin", "normcheck.__main__"}
 
 
 def layer_order() -> list[tuple[str, list[str]]]:

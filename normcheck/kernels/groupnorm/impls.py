@@ -20,7 +20,7 @@ from ...frameworks.torch import TORCH_DTYPES
 from ...numerics.formats import FORMAT_RANK
 from ...ops import Impl
 from ...ops.groupnorm import OP as GROUPNORM
-from . import DEFAULT_THRESHOLD, group_norm, last_backward_path, path_name, validate_layout
+from . import DEFAULT_THRESHOLD, group_norm, last_backward_path, load, path_name, validate_layout
 
 THREADS = (1, 2, 3)
 _CL_FORMAT = {rank: name for name, rank in FORMAT_RANK.items()}
@@ -68,7 +68,7 @@ def _make() -> list[Impl]:
             impls.append(Impl(f"cl-{strategy}-t{n}", "groupnorm",
                               f"normcheck's channels-last GroupNorm kernel, strategy {strategy}, {n} thread(s)",
                               ours(strategy, n), supports=supports, capabilities=CAPABILITIES,
-                              path=lambda case: last_backward_path()))
+                              path=lambda case: last_backward_path(), prepare=load))
     torch_impls = {i.name: i for i in GROUPNORM.impls}
     for n in THREADS:
         for name, base in (("torch-cl", torch_impls["torch"]), ("torch-native-cl", torch_impls["torch-native-backward"])):

@@ -1,0 +1,53 @@
+"""The fork server every worker process forks from (the isolated world's and the gloo world's), and
+starting it early.
+
+The server imports torch once; a worker then forks from it in ~0.1 s. Started at the top of a CLI
+run that will need workers, before this process imports torch itself, the two imports overlap
+(~2 s of wall time on 2 cores). A leaf: importing it imports neither torch nor the rest of normcheck.
+"""
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import sys
+
+# What torch imports lazily on a process's first case, preloaded so no fresh worker pays it inside
+# the case's time limit (2 cores: symbolic_shapes, through suggest_memory_format, ~0.4-1 s; _dynamo,
+# through Tensor.detach's compile guard, ~1.3 s).
+PRELOAD = ["torch", "torch.distributed", "torch.fx.experimental.symbolic_shapes", "torch._dynamo",
+           "normcheck.worlds.workers"]
+
+
+def context():
+    """'forkserver' with torch and normcheck preloaded. The server itself is single-threaded, so
+    forking it is safe (no fork of a threaded parent)."""
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)
+    return ctx
+
+
+@contextlib.contextmanager
+def main_hidden():
+    """Start processes without the parent's main script: multiprocessing would import it in the
+    fork server and in each worker, and a script without the `if __name__ == "__main__":` guard
+    would run again there. Nothing a worker runs comes from it (jobs name importable modules)."""
+    main = sys.modules.get("__main__")
+    saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if main is not None and k in main.__dict__}
+    if saved:
+        main.__dict__.pop("__file__", None)
+        main.__spec__ = None
+    try:
+        yield
+    finally:
+        if saved:
+            main.__dict__.pop("__spec__", None)
+            main.__dict__.update(saved)
+
+
+def start_early() -> None:
+    """Start the server now; it preloads while this process goes on (the first worker waits for it)."""
+    from multiprocessing import forkserver
+
+    context()
+    with main_hidden():
+        forkserver.ensure_running()
