@@ -138,3 +138,13 @@ def test_a_timeout_under_the_adaptive_limit_says_which_limit_applied():
     report = compare("batchnorm", impl, BF16)
     assert report.verdict == FAIL and report.time_limit == FLOOR
     assert f"(limit {FLOOR:g} s: {MULTIPLE:g} × the longest finished case" in report.message, report.message
+
+
+def test_loading_the_implementation_is_outside_the_limit_also_after_a_restart():
+    # a 2 s import under a 1 s limit: the worker imports it before the clock starts, and again in
+    # the fresh worker that follows a hang
+    impl = resolve_impl("batchnorm", "tests._slow_import:bn", timeout=1)
+    assert compare("batchnorm", impl, F32).verdict == PASS
+    hanging = resolve_impl("batchnorm", f"{FAULTS}:hangs_on_bf16", timeout=1)
+    assert compare("batchnorm", hanging, BF16).verdict == FAIL  # the worker is killed and replaced
+    assert compare("batchnorm", impl, F32).verdict == PASS
