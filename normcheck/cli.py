@@ -35,9 +35,10 @@ from .worlds.limits import FLOOR, MULTIPLE
 
 
 # Case options that, when given, replace the default sweep with explicitly built cases.
-_CASE_OPTIONS = ("shape", "dtype", "memory_format", "groups", "profile", "eps", "momentum", "no_affine",
+_CASE_OPTIONS = ("shape", "dtype", "memory_format", "groups", "normalized_dims", "profile", "eps", "momentum", "no_affine",
                  "world_size", "split")
 _DEFAULT_SHAPE = (4, 6, 5, 5)
+_OWN_FIELDS = ("groups", "normalized_dims")  # case fields that only some ops take (Op.case_fields)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -56,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--dtype", help=f"one of {', '.join(DTYPE_CHOICES)}")
     cmp.add_argument("--memory-format", help=f"X[:DY], each one of {', '.join(FORMATS)}")
     cmp.add_argument("--groups", type=int, help="GroupNorm groups (C must be divisible)")
+    cmp.add_argument("--normalized-dims", type=int, metavar="K",
+                     help="LayerNorm: how many trailing dims are normalised (default 1)")
     cmp.add_argument("--profile", help=f"one of {', '.join(PROFILES)}")
     cmp.add_argument("--eps", type=float)
     cmp.add_argument("--momentum", type=float, help="running-stat momentum (default 0.1)")
@@ -131,13 +134,14 @@ def build_cases(args) -> list[Case]:
         return cases
     spec = parse_dtype(args.dtype or "f32")
     x_format, _, dy_format = (args.memory_format or "contiguous").partition(":")
-    groups = args.groups if args.groups is not None else get_op(args.op).case_fields.get("groups")
+    own = dict(get_op(args.op).case_fields)  # the op's own fields, defaulted; given ones win (and an op
+    own.update({name: getattr(args, name) for name in _OWN_FIELDS if getattr(args, name) is not None})  # without them says so
     shape, split = _shape_and_split(args)
     return [
         Case(args.op, shape, spec.dtype, spec.param_dtype, x_format, dy_format or None,
              args.profile or "normal", 1e-5 if args.eps is None else args.eps,
-             0.1 if args.momentum is None else args.momentum, affine=not args.no_affine, groups=groups, seed=seed,
-             split=split)
+             0.1 if args.momentum is None else args.momentum, affine=not args.no_affine, seed=seed,
+             split=split, **own)
         for seed in seeds
     ]
 

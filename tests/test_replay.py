@@ -20,7 +20,7 @@ from normcheck.cases.strategies import cases
 def test_every_case_round_trips_exactly(case, gamma_scale):
     case = case.with_(gamma_scale=gamma_scale)
     token = encode_case(case)
-    assert re.fullmatch(r"v1\.[A-Za-z0-9_-]+\.[0-9a-f]{8}", token)  # URL-safe, no padding, no spaces
+    assert re.fullmatch(r"v2\.[A-Za-z0-9_-]+\.[0-9a-f]{8}", token)  # URL-safe, no padding, no spaces
     again = decode_case(token)
     assert again == case
     # Equal is not enough for floats written as text: the data made from them must be identical.
@@ -32,9 +32,9 @@ def test_the_token_holds_every_case_field():
     assert FIELDS == tuple(f.name for f in dataclasses.fields(Case))
 
 
-def _token(values) -> str:
+def _token(values, version="v2") -> str:
     payload = json.dumps(values, separators=(",", ":")).encode()
-    return f"v1.{base64.urlsafe_b64encode(payload).decode().rstrip('=')}.{zlib.crc32(payload):08x}"
+    return f"{version}.{base64.urlsafe_b64encode(payload).decode().rstrip('=')}.{zlib.crc32(payload):08x}"
 
 
 GOOD = encode_case(Case("groupnorm", (2, 8, 4), "bf16", "f32", groups=4, seed=7))
@@ -44,19 +44,25 @@ _FIELDS = [getattr(Case("batchnorm", (2, 3)), f) for f in FIELDS]
 @pytest.mark.parametrize("token, message", [
     ("hello", "is not a normcheck replay token"),
     ("", "is not a normcheck replay token"),
-    ("v2." + GOOD[3:], "version v2; this normcheck reads v1"),
+    ("v3." + GOOD[3:], "version v3; this normcheck reads v1 and v2"),
     (GOOD[:10] + ("B" if GOOD[10] == "A" else "A") + GOOD[11:], "damaged (checksum mismatch)"),  # a typo
     (GOOD[:20] + GOOD[-9:], "damaged"),                           # cut in the middle
-    ("v1.@@@@.00000000", "damaged (not base64url)"),
+    ("v2.@@@@.00000000", "damaged (not base64url)"),
+    (_token(_FIELDS, "v1"), "does not hold a case: expected 14 fields"),  # a v1 token has no normalized_dims
     (_token([1, 2, 3]), "does not hold a case"),
     (_token({"op": "batchnorm"}), "does not hold a case"),
     (_token(["batchnorm", [2, -3]] + _FIELDS[2:]), "names an invalid case: shape 2x-3"),
-    (_token(["layernorm"] + _FIELDS[1:]), "unknown op 'layernorm'"),
+    (_token(["rmsnorm"] + _FIELDS[1:]), "unknown op 'rmsnorm'"),
 ])
 def test_bad_tokens_are_one_line_usage_errors(token, message):
     with pytest.raises(UsageError) as e:
         decode_case(token)
     assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_token_from_before_normalized_dims_still_replays():
+    case = Case("groupnorm", (2, 8, 4), "bf16", "f32", groups=4, seed=7)
+    assert decode_case(_token([getattr(case, f) for f in FIELDS[:-1]], "v1")) == case
 
 
 def test_replay_command_names_impl_case_and_world():

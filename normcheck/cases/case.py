@@ -38,6 +38,7 @@ class Case:
     seed: int = 0
     split: tuple[int, ...] | None = None  # per-rank batch sizes (SyncBN); None: one process
     gamma_scale: float = 1.0      # multiplies γ: recipes that divide by γ fail as it shrinks
+    normalized_dims: int | None = None  # ops whose record normalises the last k dims (LayerNorm): k
 
     def __post_init__(self):
         object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
@@ -45,6 +46,10 @@ class Case:
             object.__setattr__(self, "param_dtype", self.dtype)
         if self.dy_format is None:
             object.__setattr__(self, "dy_format", self.x_format)
+        if not self.affine and self.op in OPS and not OPS[self.op].running_stats:
+            # No parameter tensor at all: nothing is in the parameter dtype, so "mixed" means nothing
+            # (torch keeps such a case's saved statistics in the input dtype, as for a plain one).
+            object.__setattr__(self, "param_dtype", self.dtype)
         if self.split is not None:
             object.__setattr__(self, "split", tuple(int(s) for s in self.split))
         elif self.op in OPS and OPS[self.op].distributed and self.shape:
@@ -73,9 +78,10 @@ class Case:
             raise UsageError(f"eps must be >= 0, got {self.eps}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise UsageError(f"seed must be an integer >= 0, got {self.seed!r}")
-        if self.groups is not None and "groups" not in op.case_fields:
-            takers = [o.name for o in OPS.values() if "groups" in o.case_fields]
-            raise UsageError(f"--groups applies to {' and '.join(takers)} only, not {self.op}")
+        for name in ("groups", "normalized_dims"):
+            if getattr(self, name) is not None and name not in op.case_fields:
+                takers = [o.name for o in OPS.values() if name in o.case_fields]
+                raise UsageError(f"--{name.replace('_', '-')} applies to {' and '.join(takers)} only, not {self.op}")
         op.validate(self)
         if self.view.set_size < 2:
             raise UsageError(f"shape {self._shape_text} gives {self.view.set_size} values per {op.unit}; "
@@ -128,6 +134,8 @@ class Case:
         parts = [self._shape_text, self.dtypes.label, fmt, self.profile]
         if self.groups is not None:
             parts.insert(1, f"G={self.groups}")
+        if self.normalized_dims is not None:
+            parts.insert(1, f"D={self.normalized_dims}")
         if self.split is not None:
             parts.append("split=" + ",".join(map(str, self.split)))
         if not self.affine:
@@ -160,10 +168,10 @@ class CaseInputs:
         rng = np.random.default_rng([case.seed, _stable_hash(case)])
         view = case.view
         x_sets, dy_sets = PROFILES[case.profile](view.set_count, view.set_size, case.dtype, case.eps, rng)
-        c = case.channels
+        c, p = case.channels, view.param_shape
         # γ not all ones and β not all zeros, with both signs: a kernel that drops or swaps them shows.
-        weight = rng.choice([-1.0, 1.0], size=c) * rng.uniform(0.5, 1.5, size=c) * case.gamma_scale
-        bias = rng.uniform(-1, 1, size=c)
+        weight = rng.choice([-1.0, 1.0], size=p) * rng.uniform(0.5, 1.5, size=p) * case.gamma_scale
+        bias = rng.uniform(-1, 1, size=p)
         running_mean = rng.normal(0, 0.1, size=c)
         running_var = rng.uniform(0.5, 1.5, size=c)
         q, qp = case.dtype, case.param_dtype
@@ -185,4 +193,6 @@ def _stable_hash(case: Case) -> int:
     the same values whether they are laid out channels-last, split over 3 ranks or scaled.
     """
     fields = (case.op, case.shape, case.dtype, case.param_dtype, case.profile, case.eps, case.affine, case.groups)
+    if case.normalized_dims is not None:  # (kept out when absent: the other ops' inputs stay as they were)
+        fields += (case.normalized_dims,)
     return zlib.crc32(repr(fields).encode())

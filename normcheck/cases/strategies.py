@@ -7,6 +7,7 @@ strategies themselves: every draw is a valid Case and the axes are all reachable
 from __future__ import annotations
 
 from math import prod
+from types import SimpleNamespace
 
 from hypothesis import strategies as st
 
@@ -30,9 +31,14 @@ def shapes(draw, op: str, ranks=(2, 3, 4, 5), max_numel: int = MAX_NUMEL) -> tup
     while prod(shape) > max_numel:  # shrink the largest dim until the case is cheap
         i = max(range(len(shape)), key=lambda k: shape[k])
         shape = shape[:i] + (max(1, shape[i] // 2),) + shape[i + 1:]
-    # At least two values per normalisation set: grow a dim every set spans (BN: N; GN: C).
-    axis = get_op(op).set_dim
-    if prod(shape[2:]) * shape[axis] < 2:
+    return shape
+
+
+def _with_two_per_set(op: str, shape: tuple[int, ...], fields: dict) -> tuple[int, ...]:
+    """At least two values per normalisation set: grow a dim every set spans (BN: N; GN: C; LN: the last)."""
+    record = get_op(op)
+    axis = record.set_dim % len(shape)
+    while record.view(SimpleNamespace(shape=shape, **fields)).set_size < 2:
         shape = tuple(s + 1 if i == axis else s for i, s in enumerate(shape))
     return shape
 
@@ -55,17 +61,20 @@ def cases(draw, op: str, dtypes=DTYPE_CHOICES, profiles=tuple(PROFILES), ranks=(
     x_format = draw(st.sampled_from(layouts))
     dy_format = draw(st.one_of(st.just(x_format), st.sampled_from(layouts)))
     record = get_op(op)
-    groups = None
+    fields = {"groups": None, "normalized_dims": None}
+    if "normalized_dims" in record.case_fields:
+        fields["normalized_dims"] = draw(st.integers(1, min(3, len(shape) - 1)))
+    shape = _with_two_per_set(op, shape, {**fields, "groups": 1})
     if "groups" in record.case_fields:
         c, spatial = shape[1], prod(shape[2:])
-        groups = draw(st.sampled_from([g for g in range(1, c + 1) if c % g == 0 and c // g * spatial >= 2]))
+        fields["groups"] = draw(st.sampled_from([g for g in range(1, c + 1) if c % g == 0 and c // g * spatial >= 2]))
     return Case(
         op, shape, spec.dtype, spec.param_dtype, x_format, dy_format,
         profile=draw(st.sampled_from(list(profiles))),
         eps=draw(st.sampled_from([1e-5, 1e-3, 0.1])),
         momentum=draw(st.sampled_from([0.1, 0.5, 1.0])),
         affine=draw(st.booleans()),
-        groups=groups,
+        **fields,
         seed=draw(st.integers(0, 2**31 - 1)),
         split=draw(splits(shape[0], max_world)) if record.distributed else None,
     )

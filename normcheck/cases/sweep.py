@@ -42,14 +42,16 @@ def default_sweep(op: str, seed: int = 0) -> list[Case]:
 
 def grid_sweep(op: str, plan: GridSweep, seed: int = 0) -> list[Case]:
     cases = []
+    parameters_only_in_affine = not get_op(op).running_stats  # then a mixed case needs γ and β to be mixed
     for d, (dtype, param_dtype) in enumerate(SWEEP_DTYPES):
         for p, profile in enumerate(PROFILES):
             for s, size in enumerate(SIZES):
                 i = len(cases)
                 x_format, dy_format = SWEEP_LAYOUTS[(d + 2 * p + s) % len(SWEEP_LAYOUTS)]
                 rank = FORMAT_RANK.get(x_format, FORMAT_RANK.get(dy_format, 2 + i % 3))
+                affine = i % 5 != 4 or (parameters_only_in_affine and dtype != param_dtype)
                 cases.append(Case(op, plan.shapes[size][rank], dtype, param_dtype, x_format, dy_format, profile,
-                                  affine=(i % 5 != 4), seed=seed, **plan.fields(size, rank)))
+                                  affine=affine, seed=seed, **plan.fields(size, rank)))
     return cases
 
 

@@ -1,11 +1,11 @@
 """Replay tokens (`--case`): one compact, URL-safe string that rebuilds a Case exactly.
 
-    v1.<base64url of compact JSON: every Case field, in FIELDS order>.<crc32 of that JSON, 8 hex>
+    v2.<base64url of compact JSON: every Case field, in FIELDS order>.<crc32 of that JSON, 8 hex>
 
 The version says which field list the payload follows: a token from another version, a damaged
 one or one whose checksum does not match is refused with one line (UsageError) instead of
 silently replaying some other case. Adding a field to Case means a new version (tests check that
-FIELDS names every field).
+FIELDS names every field). v1 tokens (before normalized_dims) still replay.
 """
 from __future__ import annotations
 
@@ -17,9 +17,10 @@ import zlib
 from ..core.errors import UsageError
 from .case import Case
 
-VERSION = "v1"
+VERSION = "v2"
 FIELDS = ("op", "shape", "dtype", "param_dtype", "x_format", "dy_format", "profile", "eps", "momentum", "affine",
-          "groups", "seed", "split", "gamma_scale")
+          "groups", "seed", "split", "gamma_scale", "normalized_dims")
+_READS = {"v1": FIELDS[:-1], VERSION: FIELDS}  # the field list each readable version follows
 
 
 def encode_case(case: Case) -> str:
@@ -33,10 +34,10 @@ def decode_case(token: str) -> Case:
     """The Case a token names; UsageError (one line) for anything else."""
     parts = token.strip().split(".")
     if len(parts) != 3 or not parts[0].startswith("v"):
-        raise UsageError(f"--case {_short(token)} is not a normcheck replay token (expected v1.<data>.<checksum>)")
+        raise UsageError(f"--case {_short(token)} is not a normcheck replay token (expected {VERSION}.<data>.<checksum>)")
     version, body, checksum = parts
-    if version != VERSION:
-        raise UsageError(f"--case token is version {version}; this normcheck reads {VERSION} tokens: "
+    if version not in _READS:
+        raise UsageError(f"--case token is version {version}; this normcheck reads {' and '.join(_READS)} tokens: "
                          f"re-run the check with this version to get a new replay line")
     try:
         payload = base64.b64decode(body + "=" * (-len(body) % 4), altchars=b"-_", validate=True)
@@ -46,9 +47,10 @@ def decode_case(token: str) -> Case:
         raise UsageError(f"--case token {_short(token)} is damaged (checksum mismatch): copy the whole replay line")
     try:
         values = json.loads(payload)
-        if not isinstance(values, list) or len(values) != len(FIELDS):
-            raise ValueError(f"expected {len(FIELDS)} fields")
-        kw = dict(zip(FIELDS, values))
+        fields = _READS[version]
+        if not isinstance(values, list) or len(values) != len(fields):
+            raise ValueError(f"expected {len(fields)} fields")
+        kw = dict(zip(fields, values))
         for name in ("shape", "split"):
             if kw[name] is not None:
                 kw[name] = tuple(kw[name])

@@ -20,7 +20,7 @@ def baseline_outputs(case: Case, inputs: CaseInputs) -> dict[str, np.ndarray | N
     axes = view.axes
     x = view.group(inputs.x.astype(acc))
     dy = view.group(inputs.dy.astype(acc))
-    ones = np.ones(case.channels, dtype=acc)
+    ones = np.ones(view.param_shape, dtype=acc)
     gamma = view.per_channel_values(inputs.weight.astype(acc) if inputs.weight is not None else ones)
     beta = view.per_channel_values(inputs.bias.astype(acc) if inputs.bias is not None else 0 * ones)
 

@@ -58,7 +58,7 @@ def element_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) -> 
     def rho(n):
         return c.growth * np.sqrt(max(n, 1))
 
-    ones = np.ones(case.channels)
+    ones = np.ones(view.param_shape)
     x = view.group(inputs.x)
     dy = view.group(inputs.dy)
     gamma = view.per_channel_values(inputs.weight if inputs.weight is not None else ones)

@@ -1,12 +1,14 @@
 """Normalisation sets: which elements share one mean and one variance.
 
-The ops here normalise x of shape (N, C, *spatial) over sets. Viewing x as (N, K, L, S), with the
-C channels in K blocks of L, makes every op one reduction over `axes`:
-  per_channel (BatchNorm)    K = C, L = 1    sets are channels, across the batch: reduce over (N, L, S)
-  per_group   (GroupNorm)    K = G, L = C/G  sets are (sample, group):           reduce over (L, S)
-γ and β are per channel, i.e. indexed by (K, L) in this view; saved statistics have one value per
-set. The op record (normcheck.ops) says which view its cases take. Works for NumPy arrays (and
-anything with NumPy's reshape/transpose/sum spelling).
+Every op here is one reduction over `axes` of x viewed as (N, K, L, S), with γ and β indexed by
+(K, L) (flattened: the parameter shape) and one saved statistic per set:
+  per_channel (BatchNorm)   x (N, C, *S)        K = C, L = 1    sets are channels, across the batch:
+                                                                reduce over (N, L, S)
+  per_group   (GroupNorm)   x (N, C, *S)        K = G, L = C/G  sets are (sample, group): reduce over (L, S)
+  last_dims   (LayerNorm)   x (*rows, *D), k = len(D)           N = rows, K = 1, L = prod(D), S = 1: sets
+                                                                are rows, γ and β per element of D
+The op record (normcheck.ops) says which view its cases take. Works for NumPy arrays (and anything
+with NumPy's reshape/transpose/sum spelling).
 """
 from __future__ import annotations
 
@@ -17,21 +19,30 @@ from math import prod
 @dataclass(frozen=True)
 class SetView:
     shape: tuple[int, ...]
-    blocks: int          # K: channel blocks (C for per-channel sets, G for groups)
-    across_batch: bool   # sets span the batch (BatchNorm) or stay within a sample (GroupNorm)
+    grouped_shape: tuple[int, int, int, int]  # (N, K, L, S)
+    across_batch: bool   # sets span the batch (BatchNorm) or stay within a sample (GroupNorm, LayerNorm)
+    param_shape: tuple[int, ...]  # γ, β and their gradients
+    stats_shape: tuple[int, ...]  # saved mean and invstd/rstd: one per set
 
     @classmethod
     def per_channel(cls, shape: tuple[int, ...]) -> "SetView":
-        return cls(tuple(shape), shape[1], True)
+        n, c = shape[0], shape[1]
+        return cls(tuple(shape), (n, c, 1, prod(shape[2:])), True, (c,), (c,))
 
     @classmethod
     def per_group(cls, shape: tuple[int, ...], groups: int) -> "SetView":
-        return cls(tuple(shape), groups, False)
+        n, c = shape[0], shape[1]
+        return cls(tuple(shape), (n, groups, c // groups, prod(shape[2:])), False, (c,), (n, groups))
+
+    @classmethod
+    def last_dims(cls, shape: tuple[int, ...], dims: int) -> "SetView":
+        rows, normalised = tuple(shape[:-dims]), tuple(shape[-dims:])
+        return cls(tuple(shape), (prod(rows), 1, prod(normalised), 1), False, normalised, rows + (1,) * dims)
 
     @property
-    def grouped_shape(self) -> tuple[int, int, int, int]:
-        n, c = self.shape[0], self.shape[1]
-        return (n, self.blocks, c // self.blocks, prod(self.shape[2:]))
+    def blocks(self) -> int:
+        """K: channel blocks (C for per-channel sets, G for groups, 1 for LayerNorm)."""
+        return self.grouped_shape[1]
 
     @property
     def axes(self) -> tuple[int, ...]:
@@ -44,7 +55,7 @@ class SetView:
 
     @property
     def channel_count(self) -> int:
-        """Elements that feed one channel's dγ/dβ: N·spatial, for both views."""
+        """Elements that feed one parameter's dγ/dβ: N·S (BatchNorm, GroupNorm: N·spatial; LayerNorm: rows)."""
         n, _, _, s = self.grouped_shape
         return n * s
 
@@ -53,14 +64,8 @@ class SetView:
         n, k, _, _ = self.grouped_shape
         return k if self.across_batch else n * k
 
-    @property
-    def stats_shape(self) -> tuple[int, ...]:
-        """Saved mean and invstd/rstd: one per set, (C,) across the batch, (N, G) within samples."""
-        n, k, _, _ = self.grouped_shape
-        return (k,) if self.across_batch else (n, k)
-
     def to_sets(self, a):
-        """NumPy (N, C, *S) -> (sets, set_size): one row per normalisation set."""
+        """NumPy x-shaped -> (sets, set_size): one row per normalisation set."""
         g = self.group(a)
         if self.across_batch:
             g = g.transpose(1, 0, 2, 3)
@@ -74,17 +79,17 @@ class SetView:
         return m.reshape(self.shape)
 
     def group(self, a):
-        """(N, C, *S) -> (N, K, L, S)."""
+        """x-shaped -> (N, K, L, S)."""
         return a.reshape(self.grouped_shape)
 
     def ungroup(self, a):
         return a.reshape(self.shape)
 
     def per_channel_values(self, v):
-        """(C,) -> broadcastable against the grouped view."""
+        """A parameter (param_shape) -> broadcastable against the grouped view."""
         _, k, l, _ = self.grouped_shape
         return v.reshape(1, k, l, 1)
 
     def channel_sum(self, a):
-        """Sum a grouped array over N and S: (N, K, L, S) -> (C,)."""
-        return a.sum(axis=(0, 3)).reshape(-1)
+        """Sum a grouped array over N and S: (N, K, L, S) -> param_shape."""
+        return a.sum(axis=(0, 3)).reshape(self.param_shape)

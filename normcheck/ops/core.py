@@ -173,12 +173,14 @@ class Op:
 
     def output_shape(self, case, name: str, x_shape: tuple[int, ...]) -> tuple[int, ...]:
         """y and dx are shaped like x (one rank's rows of it in a world); statistics have one value
-        per set; everything else one per channel."""
+        per set; running statistics one per channel; the parameters' gradients are shaped like them."""
         if name in ("y", "dx"):
             return tuple(x_shape)
         if name in self.saved_stats:
             return self.view(case).stats_shape
-        return (case.channels,)
+        if name.startswith("running_"):
+            return (case.channels,)
+        return self.view(case).param_shape
 
     @property
     def known_issues(self) -> tuple[KnownIssue, ...]:

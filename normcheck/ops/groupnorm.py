@@ -83,15 +83,6 @@ CHANNELS_LAST_VARIANCE = KnownIssue(
     code=("aten.native_group_norm",),
 )
 
-MIXED_MOMENTS = KnownIssue(
-    "torch-gn-mixed-moments",
-    "torch CPU group_norm with f16/bf16 input and f32 parameters rounds mean and rstd to the input dtype "
-    "(returned as f32): the 'low-precision moments' bug, large dx errors when |mean| ≫ std",
-    lambda c: c.dtypes.is_mixed,
-    Signature(("y", "mean", "rstd", "dx", "dweight")),
-    code=("aten.native_group_norm",),
-)
-
 F16_OVERFLOW = KnownIssue(
     "torch-gn-f16-overflow",
     "torch CPU group_norm backward in plain f16 accumulates per-channel Σ dy·x in f16: dweight overflows to inf "
@@ -111,7 +102,7 @@ NATIVE_DY_LAYOUT = KnownIssue(
     Signature(("dx", "dweight", "dbias"), nonfinite=True),
 )
 
-TORCH_ISSUES = (CHANNELS_LAST_VARIANCE, MIXED_MOMENTS, F16_OVERFLOW)
+TORCH_ISSUES = (CHANNELS_LAST_VARIANCE, F16_OVERFLOW)
 NATIVE_ISSUES = TORCH_ISSUES + (NATIVE_DY_LAYOUT,)
 
 OP = Op(

@@ -4,12 +4,14 @@ from itertools import product
 import pytest
 
 from normcheck.numerics.profiles import PROFILES
-from normcheck.cases.sweep import SWEEP_DTYPES, SWEEP_LAYOUTS, default_sweep
+from normcheck.cases.sweep import SIZES, SWEEP_DTYPES, SWEEP_LAYOUTS, default_sweep
+from normcheck.ops import get_op
 
 
 @pytest.mark.parametrize("op", ["batchnorm", "groupnorm"])
 def test_pairwise_coverage(op):
     cases = default_sweep(op)
+    size_of = {shape: size for size, by_rank in get_op(op).sweep.shapes.items() for shape in by_rank.values()}
     dtypes = {(c.dtype, c.param_dtype) for c in cases}
     layouts = {(c.x_format, c.dy_format) for c in cases}
     assert dtypes == set(SWEEP_DTYPES) and layouts == set(SWEEP_LAYOUTS)
@@ -18,8 +20,8 @@ def test_pairwise_coverage(op):
                          set(product(SWEEP_DTYPES, SWEEP_LAYOUTS))),
         "profile×layout": ({(c.profile, (c.x_format, c.dy_format)) for c in cases},
                            set(product(PROFILES, SWEEP_LAYOUTS))),
-        "dtype×profile×size": ({((c.dtype, c.param_dtype), c.profile, c.view.set_size) for c in cases},
-                               set(product(SWEEP_DTYPES, PROFILES, (8, 8192, 65536)))),
+        "dtype×profile×size": ({((c.dtype, c.param_dtype), c.profile, size_of[c.shape]) for c in cases},
+                               set(product(SWEEP_DTYPES, PROFILES, SIZES))),
     }
     for name, (seen, wanted) in pairs.items():
         assert seen == wanted, f"{name} misses {sorted(wanted - seen)[:3]}"
@@ -57,3 +59,4 @@ def test_syncbn_sweep_has_uneven_and_empty_rank_splits_in_every_dtype_and_layout
     counts = {n * c.numel // (c.shape[0] * c.shape[1]) for c in cases for n in c.split}
     significant_bits = [n.bit_length() - (n & -n).bit_length() + 1 for n in counts if n]
     assert max(significant_bits) > 8
+

@@ -29,6 +29,7 @@ class Bugs:
     modifies_input: bool = False            # centres x in place and leaves it that way
     per_sample_variance: bool = False       # BN: average of per-sample variances
     dweight_missing_invstd: bool = False    # dγ = Σ dy·(x − μ)
+    low_precision_param_sums: bool = False  # dγ, dβ summed over the batch/rows in the f16/bf16 input dtype
 
 
 def _read(t: torch.Tensor, bugs: Bugs) -> torch.Tensor:
@@ -42,9 +43,11 @@ def _read(t: torch.Tensor, bugs: Bugs) -> torch.Tensor:
     return t
 
 
-def _sum(a: torch.Tensor, axes, bugs: Bugs, low: torch.dtype) -> torch.Tensor:
-    """Sum over `axes` keeping dims; optionally like a 16-lane kernel accumulating in `low`."""
-    if not (bugs.low_precision_accumulation and low in (torch.float16, torch.bfloat16)):
+def _sum(a: torch.Tensor, axes, bugs: Bugs, low: torch.dtype, in_low: bool | None = None) -> torch.Tensor:
+    """Sum over `axes` keeping dims; optionally (`in_low`, by default the low-precision-accumulation
+    bug) like a 16-lane kernel accumulating in `low`."""
+    in_low = bugs.low_precision_accumulation if in_low is None else in_low
+    if not (in_low and low in (torch.float16, torch.bfloat16)):
         return a.sum(dim=axes, keepdim=True)
     kept = [d for d in range(a.dim()) if d not in axes]
     moved = a.permute(*kept, *axes)
@@ -81,7 +84,7 @@ class _Norm(torch.autograd.Function):
         if bugs.bf16_moments:
             mu, invstd = mu.to(torch.bfloat16).to(acc), invstd.to(torch.bfloat16).to(acc)
         xhat = (xs - mu) * invstd
-        ones = torch.ones(view.shape[1], dtype=acc)
+        ones = torch.ones(view.param_shape, dtype=acc)
         gamma = view.per_channel_values(weight.to(acc) if weight is not None else ones)
         beta = view.per_channel_values(bias.to(acc) if bias is not None else 0 * ones)
         y = view.ungroup(xhat * gamma + beta).to(low)
@@ -110,8 +113,11 @@ class _Norm(torch.autograd.Function):
         dx = view.ungroup(invstd * (gamma * dys - mean_g - xhat * mean_gx)).to(low)
         xterm = xhat / invstd if bugs.dweight_missing_invstd else xhat
         wdt, bdt = ctx.param_dtypes
-        dweight = view.channel_sum(dys * xterm).to(wdt) if wdt is not None else None
-        dbias = view.channel_sum(dys).to(bdt) if bdt is not None else None
+        def param_sum(a):  # over N and S: (N, K, L, S) -> the parameter's shape
+            return _sum(a, (0, 3), bugs, low, bugs.low_precision_param_sums).reshape(view.param_shape)
+
+        dweight = param_sum(dys * xterm).to(wdt) if wdt is not None else None
+        dbias = param_sum(dys).to(bdt) if bdt is not None else None
         return dx, dweight, dbias, None, None, None, None
 
 
