@@ -44,7 +44,7 @@ _STATUS = {"SIGINT": 130, "SIGTERM": 143}  # 128 + the signal's number, as shell
 def pytest_addoption(parser):
     group = parser.getgroup("normcheck", "normcheck: gradient checks of normalization kernels")
     group.addoption("--normcheck-op", metavar="OP",
-                    help="run normcheck's suite for this op: batchnorm, groupnorm, syncbn or syncbn_silu")
+                    help="run normcheck's suite for this op: batchnorm, groupnorm, layernorm, syncbn or syncbn_silu")
     group.addoption("--normcheck-impl", metavar="MODULE:ATTR",
                     help="the implementation under test: module:attr, path/to/file.py:attr or a registered "
                          "name (default: torch's own)")

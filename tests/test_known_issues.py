@@ -11,7 +11,7 @@ from dataclasses import replace
 from normcheck import Case, compare, resolve_impl
 from normcheck.engine import FAIL, KNOWN
 from normcheck.impls import IMPLS
-from normcheck.ops import RECORDED_WITH_TORCH, batchnorm as bn, groupnorm as gn, syncbn
+from normcheck.ops import RECORDED_WITH_TORCH, batchnorm as bn, groupnorm as gn, layernorm as ln, syncbn
 
 pytestmark = pytest.mark.skipif(
     not torch.__version__.startswith(RECORDED_WITH_TORCH),
@@ -22,6 +22,7 @@ pytestmark = pytest.mark.skipif(
 # torch's entry points given as user code: a known issue follows torch's kernels into the code that calls them.
 USER_BN = resolve_impl("batchnorm", F.batch_norm)
 USER_GN = resolve_impl("groupnorm", F.group_norm)
+USER_LN = resolve_impl("layernorm", F.layer_norm)
 USER_SYNCBN = resolve_impl("syncbn", "torch.nn.modules._functions:SyncBatchNorm.apply")  # dies: no kernel record
 NATIVE_GN = resolve_impl("groupnorm", "torch-native-backward")
 
@@ -34,6 +35,8 @@ WITNESSES = [
     (gn.CHANNELS_LAST_VARIANCE, "groupnorm", USER_GN,
      Case("groupnorm", (2, 8, 32, 64), "f32", x_format="channels_last", profile="offset", groups=2), "dx"),
     (gn.F16_OVERFLOW, "groupnorm", USER_GN, Case("groupnorm", (2, 8, 128, 128), "f16", profile="offset", groups=2),
+     "dweight"),
+    (ln.HALF_PARAM_GRADS, "layernorm", USER_LN, Case("layernorm", (65537, 6), "bf16", "f32", normalized_dims=1),
      "dweight"),
     (syncbn.EMPTY_RANK_HALF, "syncbn", USER_SYNCBN,
      Case("syncbn", (8, 3, 5, 7), "bf16", split=(3, 0, 5)), None),

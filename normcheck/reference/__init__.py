@@ -7,6 +7,7 @@ never modifies its inputs.  See the module docstrings for the math.
 from ._moments import NormBackward
 from .batchnorm import BatchNormForward, batch_norm_backward, batch_norm_forward
 from .groupnorm import GroupNormForward, group_norm_backward, group_norm_forward
+from .layernorm import LayerNormForward, layer_norm_backward, layer_norm_forward
 from .silu_bn import SILU, Epilogue, silu_bn_backward, silu_bn_forward, silu_grad
 
 __all__ = [
@@ -14,11 +15,14 @@ __all__ = [
     "Epilogue",
     "SILU",
     "GroupNormForward",
+    "LayerNormForward",
     "NormBackward",
     "batch_norm_backward",
     "batch_norm_forward",
     "group_norm_backward",
     "group_norm_forward",
+    "layer_norm_backward",
+    "layer_norm_forward",
     "silu_bn_backward",
     "silu_bn_forward",
     "silu_grad",

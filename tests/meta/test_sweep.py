@@ -8,7 +8,7 @@ from normcheck.cases.sweep import SIZES, SWEEP_DTYPES, SWEEP_LAYOUTS, default_sw
 from normcheck.ops import get_op
 
 
-@pytest.mark.parametrize("op", ["batchnorm", "groupnorm"])
+@pytest.mark.parametrize("op", ["batchnorm", "groupnorm", "layernorm"])
 def test_pairwise_coverage(op):
     cases = default_sweep(op)
     size_of = {shape: size for size, by_rank in get_op(op).sweep.shapes.items() for shape in by_rank.values()}
@@ -60,3 +60,11 @@ def test_syncbn_sweep_has_uneven_and_empty_rank_splits_in_every_dtype_and_layout
     significant_bits = [n.bit_length() - (n & -n).bit_length() + 1 for n in counts if n]
     assert max(significant_bits) > 8
 
+
+def test_layernorm_sweep_has_long_rows_long_reductions_and_multi_dim_shapes():
+    cases = default_sweep("layernorm")
+    hidden = {c.view.set_size for c in cases}
+    rows = {c.view.channel_count for c in cases}  # the length of dγ's and dβ's sums
+    assert max(hidden) >= 8192 and min(hidden) <= 8 and max(rows) >= 65536 and min(rows) <= 4
+    assert {c.normalized_dims for c in cases} == {1, 2, 3}
+    assert all(h & (h - 1) for h in hidden)  # no hidden size is a power of two (nor a block multiple)

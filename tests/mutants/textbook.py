@@ -1,6 +1,6 @@
-"""The textbook BatchNorm / GroupNorm (explicit forward and backward, float32 accumulation for
-half inputs) with switchable bugs: the machinery of the BatchNorm and GroupNorm mutant catalogues
-(tests/mutants/batchnorm.py, groupnorm.py)."""
+"""The textbook BatchNorm / GroupNorm / LayerNorm (explicit forward and backward, float32 accumulation
+for half inputs) with switchable bugs: the machinery of their mutant catalogues (tests/mutants/
+batchnorm.py, groupnorm.py, layernorm.py). One SetView says which elements form a set."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -150,6 +150,13 @@ def _group_norm(bugs: Bugs):
     return group_norm
 
 
+def _layer_norm(bugs: Bugs):
+    def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+        view = SetView.last_dims(tuple(input.shape), len(normalized_shape))
+        return _Norm.apply(input, weight, bias, view, eps, bugs, {})
+    return layer_norm
+
+
 CORRECT = Bugs()
 
 
@@ -161,6 +168,10 @@ def batch_norm(bugs: Bugs = CORRECT):
 def group_norm(bugs: Bugs = CORRECT):
     """F.group_norm's signature, with `bugs` switched on."""
     return _group_norm(bugs)
+
+
+def layer_norm(bugs: Bugs = CORRECT):
+    return _layer_norm(bugs)
 
 
 def named(make, bug: str):

@@ -1,0 +1,93 @@
+"""LayerNorm: statistics per row over the last k dims (normalized_shape), γ and β per element of them."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .. import reference
+from ..core.errors import UsageError
+from ..numerics.sets import SetView
+from .batchnorm import drop_none
+from .core import GridSweep, Impl, KnownIssue, Op, Signature
+
+SIGNATURE = "fn(input, normalized_shape, weight, bias, eps) -> Tensor  (torch.nn.functional.layer_norm)"
+OUTPUTS = ("y", "mean", "rstd", "dx", "dweight", "dbias")
+REQUIRED = ("y", "dx", "dweight", "dbias")
+
+# By set size (the hidden size H = prod(normalized_shape)) and input rank; k = 1 for 2-D and 3-D
+# inputs, 2 for 4-D, 3 for 5-D. The sweep takes 2-D shapes for small sets, 3-D for large and 4-D for
+# huge ones (and 4-D / 5-D with the channels-last layouts), so: small: 65537 rows of 6 (dγ and dβ
+# summed over 65537 rows); large: 3 rows of 8193 (past 8192-wide single-block kernels); huge: rows of
+# 96x97 = 9312 (k = 2). Sizes are odd or prime where they can be: no kernel's block size divides them.
+SWEEP = GridSweep(shapes={
+    "small": {2: (65537, 6), 3: (7, 5, 3), 4: (3, 4, 2, 3), 5: (2, 3, 2, 2, 3)},
+    "large": {2: (3, 8193), 3: (1, 3, 8193), 4: (2, 3, 40, 51), 5: (2, 2, 3, 17, 31)},
+    "huge": {2: (5, 40009), 3: (1, 2, 40009), 4: (3, 5, 96, 97), 5: (2, 2, 4, 32, 33)},
+}, fields=lambda size, rank: {"normalized_dims": {2: 1, 3: 1, 4: 2, 5: 3}[rank]})
+
+
+def normalized_shape(case) -> tuple[int, ...]:
+    return tuple(case.shape[len(case.shape) - case.normalized_dims:])
+
+
+def view(case) -> SetView:
+    return SetView.last_dims(case.shape, case.normalized_dims)
+
+
+def validate(case) -> None:
+    k = case.normalized_dims
+    if k is None or not 1 <= k <= len(case.shape):
+        raise UsageError(f"layernorm needs --normalized-dims K with 1 <= K <= {len(case.shape)} (the input's dims)")
+
+
+def call(fn, t, case, group=None, world_size=1):
+    return fn(t.x, normalized_shape(case), t.weight, t.bias, case.eps)
+
+
+def reference_outputs(i) -> dict[str, np.ndarray]:
+    c, d = i.case, normalized_shape(i.case)
+    fwd = reference.layer_norm_forward(i.x, d, i.weight, i.bias, c.eps)
+    bwd = reference.layer_norm_backward(i.dy, i.x, d, i.weight, c.eps, has_bias=i.bias is not None)
+    return drop_none(y=fwd.y, mean=fwd.mean, rstd=fwd.rstd, dx=bwd.dx, dweight=bwd.dweight, dbias=bwd.dbias)
+
+
+def native_backward(case, t):
+    """aten.native_layer_norm, then aten.native_layer_norm_backward called directly (no autograd),
+    with the output mask asking for exactly the gradients that exist."""
+    aten = torch.ops.aten
+    d = list(normalized_shape(case))
+    y, mean, rstd = aten.native_layer_norm(t.x, d, t.weight, t.bias, case.eps)
+    mask = [True, t.weight is not None, t.bias is not None]
+    dx, dw, db = aten.native_layer_norm_backward(t.dy, t.x, d, mean, rstd, t.weight, t.bias, mask)
+    return {"y": y, "mean": mean, "rstd": rstd, "dx": dx, "dweight": dw, "dbias": db}
+
+
+# ----------------------------------------------------------------------------- torch's known issues
+HALF_PARAM_GRADS = KnownIssue(
+    "torch-ln-half-param-grads",
+    "torch CPU layer_norm backward with f16/bf16 input sums dweight and dbias over the rows in the input "
+    "dtype, also with f32 parameters: relative errors of 1e-2 to 4e-1 over 4k to 65k rows (bf16), where "
+    "rounding the exact answer costs 2e-3 (and 5e-8 in f32); in f16 the sums overflow to inf where the "
+    "true gradient is finite (> 65504); dx is right",
+    lambda c: c.dtype in ("f16", "bf16"),
+    Signature(("dweight", "dbias"), nonfinite=True),
+    code=("aten.native_layer_norm_backward",),
+)
+
+TORCH_ISSUES = (HALF_PARAM_GRADS,)
+
+OP = Op(
+    name="layernorm",
+    description="LayerNorm: statistics per row over the last K dims, γ and β per element of them",
+    signature=SIGNATURE, call=call, reference=reference_outputs, view=view, unit="layer",
+    outputs=OUTPUTS, required=REQUIRED, saved_stats=("mean", "rstd"), sweep=SWEEP,
+    case_fields={"normalized_dims": 1}, set_dim=-1, validate=validate,
+    impls=(
+        Impl("torch", "layernorm", "torch.nn.functional.layer_norm through autograd", F.layer_norm,
+             known_issues=TORCH_ISSUES),
+        Impl("torch-native-backward", "layernorm",
+             "aten.native_layer_norm + aten.native_layer_norm_backward called directly", native_backward,
+             convention="direct", known_issues=TORCH_ISSUES),
+    ),
+)

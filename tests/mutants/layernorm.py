@@ -1,0 +1,18 @@
+"""LayerNorm mutants: the textbook implementation with one bug each, from the bug classes of real
+LayerNorm kernels (statistics and parameter-gradient sums in half precision, a dropped term,
+strides, eps placement, the variance formula, saved statistics rounded, inputs overwritten).
+
+They have F.layer_norm's signature, so each also works as
+`normcheck compare --op layernorm --impl tests.mutants.layernorm:low_precision_param_sums`.
+"""
+from __future__ import annotations
+
+from .textbook import layer_norm, named
+
+BUGS = ("unbiased_normalise", "naive_variance", "low_precision_accumulation", "drop_xhat_term",
+        "ignore_strides", "bf16_moments", "eps_outside_sqrt", "modifies_input", "dweight_missing_invstd",
+        "low_precision_param_sums")
+MUTANTS = {bug: named(layer_norm, bug) for bug in BUGS}
+textbook = layer_norm()
+CORRECT = {"textbook": textbook}
+globals().update(MUTANTS)
