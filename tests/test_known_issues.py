@@ -38,6 +38,8 @@ WITNESSES = [
      "dweight"),
     (ln.HALF_PARAM_GRADS, "layernorm", USER_LN, Case("layernorm", (65537, 6), "bf16", "f32", normalized_dims=1),
      "dweight"),
+    (ln.TINY_ROW_STATISTICS, "layernorm", USER_LN,
+     Case("layernorm", (65537, 2), "f32", profile="offset", affine=False, normalized_dims=1), "dx"),
     (syncbn.EMPTY_RANK_HALF, "syncbn", USER_SYNCBN,
      Case("syncbn", (8, 3, 5, 7), "bf16", split=(3, 0, 5)), None),
     (gn.NATIVE_DY_LAYOUT, "groupnorm", NATIVE_GN,
