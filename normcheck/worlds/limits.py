@@ -39,7 +39,11 @@ class CaseLimit:
 
     def __init__(self, fixed: float | None = None, name: str = "timeout"):
         self.fixed = None if fixed is None else positive_seconds(fixed, name)
-        self._finished: list[tuple[int, float]] = []  # (elements, seconds) of each finished case
+        # All the estimate needs of the finished cases: the longest time, and (elements, seconds) of
+        # the largest case (the slower one among equals); None before any case finished.
+        self._longest = 0.0
+        self._largest: tuple[int, float] | None = None
+        self.finished = 0
 
     def seconds(self, case) -> float:
         if self.fixed is not None:
@@ -77,24 +81,26 @@ class CaseLimit:
             if rule:
                 raise CaseTimeout(f"{e} ({rule})") from None
             raise
-        self._finished.append((_elements(case), perf_counter() - start))
+        seconds = perf_counter() - start
+        self._longest = max(self._longest, seconds)
+        self._largest = max(self._largest or (0, 0.0), (_elements(case), seconds))
+        self.finished += 1
         return result
 
     def _estimate(self, case) -> tuple[float, bool] | None:
         """(seconds `case` should take, whether that is scaled up from a smaller case); None before
         any case finished."""
-        if not self._finished:
+        if self._largest is None:
             return None
-        longest = max(seconds for _, seconds in self._finished)
-        largest, its_time = max(self._finished)
+        largest, its_time = self._largest
         n = _elements(case)
         if n <= largest:
-            return longest, False
+            return self._longest, False
         scaled = min(its_time * n / largest, DEFAULT_TIMEOUT / MULTIPLE)
-        return (scaled, True) if scaled > longest else (longest, False)
+        return (scaled, True) if scaled > self._longest else (self._longest, False)
 
     def __repr__(self) -> str:
-        return f"CaseLimit({self.fixed:g})" if self.fixed is not None else f"CaseLimit(adaptive, {len(self._finished)} finished)"
+        return f"CaseLimit({self.fixed:g})" if self.fixed is not None else f"CaseLimit(adaptive, {self.finished} finished)"
 
 
 def as_limit(timeout: "CaseLimit | float | None") -> CaseLimit:
