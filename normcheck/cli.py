@@ -13,6 +13,7 @@ from pathlib import Path
 from textwrap import indent
 
 from .cases import Case
+from .cases.case import OP_FIELDS
 from .cases.sweep import default_sweep
 from .cases.tokens import decode_case
 from .core.errors import ImplError, UsageError
@@ -35,10 +36,9 @@ from .worlds.limits import FLOOR, MULTIPLE
 
 
 # Case options that, when given, replace the default sweep with explicitly built cases.
-_CASE_OPTIONS = ("shape", "dtype", "memory_format", "groups", "normalized_dims", "profile", "eps", "momentum", "no_affine",
+_CASE_OPTIONS = ("shape", "dtype", "memory_format", *OP_FIELDS, "profile", "eps", "momentum", "no_affine",
                  "world_size", "split")
 _DEFAULT_SHAPE = (4, 6, 5, 5)
-_OWN_FIELDS = ("groups", "normalized_dims")  # case fields that only some ops take (Op.case_fields)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -127,7 +127,7 @@ def build_cases(args) -> list[Case]:
     if not explicit:
         cases = [case for seed in seeds for case in default_sweep(args.op, seed)]
         if get_op(args.op).distributed and args.backend == "env":  # the launcher fixed the world size
-            size = env_world(args.timeout or DEFAULT_TIMEOUT).world_size
+            size = env_world(args.timeout).world_size
             cases = [c for c in cases if len(c.split) == size]
             if not cases:
                 raise UsageError(f"the default sweep has no case for world size {size}; give --split")
@@ -135,7 +135,7 @@ def build_cases(args) -> list[Case]:
     spec = parse_dtype(args.dtype or "f32")
     x_format, _, dy_format = (args.memory_format or "contiguous").partition(":")
     own = dict(get_op(args.op).case_fields)  # the op's own fields, defaulted; given ones win (and an op
-    own.update({name: getattr(args, name) for name in _OWN_FIELDS if getattr(args, name) is not None})  # without them says so
+    own.update({name: getattr(args, name) for name in OP_FIELDS if getattr(args, name) is not None})  # without them says so
     shape, split = _shape_and_split(args)
     return [
         Case(args.op, shape, spec.dtype, spec.param_dtype, x_format, dy_format or None,
@@ -198,7 +198,7 @@ def run_compare(args, out) -> int:
     if backend is not None:
         for case in cases:
             check_world(impl, case)
-        if args.backend == "env" and env_world(args.timeout or DEFAULT_TIMEOUT).rank != 0:
+        if args.backend == "env" and env_world(args.timeout).rank != 0:
             return _serve_as_peer(args, impl, cases)
     start = time.perf_counter()
     reports = []
@@ -289,7 +289,7 @@ def _serve_as_peer(args, impl, cases) -> int:
     """Under torchrun every rank runs every case; rank 0 compares and reports, the others stay quiet."""
     for case in cases:
         try:
-            env_world(args.timeout or DEFAULT_TIMEOUT).run(case, impl.spec)
+            env_world(args.timeout).run(case, impl.spec)
         except ImplError:
             pass  # rank 0 reports it
     return 0

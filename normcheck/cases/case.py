@@ -22,6 +22,9 @@ from ..numerics.sets import SetView
 from ..ops import OPS, Op, get_op
 
 
+OP_FIELDS = ("groups", "normalized_dims")  # fields only the ops that declare them take (Op.case_fields)
+
+
 @dataclass(frozen=True)
 class Case:
     op: str
@@ -78,7 +81,7 @@ class Case:
             raise UsageError(f"eps must be >= 0, got {self.eps}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise UsageError(f"seed must be an integer >= 0, got {self.seed!r}")
-        for name in ("groups", "normalized_dims"):
+        for name in OP_FIELDS:
             if getattr(self, name) is not None and name not in op.case_fields:
                 takers = [o.name for o in OPS.values() if name in o.case_fields]
                 raise UsageError(f"--{name.replace('_', '-')} applies to {' and '.join(takers)} only, not {self.op}")

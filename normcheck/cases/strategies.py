@@ -15,7 +15,7 @@ from ..numerics.dtypes import DTYPE_CHOICES, parse_dtype
 from ..numerics.formats import formats_for
 from ..numerics.profiles import PROFILES
 from ..ops import get_op
-from .case import Case
+from .case import OP_FIELDS, Case
 
 MAX_NUMEL = 1 << 15  # keeps one example well under 100 ms
 
@@ -61,7 +61,7 @@ def cases(draw, op: str, dtypes=DTYPE_CHOICES, profiles=tuple(PROFILES), ranks=(
     x_format = draw(st.sampled_from(layouts))
     dy_format = draw(st.one_of(st.just(x_format), st.sampled_from(layouts)))
     record = get_op(op)
-    fields = {"groups": None, "normalized_dims": None}
+    fields = dict.fromkeys(OP_FIELDS)
     if "normalized_dims" in record.case_fields:
         fields["normalized_dims"] = draw(st.integers(1, min(3, len(shape) - 1)))
     shape = _with_two_per_set(op, shape, {**fields, "groups": 1})

@@ -127,10 +127,11 @@ class EnvWorld:
 _ENV_WORLD: list[EnvWorld] = []
 
 
-def env_world(timeout: float = DEFAULT_TIMEOUT) -> EnvWorld:
-    """This process's rank in the launcher's process group, joined once per process."""
+def env_world(timeout: float | None = None) -> EnvWorld:
+    """This process's rank in the launcher's process group, joined once per process; `timeout`
+    bounds its collectives (None: DEFAULT_TIMEOUT)."""
     if not _ENV_WORLD:
-        _ENV_WORLD.append(EnvWorld.from_environment(timeout=timeout))
+        _ENV_WORLD.append(EnvWorld.from_environment(timeout=DEFAULT_TIMEOUT if timeout is None else timeout))
     return _ENV_WORLD[0]
 
 
@@ -143,5 +144,5 @@ def close_env_world() -> None:
 def env_ranks(impl, case: Case, inputs, limit: CaseLimit) -> list[RankOutputs]:
     """The env World's run_ranks. The job's process groups were made with one timeout (an explicit
     limit, else the default), which bounds each collective; the limit here only measures."""
-    world = env_world(limit.fixed or DEFAULT_TIMEOUT)
+    world = env_world(limit.fixed)
     return limit.run(case, lambda timeout: world.run(case, impl.spec))
