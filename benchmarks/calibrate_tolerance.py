@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from normcheck import compare, resolve_impl  # noqa: E402
+from normcheck import OPS, compare, resolve_impl  # noqa: E402
 from normcheck.engine import FAIL  # noqa: E402
 from normcheck.numerics.dtypes import DTYPE_CHOICES  # noqa: E402
 from normcheck.cases.strategies import cases  # noqa: E402
@@ -34,22 +34,27 @@ FORMULA_ONLY = Constants(CONSTANTS.growth, CONSTANTS.rounding, baseline_factor=0
 
 
 def correct_impls(op: str):
-    textbook = CATALOGUE[op].textbook
-    return [("torch", "torch", CONSTANTS), ("torch-native-backward", "torch-native-backward", CONSTANTS),
-            ("textbook", textbook, CONSTANTS), ("baseline (formula only)", "baseline", FORMULA_ONLY)]
+    """(label, bound implementation, constants): torch's records of the op, the correct ones of its
+    mutant catalogue, and the baseline by the formula alone."""
+    named = [(i.name, i) for i in OPS[op].impls] + list(CATALOGUE[op].CORRECT.items())
+    return [(label, resolve_impl(op, impl), CONSTANTS) for label, impl in named] + [
+        ("baseline (formula only)", resolve_impl(op, "baseline"), FORMULA_ONLY)]
 
 
 def survey(op: str, dtype: str, count: int) -> dict:
     ratios = defaultdict(list)
     known = defaultdict(int)
     failures = []
+    judged = correct_impls(op)
 
     @settings(max_examples=count, derandomize=True, database=None, phases=[Phase.generate], deadline=None,
               suppress_health_check=list(HealthCheck))
     @given(cases(op, dtypes=[dtype]))
     def run(case):
-        for label, impl, constants in correct_impls(op):
-            if any(k.applies(case) for k in resolve_impl(op, impl).known_issues):
+        for label, impl, constants in judged:
+            if impl.unsupported(case):
+                continue  # another convention (weight offset, casting chain) than the one it follows
+            if any(k.applies(case) for k in impl.known_issues):
                 known[label] += 1  # inside a recorded torch issue's region: not evidence either way
                 continue
             report = compare(op, impl, case, constants)
@@ -68,10 +73,10 @@ def survey(op: str, dtype: str, count: int) -> dict:
 
 def mutant_margins(op: str) -> dict:
     table = CATALOGUE[op].MUTANTS
-    sweep = default_sweep(op)
     out = {}
     for name, fn in table.items():
-        reports = [compare(op, fn, case) for case in sweep]
+        impl = resolve_impl(op, fn)
+        reports = [compare(op, impl, case) for case in default_sweep(op, follows=impl.follows)]
         failing = [r for r in reports if r.verdict == FAIL]
         # a failure with compared tensors has a ratio (its message may name a known issue it resembles)
         ratios = [r.worst.max_ratio for r in failing if r.tensors]

@@ -13,14 +13,14 @@ from pathlib import Path
 from textwrap import indent
 
 from .cases import Case
-from .cases.case import OP_FIELDS
+from .cases.case import CONVENTIONS, OP_FIELDS
 from .cases.sweep import default_sweep
 from .cases.tokens import decode_case
 from .core.errors import ImplError, UsageError
 from .doctor import run_doctor
 from .engine import FAIL, KNOWN, judge, nothing_tested
 from .impls import backend_of, check_world, list_impls, resolve_impl, support_text
-from .numerics.dtypes import DTYPE_CHOICES, parse_dtype
+from .numerics.dtypes import CASTINGS, DTYPE_CHOICES, parse_dtype
 from .numerics.formats import FORMATS
 from .numerics.profiles import PROFILES
 from .ops import OPS, get_op
@@ -35,9 +35,11 @@ from .worlds.limits import FLOOR, MULTIPLE
 
 
 
-# Case options that, when given, replace the default sweep with explicitly built cases.
-_CASE_OPTIONS = ("shape", "dtype", "memory_format", *OP_FIELDS, "profile", "eps", "momentum", "no_affine",
-                 "world_size", "split")
+# Case options that, when given, replace the default sweep with explicitly built cases. The
+# conventions (--weight-offset, --casting) say how the implementation defines the layer instead: they
+# apply to the sweep and to explicit cases alike.
+_CASE_OPTIONS = ("shape", "dtype", "memory_format", *(f for f in OP_FIELDS if f not in CONVENTIONS), "profile", "eps",
+                 "momentum", "no_affine", "world_size", "split")
 _DEFAULT_SHAPE = (4, 6, 5, 5)
 
 
@@ -59,8 +61,12 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--groups", type=int, help="GroupNorm groups (C must be divisible)")
     cmp.add_argument("--normalized-dims", type=int, metavar="K",
                      help="LayerNorm: how many trailing dims are normalised (default 1)")
+    cmp.add_argument("--weight-offset", type=float, metavar="F",
+                     help="RMSNorm: the implementation scales by w + F (1 for Gemma's zero-centred weight; default 0)")
+    cmp.add_argument("--casting", metavar="MODE", help=f"RMSNorm: where the implementation rounds to the input "
+                     f"dtype: {' or '.join(CASTINGS)} (default end)")
     cmp.add_argument("--profile", help=f"one of {', '.join(PROFILES)}")
-    cmp.add_argument("--eps", type=float)
+    cmp.add_argument("--eps", type=_eps, help="a number, or none (RMSNorm: the dtype's default)")
     cmp.add_argument("--momentum", type=float, help="running-stat momentum (default 0.1)")
     cmp.add_argument("--no-affine", action="store_true", help="weight and bias are None")
     cmp.add_argument("--world-size", type=int, help="syncbn: number of ranks (the batch is split evenly)")
@@ -100,6 +106,18 @@ def _int_list(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
 
 
+_NO_EPS = "none"  # --eps none: the op's default for the dtype (Case.eps None)
+
+
+def _eps(text: str) -> float | str:
+    if text.lower() == _NO_EPS:
+        return _NO_EPS
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number or none") from None
+
+
 def _non_negative(text: str) -> int:
     try:
         value = int(text)
@@ -117,15 +135,27 @@ def _positive(text: str) -> int:
     return value
 
 
-def build_cases(args) -> list[Case]:
+def build_cases(args, impl=None) -> list[Case]:
+    """The cases to run: a --case token's, explicit ones from case options, or the default sweep; all
+    in the conventions the implementation follows (Impl.follows) or --weight-offset / --casting say."""
+    follows = dict(impl.follows) if impl is not None else {}
+    conventions = {**follows, **{k: getattr(args, k) for k in CONVENTIONS if getattr(args, k) is not None}}
+    cases = _build_cases(args, conventions)  # (a value no case can take is refused here)
+    for name, value in follows.items():
+        if conventions[name] != value:
+            raise UsageError(f"--{name.replace('_', '-')} {conventions[name]}: {impl.name} follows {name}={value}")
+    return cases
+
+
+def _build_cases(args, conventions: dict) -> list[Case]:
     given = [k for k in (*_CASE_OPTIONS, "cases", "seed") if _is_given(getattr(args, k))]
     if args.case is not None:
-        return [_token_case(args, given)]
+        return [_token_case(args, [*given, *(k for k in CONVENTIONS if getattr(args, k) is not None)])]
     explicit = any(k in _CASE_OPTIONS for k in given)
     first = args.seed or 0
     seeds = range(first, first + (args.cases or 1))
     if not explicit:
-        cases = [case for seed in seeds for case in default_sweep(args.op, seed)]
+        cases = [case for seed in seeds for case in default_sweep(args.op, seed, tuple(conventions.items()))]
         if get_op(args.op).distributed and args.backend == "env":  # the launcher fixed the world size
             size = env_world(args.timeout).world_size
             cases = [c for c in cases if len(c.split) == size]
@@ -136,10 +166,12 @@ def build_cases(args) -> list[Case]:
     x_format, _, dy_format = (args.memory_format or "contiguous").partition(":")
     own = dict(get_op(args.op).case_fields)  # the op's own fields, defaulted; given ones win (and an op
     own.update({name: getattr(args, name) for name in OP_FIELDS if getattr(args, name) is not None})  # without them says so
+    own.update(conventions)
     shape, split = _shape_and_split(args)
+    eps = 1e-5 if args.eps is None else None if args.eps == _NO_EPS else args.eps
     return [
         Case(args.op, shape, spec.dtype, spec.param_dtype, x_format, dy_format or None,
-             args.profile or "normal", 1e-5 if args.eps is None else args.eps,
+             args.profile or "normal", eps,
              0.1 if args.momentum is None else args.momentum, affine=not args.no_affine, seed=seed,
              split=split, **own)
         for seed in seeds
@@ -193,7 +225,7 @@ def run_compare(args, out) -> int:
         if path is not None:
             _check_writable(option, Path(path))
     impl = resolve_impl(args.op, args.impl, args.backend, limit)
-    cases = build_cases(args)
+    cases = build_cases(args, impl)
     backend = backend_of(impl)
     if backend is not None:
         for case in cases:

@@ -83,7 +83,7 @@ def test_no_affine_has_no_parameters():
     (dict(op="batchnorm", shape=(2, 3, 4), dtype="f64", param_dtype="f32"), "mixed precision"),
     (dict(op="syncbn", shape=(4, 3, 4), split=(1, 2)), "sums to 3"),
     (dict(op="batchnorm", shape=(4, 3, 4), split=(1, 3)), "a split applies to syncbn and syncbn_silu only"),
-    (dict(op="rmsnorm", shape=(4, 3, 4)), "unknown op"),
+    (dict(op="rmsnorm2", shape=(4, 3, 4)), "unknown op"),
 ])
 def test_bad_cases_are_one_line_usage_errors(kwargs, message):
     with pytest.raises(UsageError, match=message) as info:

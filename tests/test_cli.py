@@ -117,7 +117,7 @@ def test_user_impl_module_is_importable_from_the_current_directory(tmp_path):
     (["compare", "--op", "batchnorm", "--impl", "math:sqrt"], "takes 1 positional arguments"),
     (["compare", "--op", "batchnorm", "--impl", "json:dumps"], "the contract is"),
     (["compare", "--op", "batchnorm", "--impl", "nonsense"], "unknown implementation 'nonsense'"),
-    (["compare", "--op", "rmsnorm"], "invalid choice"),
+    (["compare", "--op", "rmsnorm2"], "invalid choice"),
     (["compare"], "required: --op"),
     (["compare", "--op", "batchnorm", "--cases", "0"], "must be >= 1"),
     (["compare", "--op", "batchnorm", "--case", "v1.bm90IGEgY2FzZQ.0"], "damaged (checksum mismatch)"),

@@ -6,7 +6,7 @@ Every failure message carries the `normcheck compare ...` line that replays the 
 import pytest
 from hypothesis import given
 
-from normcheck import OPS, compare
+from normcheck import OPS, compare, resolve_impl
 from normcheck.cases.strategies import cases
 from normcheck.engine import FAIL
 from normcheck.outputs.replay import report_replay as replay_command
@@ -17,11 +17,14 @@ IMPLS = [(op.name, impl.name) for op in OPS.values() if not op.distributed for i
         [(op, fn) for op, module in CATALOGUE.items() if not OPS[op].distributed for fn in module.CORRECT.values()]
 
 
-@pytest.mark.parametrize("op, impl", IMPLS, ids=lambda v: v if isinstance(v, str) else v.__qualname__)
+@pytest.mark.parametrize("op, impl", IMPLS, ids=lambda v: v if isinstance(v, str) else getattr(v, "name", None)
+                         or v.__qualname__)
 def test_correct_implementations_agree_with_reference(op, impl):
+    impl = resolve_impl(op, impl)
+
     @given(cases(op))
     def check(case):
-        report = compare(op, impl, case)
+        report = compare(op, impl, case.with_(**dict(impl.follows)))  # in the conventions it follows
         assert report.verdict != FAIL, f"{report.summary()}\n  replay: {replay_command(report)}"
 
     check()

@@ -81,7 +81,7 @@ def test_the_suite_runs_beside_the_users_tests_and_passes_a_correct_kernel(proje
     assert results["test_mine_passes"] == results["test_mine_from_a_token"] == "passed"
     assert results["test_mine_fails"] == "failure" and proc.returncode == 1
     replay = next(line for line in proc.stdout.splitlines() if line.startswith("replay: "))
-    assert replay.startswith("replay: normcheck compare --op batchnorm --impl mybn:bn_momentum_swapped --case v2.")
+    assert replay.startswith("replay: normcheck compare --op batchnorm --impl mybn:bn_momentum_swapped --case v3.")
     # ... and that line, run from the user's directory, fails the same case again.
     cli = subprocess.run([sys.executable, "-m", "normcheck", *replay.split()[2:]], cwd=project,
                          capture_output=True, text=True, timeout=120)
@@ -128,7 +128,7 @@ def test_without_normcheck_op_the_plugin_adds_nothing(pytester):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--normcheck-op", "rmsnorm"], "--normcheck-op 'rmsnorm' is not an op; choose one of batchnorm"),
+    (["--normcheck-op", "rmsnorm2"], "--normcheck-op 'rmsnorm2' is not an op; choose one of batchnorm"),
     (["--normcheck-op", "syncbn", "--normcheck-impl", "no_such_module:fn"],
      "--normcheck-impl no_such_module:fn: cannot import no_such_module: ModuleNotFoundError: No module named"),
     (["--normcheck-op", "batchnorm", "--normcheck-impl", "json:nothing"], "json has no attribute nothing"),

@@ -20,7 +20,7 @@ from normcheck.cases.strategies import cases
 def test_every_case_round_trips_exactly(case, gamma_scale):
     case = case.with_(gamma_scale=gamma_scale)
     token = encode_case(case)
-    assert re.fullmatch(r"v2\.[A-Za-z0-9_-]+\.[0-9a-f]{8}", token)  # URL-safe, no padding, no spaces
+    assert re.fullmatch(r"v3\.[A-Za-z0-9_-]+\.[0-9a-f]{8}", token)  # URL-safe, no padding, no spaces
     again = decode_case(token)
     assert again == case
     # Equal is not enough for floats written as text: the data made from them must be identical.
@@ -28,31 +28,43 @@ def test_every_case_round_trips_exactly(case, gamma_scale):
 
 
 def test_the_token_holds_every_case_field():
-    # A new Case field must go into the token (with a new version), or replays would drop it.
+    # A new Case field must go into the token, or replays would drop it.
     assert FIELDS == tuple(f.name for f in dataclasses.fields(Case))
+    rms = encode_case(Case("rmsnorm", (4, 6), normalized_dims=1, weight_offset=1.0, eps=None))
+    assert set(json.loads(_payload(rms))) == set(FIELDS) - {"groups", "split"}  # absent ones are left out
 
 
-def _token(values, version="v2") -> str:
+def _payload(token: str) -> bytes:
+    body = token.split(".")[1]
+    return base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+
+
+def _token(values, version="v3") -> str:
     payload = json.dumps(values, separators=(",", ":")).encode()
     return f"{version}.{base64.urlsafe_b64encode(payload).decode().rstrip('=')}.{zlib.crc32(payload):08x}"
 
 
 GOOD = encode_case(Case("groupnorm", (2, 8, 4), "bf16", "f32", groups=4, seed=7))
-_FIELDS = [getattr(Case("batchnorm", (2, 3)), f) for f in FIELDS]
+_V2 = ("op", "shape", "dtype", "param_dtype", "x_format", "dy_format", "profile", "eps", "momentum", "affine",
+       "groups", "seed", "split", "gamma_scale", "normalized_dims")  # the field order of v2 tokens
+_FIELDS = [getattr(Case("batchnorm", (2, 3)), f) for f in _V2]
+_NAMED = {f: getattr(Case("batchnorm", (2, 3)), f) for f in FIELDS}
 
 
 @pytest.mark.parametrize("token, message", [
     ("hello", "is not a normcheck replay token"),
     ("", "is not a normcheck replay token"),
-    ("v3." + GOOD[3:], "version v3; this normcheck reads v1 and v2"),
+    ("v4." + GOOD[3:], "version v4; this normcheck reads v1 and v2 and v3"),
     (GOOD[:10] + ("B" if GOOD[10] == "A" else "A") + GOOD[11:], "damaged (checksum mismatch)"),  # a typo
     (GOOD[:20] + GOOD[-9:], "damaged"),                           # cut in the middle
-    ("v2.@@@@.00000000", "damaged (not base64url)"),
+    ("v3.@@@@.00000000", "damaged (not base64url)"),
     (_token(_FIELDS, "v1"), "does not hold a case: expected 14 fields"),  # a v1 token has no normalized_dims
-    (_token([1, 2, 3]), "does not hold a case"),
+    (_token([1, 2, 3], "v2"), "does not hold a case"),
+    (_token(_FIELDS), "does not hold a case: expected named fields"),  # a v2 list under v3
     (_token({"op": "batchnorm"}), "does not hold a case"),
-    (_token(["batchnorm", [2, -3]] + _FIELDS[2:]), "names an invalid case: shape 2x-3"),
-    (_token(["rmsnorm"] + _FIELDS[1:]), "unknown op 'rmsnorm'"),
+    (_token({**_NAMED, "shape": [2, -3]}), "names an invalid case: shape 2x-3"),
+    (_token({**_NAMED, "op": "instancenorm2"}), "unknown op 'instancenorm2'"),
+    (_token({**_NAMED, "bias_only": True}), "has no case field bias_only: it is older than the token"),
 ])
 def test_bad_tokens_are_one_line_usage_errors(token, message):
     with pytest.raises(UsageError) as e:
@@ -60,9 +72,11 @@ def test_bad_tokens_are_one_line_usage_errors(token, message):
     assert message in str(e.value) and "\n" not in str(e.value)
 
 
-def test_a_token_from_before_normalized_dims_still_replays():
+def test_tokens_of_older_versions_still_replay():
     case = Case("groupnorm", (2, 8, 4), "bf16", "f32", groups=4, seed=7)
-    assert decode_case(_token([getattr(case, f) for f in FIELDS[:-1]], "v1")) == case
+    assert decode_case(_token([getattr(case, f) for f in _V2[:-1]], "v1")) == case  # before normalized_dims
+    ln = Case("layernorm", (4, 6), normalized_dims=1, seed=3)
+    assert decode_case(_token([getattr(ln, f) for f in _V2], "v2")) == ln  # before the RMSNorm conventions
 
 
 def test_replay_command_names_impl_case_and_world():

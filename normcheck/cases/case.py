@@ -22,7 +22,14 @@ from ..numerics.sets import SetView
 from ..ops import OPS, Op, get_op
 
 
-OP_FIELDS = ("groups", "normalized_dims")  # fields only the ops that declare them take (Op.case_fields)
+# Fields only the ops that declare them take (Op.case_fields), and how a label shows them: always, or
+# only when the value is not the quiet one (the convention most code follows).
+OP_FIELDS = ("groups", "normalized_dims", "weight_offset", "casting")
+# The conventions among them (how the layer is defined, not its geometry): a case that leaves one None
+# gets the op's default (its case_fields value).
+CONVENTIONS = ("weight_offset", "casting")
+_SHOWN = {"groups": ("G={}", object()), "normalized_dims": ("D={}", object()), "weight_offset": ("w+{:g}", 0.0),
+          "casting": ("cast={}", "end")}
 
 
 @dataclass(frozen=True)
@@ -34,7 +41,7 @@ class Case:
     x_format: str = "contiguous"
     dy_format: str | None = None  # None: same as x_format
     profile: str = "normal"
-    eps: float = 1e-5
+    eps: float | None = 1e-5      # None: the op's default for the input dtype (Op.eps_none), if it has one
     momentum: float = 0.1
     affine: bool = True
     groups: int | None = None     # ops whose record takes groups (GroupNorm)
@@ -42,6 +49,8 @@ class Case:
     split: tuple[int, ...] | None = None  # per-rank batch sizes (SyncBN); None: one process
     gamma_scale: float = 1.0      # multiplies γ: recipes that divide by γ fail as it shrinks
     normalized_dims: int | None = None  # ops whose record normalises the last k dims (LayerNorm): k
+    weight_offset: float | None = None  # ops with a weight offset (RMSNorm): the layer scales by w + offset
+    casting: str | None = None    # ops with a casting chain (RMSNorm): where the result is rounded to the input dtype
 
     def __post_init__(self):
         object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
@@ -53,6 +62,9 @@ class Case:
             # No parameter tensor at all: nothing is in the parameter dtype, so "mixed" means nothing
             # (torch keeps such a case's saved statistics in the input dtype, as for a plain one).
             object.__setattr__(self, "param_dtype", self.dtype)
+        for name in CONVENTIONS:
+            if getattr(self, name) is None and self.op in OPS and name in OPS[self.op].case_fields:
+                object.__setattr__(self, name, OPS[self.op].case_fields[name])
         if self.split is not None:
             object.__setattr__(self, "split", tuple(int(s) for s in self.split))
         elif self.op in OPS and OPS[self.op].distributed and self.shape:
@@ -77,7 +89,9 @@ class Case:
         check_format(self.dy_format, len(self.shape))
         if self.profile not in PROFILES:
             raise UsageError(f"unknown profile {self.profile!r}; choose one of {', '.join(PROFILES)}")
-        if not self.eps >= 0:
+        if self.eps is None and op.eps_none is None:
+            raise UsageError(f"{self.op} needs a number for eps (eps=None is {self._eps_none_takers})")
+        if self.eps is not None and not self.eps >= 0:
             raise UsageError(f"eps must be >= 0, got {self.eps}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise UsageError(f"seed must be an integer >= 0, got {self.seed!r}")
@@ -86,9 +100,9 @@ class Case:
                 takers = [o.name for o in OPS.values() if name in o.case_fields]
                 raise UsageError(f"--{name.replace('_', '-')} applies to {' and '.join(takers)} only, not {self.op}")
         op.validate(self)
-        if self.view.set_size < 2:
+        if self.view.set_size < op.min_set_size:
             raise UsageError(f"shape {self._shape_text} gives {self.view.set_size} values per {op.unit}; "
-                             "normalising needs at least 2")
+                             f"{self.op} needs at least {op.min_set_size}")
         if self.split is not None:
             if not op.distributed:
                 takers = [o.name for o in OPS.values() if o.distributed]
@@ -99,6 +113,16 @@ class Case:
                 raise UsageError(f"split {self.split} has a negative size")
             if sum(self.split) != self.shape[0]:
                 raise UsageError(f"split {self.split} sums to {sum(self.split)}, not N={self.shape[0]}")
+
+    @property
+    def _eps_none_takers(self) -> str:
+        takers = [o.name for o in OPS.values() if o.eps_none is not None]
+        return f"for {' and '.join(takers)} only" if takers else "for no op"
+
+    @property
+    def eps_value(self) -> float:
+        """The eps the layer adds: the case's, or what eps=None means for the input dtype."""
+        return self.record.eps_none(self.dtype) if self.eps is None else self.eps
 
     @property
     def _shape_text(self) -> str:
@@ -135,10 +159,11 @@ class Case:
     def label(self) -> str:
         fmt = self.x_format if self.dy_format == self.x_format else f"{self.x_format}:{self.dy_format}"
         parts = [self._shape_text, self.dtypes.label, fmt, self.profile]
-        if self.groups is not None:
-            parts.insert(1, f"G={self.groups}")
-        if self.normalized_dims is not None:
-            parts.insert(1, f"D={self.normalized_dims}")
+        own = [fmt.format(getattr(self, name)) for name, (fmt, quiet) in _SHOWN.items()
+               if getattr(self, name) is not None and getattr(self, name) != quiet]
+        parts[1:1] = own
+        if self.eps is None:
+            parts.append("eps=None")
         if self.split is not None:
             parts.append("split=" + ",".join(map(str, self.split)))
         if not self.affine:
@@ -170,7 +195,9 @@ class CaseInputs:
     def make(cls, case: Case) -> "CaseInputs":
         rng = np.random.default_rng([case.seed, _stable_hash(case)])
         view = case.view
-        x_sets, dy_sets = PROFILES[case.profile](view.set_count, view.set_size, case.dtype, case.eps, rng)
+        op = case.record
+        x_sets, dy_sets = PROFILES[case.profile](view.set_count, view.set_size, case.dtype, case.eps_value, rng,
+                                                 centred=op.centred)
         c, p = case.channels, view.param_shape
         # γ not all ones and β not all zeros, with both signs: a kernel that drops or swaps them shows.
         weight = rng.choice([-1.0, 1.0], size=p) * rng.uniform(0.5, 1.5, size=p) * case.gamma_scale
@@ -183,7 +210,7 @@ class CaseInputs:
             x=quantise(view.from_sets(x_sets), q),
             dy=quantise(view.from_sets(dy_sets), q),
             weight=quantise(weight, qp) if case.affine else None,
-            bias=quantise(bias, qp) if case.affine else None,
+            bias=quantise(bias, qp) if case.affine and "bias" in op.params else None,
             running_mean=quantise(running_mean, qp),
             running_var=quantise(running_var, qp),
         )

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 from hypothesis import strategies as st
 
-from ..numerics.dtypes import DTYPE_CHOICES, parse_dtype
+from ..numerics.dtypes import CASTINGS, DTYPE_CHOICES, parse_dtype
 from ..numerics.formats import formats_for
 from ..numerics.profiles import PROFILES
 from ..ops import get_op
@@ -34,11 +34,12 @@ def shapes(draw, op: str, ranks=(2, 3, 4, 5), max_numel: int = MAX_NUMEL) -> tup
     return shape
 
 
-def _with_two_per_set(op: str, shape: tuple[int, ...], fields: dict) -> tuple[int, ...]:
-    """At least two values per normalisation set: grow a dim every set spans (BN: N; GN: C; LN: the last)."""
+def _with_enough_per_set(op: str, shape: tuple[int, ...], fields: dict) -> tuple[int, ...]:
+    """At least the op's minimum of values per normalisation set (Op.min_set_size): grow a dim every
+    set spans (BN: N; GN: C; LN, RMSNorm: the last)."""
     record = get_op(op)
     axis = record.set_dim % len(shape)
-    while record.view(SimpleNamespace(shape=shape, **fields)).set_size < 2:
+    while record.view(SimpleNamespace(shape=shape, **fields)).set_size < record.min_set_size:
         shape = tuple(s + 1 if i == axis else s for i, s in enumerate(shape))
     return shape
 
@@ -64,14 +65,21 @@ def cases(draw, op: str, dtypes=DTYPE_CHOICES, profiles=tuple(PROFILES), ranks=(
     fields = dict.fromkeys(OP_FIELDS)
     if "normalized_dims" in record.case_fields:
         fields["normalized_dims"] = draw(st.integers(1, min(3, len(shape) - 1)))
-    shape = _with_two_per_set(op, shape, {**fields, "groups": 1})
+    shape = _with_enough_per_set(op, shape, {**fields, "groups": 1})
     if "groups" in record.case_fields:
         c, spatial = shape[1], prod(shape[2:])
         fields["groups"] = draw(st.sampled_from([g for g in range(1, c + 1) if c % g == 0 and c // g * spatial >= 2]))
+    if "weight_offset" in record.case_fields:
+        fields["weight_offset"] = draw(st.sampled_from([0.0, 1.0]))
+    if "casting" in record.case_fields:
+        fields["casting"] = draw(st.sampled_from(CASTINGS))
+    eps_choices = [1e-5, 1e-3, 0.1] + ([None] if record.eps_none is not None else [])
     return Case(
         op, shape, spec.dtype, spec.param_dtype, x_format, dy_format,
         profile=draw(st.sampled_from(list(profiles))),
-        eps=draw(st.sampled_from([1e-5, 1e-3, 0.1])),
+        eps=draw(st.sampled_from(eps_choices)),
+        # γ ≈ 0 where the weight is zero-centred (an op with a weight offset): there it is the usual regime
+        gamma_scale=draw(st.sampled_from([1.0, 1.0, 1e-3] if "weight_offset" in record.case_fields else [1.0])),
         momentum=draw(st.sampled_from([0.1, 0.5, 1.0])),
         affine=draw(st.booleans()),
         **fields,

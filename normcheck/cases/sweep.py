@@ -35,9 +35,11 @@ SWEEP_LAYOUTS = (
 SIZES = ("small", "large", "huge")
 
 
-def default_sweep(op: str, seed: int = 0) -> list[Case]:
+def default_sweep(op: str, seed: int = 0, follows=()) -> list[Case]:
+    """The op's sweep; `follows`: (field, value) pairs an implementation fixes (Impl.follows), set on every case."""
     plan = get_op(op).sweep
-    return grid_sweep(op, plan, seed) if isinstance(plan, GridSweep) else split_sweep(op, seed)
+    cases = grid_sweep(op, plan, seed) if isinstance(plan, GridSweep) else split_sweep(op, seed)
+    return [c.with_(**dict(follows)) for c in cases] if follows else cases
 
 
 def grid_sweep(op: str, plan: GridSweep, seed: int = 0) -> list[Case]:
@@ -48,10 +50,12 @@ def grid_sweep(op: str, plan: GridSweep, seed: int = 0) -> list[Case]:
             for s, size in enumerate(SIZES):
                 i = len(cases)
                 x_format, dy_format = SWEEP_LAYOUTS[(d + 2 * p + s) % len(SWEEP_LAYOUTS)]
-                rank = FORMAT_RANK.get(x_format, FORMAT_RANK.get(dy_format, 2 + i % 3))
+                plain = [r for r in (2, 3, 4) if r in plan.shapes[size]]  # ranks any layout takes (InstanceNorm: no 2-D)
+                rank = FORMAT_RANK.get(x_format, FORMAT_RANK.get(dy_format, plain[i % len(plain)]))
                 affine = i % 5 != 4 or (parameters_only_in_affine and dtype != param_dtype)
                 cases.append(Case(op, plan.shapes[size][rank], dtype, param_dtype, x_format, dy_format, profile,
-                                  affine=affine, seed=seed, **plan.fields(size, rank)))
+                                  affine=affine, seed=seed, **plan.fields(size, rank),
+                                  **plan.variants[i % len(plan.variants)]))
     return cases
 
 

@@ -1,11 +1,13 @@
 """Replay tokens (`--case`): one compact, URL-safe string that rebuilds a Case exactly.
 
-    v2.<base64url of compact JSON: every Case field, in FIELDS order>.<crc32 of that JSON, 8 hex>
+    v3.<base64url of compact JSON: {field: value} for every Case field, absent ones (None) left out>
+       .<crc32 of that JSON, 8 hex>
 
-The version says which field list the payload follows: a token from another version, a damaged
-one or one whose checksum does not match is refused with one line (UsageError) instead of
-silently replaying some other case. Adding a field to Case means a new version (tests check that
-FIELDS names every field). v1 tokens (before normalized_dims) still replay.
+A token from an unknown version, a damaged one, one whose checksum does not match or one naming a
+field this normcheck does not have is refused with one line (UsageError) instead of silently
+replaying some other case. v3 names its fields, so a field added to Case later (with a default
+that keeps older cases as they were) needs no new version. v1 and v2 tokens (lists in a fixed field
+order, before the weight offset and casting chain) still replay.
 """
 from __future__ import annotations
 
@@ -13,18 +15,23 @@ import base64
 import binascii
 import json
 import zlib
+from dataclasses import fields as dataclass_fields
 
 from ..core.errors import UsageError
 from .case import Case
 
-VERSION = "v2"
-FIELDS = ("op", "shape", "dtype", "param_dtype", "x_format", "dy_format", "profile", "eps", "momentum", "affine",
-          "groups", "seed", "split", "gamma_scale", "normalized_dims")
-_READS = {"v1": FIELDS[:-1], VERSION: FIELDS}  # the field list each readable version follows
+VERSION = "v3"
+FIELDS = tuple(f.name for f in dataclass_fields(Case))
+_ABSENT = {f.name for f in dataclass_fields(Case) if f.default is None}  # None there: the field is absent
+_V2 = ("op", "shape", "dtype", "param_dtype", "x_format", "dy_format", "profile", "eps", "momentum", "affine",
+       "groups", "seed", "split", "gamma_scale", "normalized_dims")
+_LISTS = {"v1": _V2[:-1], "v2": _V2}  # the field order of each older, list-shaped version
+_READS = (*_LISTS, VERSION)
 
 
 def encode_case(case: Case) -> str:
-    values = [getattr(case, name) for name in FIELDS]
+    values = {name: getattr(case, name) for name in FIELDS
+              if not (name in _ABSENT and getattr(case, name) is None)}  # (shorter lines; decoding restores them)
     payload = json.dumps(values, separators=(",", ":"), allow_nan=True).encode()
     body = base64.urlsafe_b64encode(payload).decode().rstrip("=")
     return f"{VERSION}.{body}.{zlib.crc32(payload):08x}"
@@ -46,19 +53,29 @@ def decode_case(token: str) -> Case:
     if f"{zlib.crc32(payload):08x}" != checksum:
         raise UsageError(f"--case token {_short(token)} is damaged (checksum mismatch): copy the whole replay line")
     try:
-        values = json.loads(payload)
-        fields = _READS[version]
-        if not isinstance(values, list) or len(values) != len(fields):
-            raise ValueError(f"expected {len(fields)} fields")
-        kw = dict(zip(fields, values))
+        kw = _fields(version, json.loads(payload))
         for name in ("shape", "split"):
-            if kw[name] is not None:
+            if kw.get(name) is not None:
                 kw[name] = tuple(kw[name])
         return Case(**kw)
     except UsageError as e:
         raise UsageError(f"--case token names an invalid case: {e}") from None
     except (TypeError, ValueError) as e:
         raise UsageError(f"--case token {_short(token)} does not hold a case: {e}") from None
+
+
+def _fields(version: str, values) -> dict:
+    if version in _LISTS:
+        names = _LISTS[version]
+        if not isinstance(values, list) or len(values) != len(names):
+            raise ValueError(f"expected {len(names)} fields")
+        return dict(zip(names, values))
+    if not isinstance(values, dict):
+        raise ValueError("expected named fields")
+    unknown = sorted(set(values) - set(FIELDS))
+    if unknown:
+        raise ValueError(f"this normcheck has no case field {', '.join(unknown)}: it is older than the token")
+    return values
 
 
 def _short(token: str) -> str:

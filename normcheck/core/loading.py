@@ -18,7 +18,15 @@ from .text import first_line
 
 
 def load_callable(spec: str) -> Callable:
-    """Import `module:attr` (the current directory is importable) or `file.py:attr`."""
+    """Import `module:attr` (the current directory is importable) or `file.py:attr`: a function."""
+    obj = load_object(spec)
+    if not callable(obj):
+        raise UsageError(f"--impl {spec}: {spec.rpartition(':')[2]} is a {type(obj).__name__}, not callable")
+    return obj
+
+
+def load_object(spec: str):
+    """What `module:attr` or `file.py:attr` names (a function, or a record describing one)."""
     module_name, _, attr = spec.rpartition(":")
     if not module_name or not attr:
         raise UsageError(f"--impl {spec!r} must look like module:attr or path/to/file.py:attr")
@@ -43,8 +51,6 @@ def load_callable(spec: str) -> Callable:
         if not hasattr(obj, part):
             raise UsageError(f"--impl {spec}: {module_name} has no attribute {attr}")
         obj = getattr(obj, part)
-    if not callable(obj):
-        raise UsageError(f"--impl {spec}: {attr} is a {type(obj).__name__}, not callable")
     return obj
 
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..cases import Case, CaseInputs
-from ..numerics.dtypes import accumulation, quantise
+from ..numerics.dtypes import accumulation, quantise, weight_sees
+from .tolerance import effective_affine
 
 _NUMPY = {"f64": np.float64, "f32": np.float32}
 
@@ -20,33 +21,36 @@ def baseline_outputs(case: Case, inputs: CaseInputs) -> dict[str, np.ndarray | N
     axes = view.axes
     x = view.group(inputs.x.astype(acc))
     dy = view.group(inputs.dy.astype(acc))
-    ones = np.ones(view.param_shape, dtype=acc)
-    gamma = view.per_channel_values(inputs.weight.astype(acc) if inputs.weight is not None else ones)
-    beta = view.per_channel_values(inputs.bias.astype(acc) if inputs.bias is not None else 0 * ones)
+    gamma, beta = (a.astype(acc) for a in effective_affine(case, inputs))
 
-    mu = x.mean(axis=axes, keepdims=True)
+    mu = x.mean(axis=axes, keepdims=True) if op.centred else np.zeros_like(x.mean(axis=axes, keepdims=True))
     dev = x - mu
     var = (dev * dev).mean(axis=axes, keepdims=True)
-    r = 1 / np.sqrt(var + case.eps)  # Python scalars round to the array's dtype, as in torch
+    r = 1 / np.sqrt(var + case.eps_value)  # Python scalars round to the array's dtype, as in torch
     xhat = dev * r
-    y = gamma * xhat + beta
+    scaled = weight_sees(xhat, case.casting, case.dtype).astype(acc)
+    y = gamma * scaled + beta
     if op.epilogue is not None:  # a fused epilogue: z = f(y), and dz reaches the norm as dz·f'(y)
         dy = dy * op.epilogue.grad(y)
         y = op.epilogue.f(y)
     g = gamma * dy
-    dx = r * (g - g.mean(axis=axes, keepdims=True) - xhat * (g * xhat).mean(axis=axes, keepdims=True))
+    gbar = g.mean(axis=axes, keepdims=True) if op.centred else 0
+    dx = r * (g - gbar - xhat * (g * xhat).mean(axis=axes, keepdims=True))
 
     out = {
         "y": quantise(view.ungroup(y), case.dtype),
         "dx": quantise(view.ungroup(dx), case.dtype),
-        "dweight": quantise(view.channel_sum(dy * xhat), case.param_dtype) if inputs.weight is not None else None,
+        "dweight": quantise(view.channel_sum(dy * scaled), case.param_dtype) if inputs.weight is not None else None,
         "dbias": quantise(view.channel_sum(dy), case.param_dtype) if inputs.bias is not None else None,
     }
-    for name, value in zip(op.saved_stats, (mu, r)):  # (mean, invstd or rstd), in the accumulation precision
-        out[name] = value.reshape(view.stats_shape).astype(np.float64)
+    stats = {"mean": mu, "invstd": r, "rstd": r}
+    for name in op.saved_stats:  # in the accumulation precision
+        out[name] = stats[name].reshape(view.stats_shape).astype(np.float64)
     if op.running_stats:
         m, size = case.momentum, view.set_size
-        unbiased = var.reshape(-1) * size / (size - 1)
-        out["running_mean"] = quantise((1 - m) * inputs.running_mean.astype(acc) + m * mu.reshape(-1), case.param_dtype)
+        # per channel: the set's statistic (BatchNorm) or the batch average of the instances' (InstanceNorm)
+        unbiased = (var * size / (size - 1)).mean(axis=0).reshape(-1)
+        out["running_mean"] = quantise((1 - m) * inputs.running_mean.astype(acc) + m * mu.mean(axis=0).reshape(-1),
+                                       case.param_dtype)
         out["running_var"] = quantise((1 - m) * inputs.running_var.astype(acc) + m * unbiased, case.param_dtype)
     return out

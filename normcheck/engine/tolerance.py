@@ -49,7 +49,7 @@ def element_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) -> 
     uo = UNIT_ROUNDOFF[case.dtype]
     up = UNIT_ROUNDOFF[case.param_dtype]
     us = max(ua, up)
-    eps, mom = case.eps, case.momentum
+    eps, mom = case.eps_value, case.momentum
     size = view.set_size
 
     def mean(a):
@@ -58,14 +58,13 @@ def element_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) -> 
     def rho(n):
         return c.growth * np.sqrt(max(n, 1))
 
-    ones = np.ones(view.param_shape)
     x = view.group(inputs.x)
     dy = view.group(inputs.dy)
-    gamma = view.per_channel_values(inputs.weight if inputs.weight is not None else ones)
-    beta = view.per_channel_values(inputs.bias if inputs.bias is not None else 0 * ones)
+    gamma, beta = effective_affine(case, inputs)
 
-    # Forward statistics and how wrong an accumulation in u_a may leave them.
-    mu = mean(x)
+    # Forward statistics and how wrong an accumulation in u_a may leave them. An uncentred op
+    # (RMSNorm) is the same formula with μ = 0 held exactly: σ² is then the mean of squares.
+    mu = mean(x) if op.centred else np.zeros_like(mean(x))
     dev = x - mu
     var = mean(dev * dev)
     r = 1.0 / np.sqrt(var + eps)
@@ -74,7 +73,7 @@ def element_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) -> 
     # them correlated, so a constant set gets the deterministic worst case, M·u (Higham, Thm 4.2).
     constant = x.max(axis=axes, keepdims=True) == x.min(axis=axes, keepdims=True)
     mean_growth = np.where(constant, float(size), rho(size))
-    d_mu = ua * mean_growth * mean(np.abs(x)) + c.rounding * us * np.abs(mu)
+    d_mu = (ua * mean_growth * mean(np.abs(x)) + c.rounding * us * np.abs(mu)) if op.centred else np.zeros_like(mu)
     # Two-pass and Welford variances both lose about u_a·ρ(M) of σ², and Welford's running mean adds
     # a term in |μ|·mean|x − μ|; E[x²] − E[x]² would lose u_a·μ², which is what we must not allow.
     # Σ(x − μ̃)² = Σ(x − μ)² + M·δμ², and the variance may be held in the moments' dtype. SyncBN's
@@ -99,9 +98,9 @@ def element_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) -> 
     # Backward: dx = r·(g − ḡ − x̂·h).
     g = gamma * dy
     d_g = np.abs(gamma) * d_dy
-    gbar = mean(g)
+    gbar = mean(g) if op.centred else np.zeros_like(mu)  # no mean subtracted, no ḡ term in dx
     h = mean(g * xhat)
-    d_gbar = ua * rho(size) * mean(np.abs(g)) + mean(d_g)
+    d_gbar = ua * rho(size) * mean(np.abs(g)) + mean(d_g) if op.centred else np.zeros_like(mu)
     d_h = ua * rho(size) * mean(np.abs(g * xhat)) + mean(np.abs(g) * d_xhat) + mean(d_g * np.abs(xhat))
     dx = r * (g - gbar - xhat * h)
 
@@ -138,14 +137,25 @@ def element_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) -> 
     if op.running_stats:
         unbiased = size / max(size - 1, 1)
         rm, rv = inputs.running_mean, inputs.running_var
-        mu_c, var_c = mu.reshape(-1), var.reshape(-1)
-        bounds["running_mean"] = mom * d_mu.reshape(-1) + c.rounding * up * (
+        # One statistic per channel (BatchNorm) or the batch average of the per-instance ones (InstanceNorm)
+        mu_c, var_c = mu.mean(axis=0).reshape(-1), var.mean(axis=0).reshape(-1)
+        bounds["running_mean"] = mom * d_mu.mean(axis=0).reshape(-1) + c.rounding * up * (
             np.abs((1 - mom) * rm) + np.abs(mom * mu_c)
         )
-        bounds["running_var"] = mom * unbiased * d_var.reshape(-1) + c.rounding * up * (
+        bounds["running_var"] = mom * unbiased * d_var.mean(axis=0).reshape(-1) + c.rounding * up * (
             np.abs((1 - mom) * rv) + np.abs(mom * unbiased * var_c)
         )
     return bounds
+
+
+def effective_affine(case: Case, inputs: CaseInputs) -> tuple[np.ndarray, np.ndarray]:
+    """γ and β as the layer applies them, broadcastable against the grouped view: a present weight
+    with its offset added (RMSNorm's w + offset), absent ones 1 and 0."""
+    view = case.view
+    ones = np.ones(view.param_shape)
+    gamma = ones if inputs.weight is None else inputs.weight + (case.weight_offset or 0.0)
+    beta = inputs.bias if inputs.bias is not None else 0 * ones
+    return view.per_channel_values(gamma), view.per_channel_values(beta)
 
 
 def budget_ratio(
@@ -160,7 +170,7 @@ def budget_ratio(
         overflowed = np.isinf(quantise(ref, dtype)) & np.isfinite(ref)
     ref = np.where(overflowed & (got == np.copysign(np.inf, ref)), got, ref)
     err = _abs_error(got, ref)
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         return err / (allowance(ref, bound, baseline, c) + TINY[dtype])
 
 

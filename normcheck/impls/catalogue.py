@@ -13,7 +13,7 @@ from functools import partial
 from typing import Callable
 
 from ..core.errors import UsageError
-from ..core.loading import absolute_spec, check_arity, load_callable, spec_of
+from ..core.loading import absolute_spec, check_arity, load_callable, load_object, spec_of
 from ..engine.baseline import baseline_outputs
 from ..kernels.groupnorm.impls import IMPLS as GROUPNORM_KERNEL_IMPLS
 from ..kernels.syncbn.recipes import IMPLS as SYNCBN_RECIPES
@@ -80,6 +80,10 @@ def resolve_impl(op: str, spec: str | Impl | Callable | None = None, backend: st
         impl = IMPLS[op][spec]
     elif ":" not in spec:
         raise UsageError(f"unknown implementation {spec!r} for {op}; use one of {', '.join(IMPLS[op])} or module:attr")
+    elif isinstance(named := load_object(spec), Impl):  # a module may publish a whole record
+        if named.op != op:
+            raise UsageError(f"--impl {spec} is an implementation of {named.op}, not {op}")
+        impl = named
     else:
         impl = user_impl(op, spec)
     return bind(impl, backend, timeout)

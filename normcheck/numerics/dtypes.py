@@ -51,6 +51,17 @@ class DtypeSpec:
         return self.param_dtype if UNIT_ROUNDOFF[self.param_dtype] > UNIT_ROUNDOFF[self.accumulation] else self.accumulation
 
 
+# Where a layer rounds to the input dtype relative to its weight multiply (RMSNorm kernels differ):
+#   end            everything in float32, rounded once at the end (torch's F.rms_norm, Gemma)
+#   before-weight  x̂ rounded to the input dtype, then · w (Llama, T5); dw sees the rounded x̂ too
+CASTINGS = ("end", "before-weight")
+
+
+def weight_sees(xhat: np.ndarray, casting: str | None, dtype: str) -> np.ndarray:
+    """x̂ as the weight multiply sees it under `casting` (None: the op has no casting chain)."""
+    return quantise(xhat, dtype) if casting == "before-weight" else xhat
+
+
 def accumulation(dtype: str) -> str:
     """The precision a correct kernel accumulates `dtype` data in: float64 for float64, float32 otherwise."""
     return "f64" if dtype == "f64" else "f32"

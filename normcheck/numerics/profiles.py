@@ -2,6 +2,8 @@
 
 Each profile fills one row per normalisation set (see sets.SetView.to_sets), so "per-set mean and
 spread" mean the same thing for BatchNorm and GroupNorm. Values are float64; the case quantises them.
+`centred` says which statistic the op normalises by: the variance about the set's mean, or (False:
+RMSNorm) the mean of squares; a profile about that statistic (near_constant) follows it.
 """
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import numpy as np
 
 from .dtypes import UNIT_ROUNDOFF
 
-Profile = Callable[[int, int, str, float, np.random.Generator], "tuple[np.ndarray, np.ndarray]"]
+Profile = Callable[..., "tuple[np.ndarray, np.ndarray]"]  # (sets, size, dtype, eps, rng, centred=) -> x, dy
 
 
 def _spacing(magnitude: np.ndarray, dtype: str) -> np.ndarray:
@@ -23,13 +25,13 @@ def _per_set(rng: np.random.Generator, sets: int, low: float, high: float) -> np
     return rng.uniform(low, high, size=(sets, 1))
 
 
-def normal(sets, size, dtype, eps, rng):
+def normal(sets, size, dtype, eps, rng, centred=True):
     """Well-conditioned data: per-set mean in [-1, 1], spread in [0.5, 2]."""
     x = _per_set(rng, sets, -1, 1) + _per_set(rng, sets, 0.5, 2) * rng.standard_normal((sets, size))
     return x, rng.standard_normal((sets, size))
 
 
-def offset(sets, size, dtype, eps, rng):
+def offset(sets, size, dtype, eps, rng, centred=True):
     """Cancellation: |mean| in [1e3, 1e4] ≫ spread, for x and (smaller) for dy.
 
     The spread is at least 16 ulps of the mean in the tested dtype, otherwise quantisation would
@@ -45,23 +47,24 @@ def offset(sets, size, dtype, eps, rng):
     return x, dy
 
 
-def near_constant(sets, size, dtype, eps, rng):
-    """Variance ≈ eps in odd sets and exactly 0 in even ones: invstd is dominated by eps."""
-    mu = _per_set(rng, sets, -1, 1)
+def near_constant(sets, size, dtype, eps, rng, centred=True):
+    """The statistic ≈ eps in odd sets and exactly 0 in even ones: invstd is dominated by eps. Centred:
+    variance ≈ eps about a mean in [-1, 1]; uncentred: mean of squares ≈ eps, and even sets all zeros."""
+    mu = _per_set(rng, sets, -1, 1) if centred else np.zeros((sets, 1))
     sigma = np.sqrt(eps) * _per_set(rng, sets, 0.3, 3)
     sigma[::2] = 0.0
     x = mu + sigma * rng.standard_normal((sets, size))
     return x, rng.standard_normal((sets, size))
 
 
-def heavy_tailed(sets, size, dtype, eps, rng):
+def heavy_tailed(sets, size, dtype, eps, rng, centred=True):
     """Student-t (3 degrees of freedom) x and dy: a few huge elements dominate every sum."""
     x = _per_set(rng, sets, -1, 1) + np.clip(rng.standard_t(3, size=(sets, size)), -1e3, 1e3)
     dy = np.clip(rng.standard_t(3, size=(sets, size)), -1e3, 1e3)
     return x, dy
 
 
-def exact(sets, size, dtype, eps, rng):
+def exact(sets, size, dtype, eps, rng, centred=True):
     """benchdnn-style data: small integers whose sums are exact in every tested dtype.
 
     Deviations come in ± pairs inside each set, so each set's mean is an exact integer and every
@@ -76,7 +79,7 @@ def exact(sets, size, dtype, eps, rng):
     return x, dy
 
 
-def sparse_dy(sets, size, dtype, eps, rng):
+def sparse_dy(sets, size, dtype, eps, rng, centred=True):
     """Mostly-zero upstream gradient (ReLU-like masks, dropped rows); some sets get none at all."""
     x, dy = normal(sets, size, dtype, eps, rng)
     dy[rng.random((sets, size)) < 0.9] = 0.0

@@ -86,8 +86,13 @@ class Impl:
     # Set by binding: a picklable callable that rebuilds this record in a worker process (None: it cannot)
     portable: Callable[[], "Impl"] | None = field(default=None, compare=False, repr=False)
     limit: Any = field(default=None, compare=False, repr=False)  # the bound run's CaseLimit
+    # The case fields whose meaning the implementation fixes (RMSNorm: its weight offset and casting
+    # chain): every case it is judged on has them. Pairs (field, value); a dict is accepted.
+    follows: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self):
+        if isinstance(self.follows, dict):
+            object.__setattr__(self, "follows", tuple(self.follows.items()))
         if self.convention not in CONVENTIONS:
             raise UsageError(f"Impl {self.name}: convention {self.convention!r} is not one of {', '.join(CONVENTIONS)}")
         if not (callable(self.target) or isinstance(self.target, str)):
@@ -109,6 +114,9 @@ class Impl:
         """Why this implementation, in its world, skips `case` (None: it takes it)."""
         if self.worlds and self.world not in self.worlds:
             return f"{self.name} runs in the {' or '.join(self.worlds)} world, not {self.world}"
+        for name, value in self.follows:
+            if getattr(case, name) != value:
+                return f"{self.name} follows {name}={value} (the case has {getattr(case, name)})"
         return self.supports(case)
 
     def applicable_issues(self, case, ops_called=frozenset(), of_op: tuple[KnownIssue, ...] = ()) -> list[KnownIssue]:
@@ -123,9 +131,12 @@ class GridSweep:
     """Every dtype × value profile × reduction size once, layouts rotated (normcheck.cases.sweep).
 
     `shapes`: reduction size ("small", "large", "huge") -> input rank -> shape;
-    `fields(size, rank)`: the op's own case fields for that shape (GroupNorm: its groups)."""
+    `fields(size, rank)`: the op's own case fields for that shape (GroupNorm: its groups);
+    `variants`: case fields rotated through the grid (case i gets variants[i % len]; 4 of them cover
+    every dtype and profile, as the grid has 18 cases per dtype and 3 per profile)."""
     shapes: dict[str, dict[int, tuple[int, ...]]]
     fields: Callable[[str, int], dict] = lambda size, rank: {}
+    variants: tuple[dict, ...] = ({},)
 
 
 @dataclass(frozen=True)
@@ -155,6 +166,10 @@ class Op:
     epilogue: Any = None                # an element-wise function applied after the norm (reference.Epilogue)
     impls: tuple[Impl, ...] = ()        # torch's own implementations, with their known issues
     default_impl: str = "torch"
+    params: tuple[str, ...] = ("weight", "bias")  # the affine parameters it takes (RMSNorm: no bias)
+    centred: bool = True                # statistics about the set's mean (False: RMSNorm's mean of squares)
+    eps_none: Callable[[str], float] | None = None  # what eps=None means for an input dtype (None: not allowed)
+    min_set_size: int = 2               # fewest values a set may have (BatchNorm's running variance needs 2)
 
     def __post_init__(self):
         names = {i.name for i in self.impls}

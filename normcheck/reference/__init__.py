@@ -8,6 +8,7 @@ from ._moments import NormBackward
 from .batchnorm import BatchNormForward, batch_norm_backward, batch_norm_forward
 from .groupnorm import GroupNormForward, group_norm_backward, group_norm_forward
 from .layernorm import LayerNormForward, layer_norm_backward, layer_norm_forward
+from .rmsnorm import RMSNormForward, rms_norm_backward, rms_norm_forward
 from .silu_bn import SILU, Epilogue, silu_bn_backward, silu_bn_forward, silu_grad
 
 __all__ = [
@@ -17,12 +18,15 @@ __all__ = [
     "GroupNormForward",
     "LayerNormForward",
     "NormBackward",
+    "RMSNormForward",
     "batch_norm_backward",
     "batch_norm_forward",
     "group_norm_backward",
     "group_norm_forward",
     "layer_norm_backward",
     "layer_norm_forward",
+    "rms_norm_backward",
+    "rms_norm_forward",
     "silu_bn_backward",
     "silu_bn_forward",
     "silu_grad",

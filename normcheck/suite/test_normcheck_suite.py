@@ -25,7 +25,8 @@ _GENERATED = {"gloo": dict(max_world=4, max_numel=4096), "lockstep": dict(max_wo
 
 def pytest_generate_tests(metafunc):
     if "sweep_case" in metafunc.fixturenames:
-        sweep = default_sweep(metafunc.config.stash[OPTIONS].op)
+        options = metafunc.config.stash[OPTIONS]
+        sweep = default_sweep(options.op, follows=options.impl.follows)  # in the conventions it follows
         metafunc.parametrize("sweep_case", sweep, ids=[f"{c.label} seed={c.seed}" for c in sweep])
 
 
@@ -56,7 +57,7 @@ def test_generated_cases(normcheck_options):
     @PROFILES[o.profile]
     @given(cases(o.op, **_GENERATED.get(o.backend, {})))
     def property_(case):
-        check(o, case)
+        check(o, case.with_(**dict(o.impl.follows)))
 
     property_()
 

@@ -4,16 +4,31 @@ from math import prod
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from normcheck import OPS
 from normcheck.numerics.formats import FORMATS
 from normcheck.numerics.profiles import PROFILES
 from normcheck.cases.strategies import MAX_NUMEL, cases
 
 
-@given(st.sampled_from(["batchnorm", "groupnorm"]).flatmap(cases))
+@given(st.sampled_from(list(OPS)).flatmap(cases))
 def test_every_drawn_case_is_valid_and_cheap(case):
     case.validate()
     assert prod(case.shape) <= MAX_NUMEL + prod(case.shape) // max(case.shape)  # one bump allowed
-    assert case.view.set_size >= 2
+    assert case.view.set_size >= case.record.min_set_size
+
+
+def test_the_conventions_and_eps_none_are_drawn():
+    seen = set()
+
+    @settings(max_examples=200, derandomize=True, database=None)
+    @given(cases("rmsnorm"))
+    def collect(case):
+        seen.update({("offset", case.weight_offset), ("casting", case.casting), ("eps", case.eps is None),
+                     ("hidden", case.view.set_size == 1)})
+
+    collect()
+    assert {("offset", 0.0), ("offset", 1.0), ("casting", "end"), ("casting", "before-weight"), ("eps", True),
+            ("hidden", True)} <= seen
 
 
 def test_every_axis_is_reachable():

@@ -1,6 +1,7 @@
 """The mutant catalogue: plausible wrong implementations of every op, one module per op.
 
-`tests/mutants/<op>.py` has MUTANTS (bug name -> function with the op's --impl contract) and CORRECT
+`tests/mutants/<op>.py` has MUTANTS (bug name -> function with the op's --impl contract, or an Impl
+record when the implementation follows a convention such as RMSNorm's weight offset) and CORRECT
 (correct implementations written in another style than torch's). The default sweep must fail every
 mutant and pass every correct one (tests/test_ops.py): that is what proves the tolerance model and
 the sweep see these bug classes. CATALOGUE finds the module of every op in normcheck's OPS.

@@ -1,4 +1,4 @@
-"""The textbook BatchNorm / GroupNorm / LayerNorm (explicit forward and backward, float32 accumulation
+"""The textbook BatchNorm / GroupNorm / LayerNorm / InstanceNorm (explicit forward and backward, float32 accumulation
 for half inputs) with switchable bugs: the machinery of their mutant catalogues (tests/mutants/
 batchnorm.py, groupnorm.py, layernorm.py). One SetView says which elements form a set."""
 from __future__ import annotations
@@ -30,6 +30,8 @@ class Bugs:
     per_sample_variance: bool = False       # BN: average of per-sample variances
     dweight_missing_invstd: bool = False    # dγ = Σ dy·(x − μ)
     low_precision_param_sums: bool = False  # dγ, dβ summed over the batch/rows in the f16/bf16 input dtype
+    batch_statistics: bool = False          # IN: normalises with the channel's statistics over the batch (BN)
+    running_var_pooled: bool = False        # IN: running_var from the variance pooled over the batch
 
 
 def _read(t: torch.Tensor, bugs: Bugs) -> torch.Tensor:
@@ -125,14 +127,36 @@ def _batch_norm(bugs: Bugs):
     def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=True, momentum=0.1, eps=1e-5):
         stats = {}
         y = _Norm.apply(input, weight, bias, SetView.per_channel(tuple(input.shape)), eps, bugs, stats)
-        with torch.no_grad():  # updated in the accumulation dtype, rounded once when stored
-            mean, var, count = stats["mean"].reshape(-1), stats["var"].reshape(-1), stats["count"]
-            running = var if bugs.biased_running_var else var * count / (count - 1)
-            keep, take = (momentum, 1 - momentum) if bugs.momentum_swapped else (1 - momentum, momentum)
-            running_mean.copy_(keep * running_mean.to(mean.dtype) + take * mean)
-            running_var.copy_(keep * running_var.to(var.dtype) + take * running)
+        mean, var, count = stats["mean"].reshape(-1), stats["var"].reshape(-1), stats["count"]
+        _update_running(running_mean, running_var, mean, var, count, bugs, momentum)
         return y
     return batch_norm
+
+
+def _update_running(running_mean, running_var, mean, var, count, bugs: Bugs, momentum: float):
+    """running = (1 − m)·running + m·batch (unbiased variance), in the accumulation dtype, rounded once."""
+    with torch.no_grad():
+        running = var if bugs.biased_running_var else var * count / (count - 1)
+        keep, take = (momentum, 1 - momentum) if bugs.momentum_swapped else (1 - momentum, momentum)
+        running_mean.copy_(keep * running_mean.to(mean.dtype) + take * mean)
+        running_var.copy_(keep * running_var.to(var.dtype) + take * running)
+
+
+def _instance_norm(bugs: Bugs):
+    def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats=True,
+                      momentum=0.1, eps=1e-5):
+        shape = tuple(input.shape)
+        view = SetView.per_channel(shape) if bugs.batch_statistics else SetView.per_group(shape, shape[1])
+        stats = {}
+        y = _Norm.apply(input, weight, bias, view, eps, bugs, stats)
+        if running_mean is not None:
+            n, c = shape[0], shape[1]
+            mean, var, count = stats["mean"].reshape(-1, c), stats["var"].reshape(-1, c), stats["count"]
+            if bugs.running_var_pooled:  # the batch's variance about its pooled mean: adds the spread of the means
+                var = var + (mean - mean.mean(dim=0)) ** 2
+            _update_running(running_mean, running_var, mean.mean(dim=0), var.mean(dim=0), count, bugs, momentum)
+        return y
+    return instance_norm
 
 
 def _group_norm(bugs: Bugs):
@@ -172,6 +196,11 @@ def group_norm(bugs: Bugs = CORRECT):
 
 def layer_norm(bugs: Bugs = CORRECT):
     return _layer_norm(bugs)
+
+
+def instance_norm(bugs: Bugs = CORRECT):
+    """F.instance_norm's signature (use_input_stats=True), with `bugs` switched on."""
+    return _instance_norm(bugs)
 
 
 def named(make, bug: str):

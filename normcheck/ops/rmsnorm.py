@@ -1,0 +1,95 @@
+"""RMSNorm: y = x · rsqrt(mean(x²) + eps) · (w + offset) per row over the last k dims; no mean, no bias."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .. import reference
+from ..core.errors import UsageError
+from ..numerics.dtypes import CASTINGS, accumulation, weight_sees
+from .batchnorm import drop_none
+from .core import GridSweep, Impl, Op
+from .layernorm import normalized_shape, validate as validate_dims, view
+
+SIGNATURE = "fn(input, normalized_shape, weight, eps) -> Tensor  (torch.nn.functional.rms_norm; eps may be None)"
+OUTPUTS = ("y", "rstd", "dx", "dweight")
+REQUIRED = ("y", "dx", "dweight")
+
+# LayerNorm's reduction sizes (rows of 6 up to 65537 rows; hidden sizes past 8192 and 40009; 1 to 3
+# normalised dims), plus the two ends LayerNorm cannot have: a hidden size of 1 (7x5x1: x̂ = ±1 and
+# the backward cancels exactly) and a single row of 40009 (the weight gradient is one row's products).
+SWEEP = GridSweep(shapes={
+    "small": {2: (65537, 6), 3: (7, 5, 1), 4: (3, 4, 2, 3), 5: (2, 3, 2, 2, 3)},
+    "large": {2: (3, 8193), 3: (1, 3, 8193), 4: (2, 3, 40, 51), 5: (2, 2, 3, 17, 31)},
+    "huge": {2: (1, 40009), 3: (1, 2, 40009), 4: (3, 5, 96, 97), 5: (2, 2, 4, 32, 33)},
+}, fields=lambda size, rank: {"normalized_dims": {2: 1, 3: 1, 4: 2, 5: 3}[rank]},
+    # eps=None (the dtype's default), γ ≈ 0 (with an offset: w + offset rounds in a low-precision
+    # weight) and a large eps (where eps sits in the formula shows) rotate through the grid.
+    variants=({}, {"eps": None}, {"gamma_scale": 1e-3}, {"eps": 1e-2}))
+
+
+def default_eps(dtype: str) -> float:
+    """What eps=None means: the machine epsilon of the precision the kernel computes in (float32 for
+    f16/bf16/f32 input, as torch's kernels do since pytorch#142848; its docs said the input dtype's)."""
+    return float(np.finfo(np.float64 if accumulation(dtype) == "f64" else np.float32).eps)
+
+
+def validate(case) -> None:
+    validate_dims(case)
+    if case.casting not in CASTINGS:
+        raise UsageError(f"unknown casting {case.casting!r}; choose one of {', '.join(CASTINGS)}")
+    if not np.isfinite(case.weight_offset):
+        raise UsageError(f"the weight offset must be a finite number, got {case.weight_offset}")
+
+
+def call(fn, t, case, group=None, world_size=1):
+    return fn(t.x, normalized_shape(case), t.weight, case.eps)
+
+
+def reference_outputs(i) -> dict[str, np.ndarray]:
+    c, d = i.case, normalized_shape(i.case)
+    convention = dict(eps=c.eps_value, offset=c.weight_offset, rounding=lambda a: weight_sees(a, c.casting, c.dtype))
+    fwd = reference.rms_norm_forward(i.x, d, i.weight, **convention)
+    bwd = reference.rms_norm_backward(i.dy, i.x, d, i.weight, **convention)
+    return drop_none(y=fwd.y, rstd=fwd.rstd, dx=bwd.dx, dweight=bwd.dweight)
+
+
+def fused_forward(case, t):
+    """aten._fused_rms_norm (the CPU kernel F.rms_norm runs when no gradient is needed) for y and rstd;
+    the gradients through F.rms_norm's autograd, as torch 2.13 has no CPU _fused_rms_norm_backward."""
+    d = list(normalized_shape(case))
+    y, rstd = torch.ops.aten._fused_rms_norm(t.x, d, t.weight, case.eps)
+    leaves = [a.requires_grad_() for a in (t.x, t.weight) if a is not None]
+    with warnings.catch_warnings():  # mixed dtypes: "cannot dispatch to fused implementation" (the point)
+        warnings.simplefilter("ignore")
+        grads = torch.autograd.grad(F.rms_norm(t.x, d, t.weight, case.eps), leaves, t.dy)
+    return {"y": y, "rstd": rstd, "dx": grads[0], "dweight": grads[1] if t.weight is not None else None}
+
+
+def rms_norm(input, normalized_shape, weight=None, eps=None):
+    """F.rms_norm without its warning for f16/bf16 input with f32 weight (it then runs the composite ops)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return F.rms_norm(input, normalized_shape, weight, eps)
+
+
+TORCHS = {"weight_offset": 0.0, "casting": "end"}  # torch's convention: w as given, rounded once at the end
+
+OP = Op(
+    name="rmsnorm",
+    description="RMSNorm: x · rsqrt(mean(x²) + eps) · (w + offset) per row over the last K dims",
+    signature=SIGNATURE, call=call, reference=reference_outputs, view=view, unit="layer",
+    outputs=OUTPUTS, required=REQUIRED, saved_stats=("rstd",), sweep=SWEEP,
+    case_fields={"normalized_dims": 1, **TORCHS}, set_dim=-1, validate=validate,
+    params=("weight",), centred=False, eps_none=default_eps, min_set_size=1,
+    impls=(
+        Impl("torch", "rmsnorm", "torch.nn.functional.rms_norm through autograd (composite ops on CPU)", rms_norm,
+             follows=TORCHS),
+        Impl("torch-fused-forward", "rmsnorm",
+             "aten._fused_rms_norm for y and rstd (the inference kernel); gradients through autograd",
+             fused_forward, convention="direct", follows=TORCHS),
+    ),
+)

@@ -1,0 +1,132 @@
+"""RMSNorm mutants: a textbook RMSNorm (explicit forward and backward, float32 accumulation for half
+inputs) with one bug each, from the bug classes of real RMSNorm kernels: the mean of squares summed
+or squared in half precision (x² overflows f16 at |x| > 256), rstd rounded to bf16, eps outside the
+sqrt or the wrong dtype's eps, the weight offset forgotten (in the forward or only in the backward),
+a casting chain whose dweight does not follow its forward, weight-gradient partial sums in bf16,
+a dropped term, LayerNorm's centring, a multi-dim normalized_shape reduced over its last dim only,
+and strides ignored.
+
+Functions have F.rms_norm's signature (`--impl tests.mutants.rmsnorm:drop_xhat_term`); the mutants of
+a convention (a weight offset, a casting chain) are Impl records that say which one they follow
+(`--impl tests.mutants.rmsnorm:forgets_offset` runs them under it).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from math import prod
+
+import torch
+
+from normcheck import Impl
+from normcheck.frameworks.torch import accumulation_dtype
+
+from .textbook import _read, _sum
+
+
+@dataclass(frozen=True)
+class Bugs:
+    offset: float = 0.0                    # the convention followed: scale by w + offset
+    before_weight: bool = False            # the convention followed: x̂ rounded to the input dtype before · w
+    low_precision_squares: bool = False    # x² and their sum in the f16/bf16 input dtype
+    bf16_rstd: bool = False                # rstd rounded to bf16 (then used in forward and backward)
+    eps_outside_sqrt: bool = False         # rstd = 1 / (sqrt(ms) + eps)
+    eps_of_input_dtype: bool = False       # eps=None means finfo(input dtype).eps (torch computes in f32: f32's)
+    forgets_offset: bool = False           # follows w + offset but scales by w
+    offset_only_forward: bool = False      # the backward's g = w·dy without the offset
+    dweight_unrounded_xhat: bool = False   # before-weight forward, dweight from the unrounded x̂
+    bf16_dweight_partials: bool = False    # dweight summed in blocks of rows whose partial sums are bf16
+    drop_xhat_term: bool = False           # dx = rstd·g, without −x̂·mean(g·x̂)
+    centres: bool = False                  # subtracts the mean (LayerNorm without β)
+    last_dim_only: bool = False            # a multi-dim normalized_shape reduced over its last dim only
+    ignore_strides: bool = False           # reads x and dy as if contiguous
+
+
+ROW_BLOCK = 64  # rows per partial sum of the bf16-partials mutant
+
+
+class _RMSNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, dims: int, eps, bugs: Bugs):
+        low, acc = x.dtype, accumulation_dtype(x.dtype)
+        rows, hidden = prod(x.shape[: x.dim() - dims]), prod(x.shape[x.dim() - dims:])
+        reduce = x.shape[-1] if bugs.last_dim_only else hidden
+        xs = _read(x, bugs).reshape(-1, reduce).to(acc)
+        if eps is None:
+            eps = torch.finfo(low if bugs.eps_of_input_dtype else acc).eps
+        if bugs.centres:
+            xs = xs - xs.mean(dim=1, keepdim=True)
+        if bugs.low_precision_squares:  # squared in the input dtype, summed like a 16-lane kernel in it
+            ms = _sum((xs.to(low) * xs.to(low)).to(acc), (1,), None, low, in_low=True) / reduce
+        else:
+            ms = (xs * xs).mean(dim=1, keepdim=True)
+        rstd = 1 / (ms.sqrt() + eps) if bugs.eps_outside_sqrt else (ms + eps).rsqrt()
+        if bugs.bf16_rstd:
+            rstd = rstd.to(torch.bfloat16).to(acc)
+        xhat = (xs * rstd).reshape(rows, hidden)
+        seen = xhat.to(low).to(acc) if bugs.before_weight else xhat
+        scale = None if weight is None else weight.reshape(-1).to(acc) + (0.0 if bugs.forgets_offset else bugs.offset)
+        y = seen if scale is None else seen * scale
+        rstd = rstd.reshape(rows, -1)
+        if rstd.shape[1] > 1:  # one per chunk of the last dim: per element
+            rstd = rstd.repeat_interleave(reduce, dim=1)
+        ctx.save_for_backward(xhat, seen, rstd, scale)
+        ctx.bugs, ctx.low, ctx.shape = bugs, low, x.shape
+        ctx.wshape, ctx.wdtype = (None, None) if weight is None else (weight.shape, weight.dtype)
+        return y.reshape(x.shape).to(low)
+
+    @staticmethod
+    def backward(ctx, dy):
+        xhat, seen, rstd, scale = ctx.saved_tensors
+        bugs = ctx.bugs
+        dys = _read(dy, bugs).reshape(xhat.shape).to(xhat.dtype)
+        if scale is not None and bugs.offset_only_forward:
+            scale = scale - bugs.offset
+        g = dys if scale is None else dys * scale
+        h = torch.zeros_like(g[:, :1]) if bugs.drop_xhat_term else (g * xhat).mean(dim=1, keepdim=True)
+        dx = (rstd * (g - xhat * h)).reshape(ctx.shape).to(ctx.low)
+        dweight = None
+        if scale is not None:
+            products = dys * (xhat if bugs.dweight_unrounded_xhat else seen)
+            if bugs.bf16_dweight_partials:
+                blocks = products.split(ROW_BLOCK)
+                dweight = torch.stack([b.sum(dim=0).to(torch.bfloat16) for b in blocks]).to(xhat.dtype).sum(dim=0)
+            else:
+                dweight = products.sum(dim=0)
+            dweight = dweight.reshape(ctx.wshape).to(ctx.wdtype)
+        return dx, dweight, None, None, None
+
+
+def rms_norm(bugs: Bugs = Bugs()):
+    """F.rms_norm's signature, with `bugs` switched on."""
+    def rms_norm(input, normalized_shape, weight=None, eps=None):
+        return _RMSNorm.apply(input, weight, len(normalized_shape), eps, bugs)
+    return rms_norm
+
+
+def _convention(bugs: Bugs) -> dict:
+    return {"weight_offset": bugs.offset, "casting": "before-weight" if bugs.before_weight else "end"}
+
+
+def _impl(name: str, bugs: Bugs, what: str) -> Impl:
+    fn = rms_norm(bugs)
+    fn.__qualname__ = name
+    return Impl(name, "rmsnorm", what, fn, follows=_convention(bugs), capabilities="unknown (test code)")
+
+
+GEMMA, LLAMA = Bugs(offset=1.0), Bugs(before_weight=True)
+# Bugs of the convention-free formula, in torch's convention; and those of a convention, under it.
+PLAIN = ("low_precision_squares", "bf16_rstd", "eps_outside_sqrt", "eps_of_input_dtype", "bf16_dweight_partials",
+         "drop_xhat_term", "centres", "last_dim_only", "ignore_strides")
+CONVENTION_BUGS = {"forgets_offset": GEMMA, "offset_only_forward": GEMMA, "dweight_unrounded_xhat": LLAMA}
+assert set(PLAIN) | set(CONVENTION_BUGS) == {f.name for f in fields(Bugs)} - {"offset", "before_weight"}
+
+MUTANTS = {bug: _impl(bug, Bugs(**{bug: True}), f"mutant: {bug}") for bug in PLAIN}
+MUTANTS |= {bug: _impl(bug, Bugs(**{**vars(base), bug: True}), f"mutant: {bug}") for bug, base in CONVENTION_BUGS.items()}
+textbook = rms_norm()
+CORRECT = {
+    "textbook": _impl("textbook", Bugs(), "textbook RMSNorm, torch's convention"),
+    "gemma": _impl("gemma", GEMMA, "textbook RMSNorm scaling by w + 1 (Gemma)"),
+    "llama": _impl("llama", LLAMA, "textbook RMSNorm rounding x̂ before · w (Llama)"),
+}
+gemma, llama = CORRECT["gemma"], CORRECT["llama"]  # --impl tests.mutants.rmsnorm:gemma
+globals().update(MUTANTS)
