@@ -50,10 +50,9 @@ def survey(op: str, dtype: str, count: int) -> dict:
     @settings(max_examples=count, derandomize=True, database=None, phases=[Phase.generate], deadline=None,
               suppress_health_check=list(HealthCheck))
     @given(cases(op, dtypes=[dtype]))
-    def run(case):
+    def run(drawn):
         for label, impl, constants in judged:
-            if impl.unsupported(case):
-                continue  # another convention (weight offset, casting chain) than the one it follows
+            case = drawn.with_(**dict(impl.follows))  # in the conventions it follows (RMSNorm's offset, casting)
             if any(k.applies(case) for k in impl.known_issues):
                 known[label] += 1  # inside a recorded torch issue's region: not evidence either way
                 continue
@@ -80,7 +79,7 @@ def mutant_margins(op: str) -> dict:
         failing = [r for r in reports if r.verdict == FAIL]
         # a failure with compared tensors has a ratio (its message may name a known issue it resembles)
         ratios = [r.worst.max_ratio for r in failing if r.tensors]
-        out[name] = {"caught_by": len(failing), "of": len(sweep),
+        out[name] = {"caught_by": len(failing), "of": len(reports),
                      "max_ratio": float(max(ratios)) if ratios else None,
                      "interface_failures": sum(not r.tensors for r in failing)}
     return out

@@ -76,6 +76,9 @@ class Case:
         op = get_op(self.op)
         if not 2 <= len(self.shape) <= 5:
             raise UsageError(f"shape {self._shape_text} must be (N, C) plus 0 to 3 spatial dims")
+        if len(self.shape) not in op.ranks:
+            raise UsageError(f"{self.op} takes {', '.join(f'{r}-D' for r in op.ranks)} input, not the "
+                             f"{len(self.shape)}-D shape {self._shape_text}")
         if any(s < 0 for s in self.shape) or self.shape[1] < 1:
             raise UsageError(f"shape {self._shape_text} has a negative size or no channels")
         for name in (self.dtype, self.param_dtype):

@@ -56,7 +56,7 @@ def splits(draw, n: int, max_world: int = 8) -> tuple[int, ...]:
 @st.composite
 def cases(draw, op: str, dtypes=DTYPE_CHOICES, profiles=tuple(PROFILES), ranks=(2, 3, 4, 5),
           max_numel: int = MAX_NUMEL, max_world: int = 8) -> Case:
-    shape = draw(shapes(op, ranks, max_numel))
+    shape = draw(shapes(op, [r for r in ranks if r in get_op(op).ranks] or get_op(op).ranks, max_numel))
     spec = parse_dtype(draw(st.sampled_from(list(dtypes))))
     layouts = formats_for(len(shape))
     x_format = draw(st.sampled_from(layouts))

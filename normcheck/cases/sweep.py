@@ -50,7 +50,7 @@ def grid_sweep(op: str, plan: GridSweep, seed: int = 0) -> list[Case]:
             for s, size in enumerate(SIZES):
                 i = len(cases)
                 x_format, dy_format = SWEEP_LAYOUTS[(d + 2 * p + s) % len(SWEEP_LAYOUTS)]
-                plain = [r for r in (2, 3, 4) if r in plan.shapes[size]]  # ranks any layout takes (InstanceNorm: no 2-D)
+                plain = [r for r in (2, 3, 4) if r in plan.shapes[size]]  # what every layout takes (InstanceNorm: no 2-D)
                 rank = FORMAT_RANK.get(x_format, FORMAT_RANK.get(dy_format, plain[i % len(plain)]))
                 affine = i % 5 != 4 or (parameters_only_in_affine and dtype != param_dtype)
                 cases.append(Case(op, plan.shapes[size][rank], dtype, param_dtype, x_format, dy_format, profile,

@@ -6,7 +6,7 @@ implementations of it and their known issues), and its line in `_RECORDS`.
 from __future__ import annotations
 
 from ..core.errors import UsageError
-from . import batchnorm, groupnorm, layernorm, rmsnorm, syncbn, syncbn_silu
+from . import batchnorm, groupnorm, instancenorm, layernorm, rmsnorm, syncbn, syncbn_silu
 from .core import ALL_CASES, GridSweep, Impl, KnownIssue, Op, Signature, SplitSweep
 
 RECORDED_WITH_TORCH = "2.13"  # the torch the known issues were recorded (and are reproduced) with
@@ -18,6 +18,7 @@ _RECORDS = (
     groupnorm.OP,
     layernorm.OP,
     rmsnorm.OP,
+    instancenorm.OP,
 )
 OPS: dict[str, Op] = {op.name: op for op in _RECORDS}
 

@@ -170,6 +170,7 @@ class Op:
     centred: bool = True                # statistics about the set's mean (False: RMSNorm's mean of squares)
     eps_none: Callable[[str], float] | None = None  # what eps=None means for an input dtype (None: not allowed)
     min_set_size: int = 2               # fewest values a set may have (BatchNorm's running variance needs 2)
+    ranks: tuple[int, ...] = (2, 3, 4, 5)  # the input ranks it takes (InstanceNorm: none without spatial dims)
 
     def __post_init__(self):
         names = {i.name for i in self.impls}

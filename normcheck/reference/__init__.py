@@ -7,6 +7,7 @@ never modifies its inputs.  See the module docstrings for the math.
 from ._moments import NormBackward
 from .batchnorm import BatchNormForward, batch_norm_backward, batch_norm_forward
 from .groupnorm import GroupNormForward, group_norm_backward, group_norm_forward
+from .instancenorm import InstanceNormForward, instance_norm_backward, instance_norm_forward
 from .layernorm import LayerNormForward, layer_norm_backward, layer_norm_forward
 from .rmsnorm import RMSNormForward, rms_norm_backward, rms_norm_forward
 from .silu_bn import SILU, Epilogue, silu_bn_backward, silu_bn_forward, silu_grad
@@ -16,6 +17,7 @@ __all__ = [
     "Epilogue",
     "SILU",
     "GroupNormForward",
+    "InstanceNormForward",
     "LayerNormForward",
     "NormBackward",
     "RMSNormForward",
@@ -23,6 +25,8 @@ __all__ = [
     "batch_norm_forward",
     "group_norm_backward",
     "group_norm_forward",
+    "instance_norm_backward",
+    "instance_norm_forward",
     "layer_norm_backward",
     "layer_norm_forward",
     "rms_norm_backward",
