@@ -42,6 +42,22 @@ def test_layouts_are_really_applied_and_values_kept(fmt, shape):
     assert np.array_equal(x.numpy(), inputs.x)
 
 
+@pytest.mark.parametrize("shape", [(4, 6), (2, 3, 5), (2, 3, 4, 5)])
+def test_transposed_sliced_and_expanded_layouts_are_what_they_say(shape):
+    t = torch_inputs(Case("batchnorm", shape, x_format="transposed", dy_format="expanded").make_inputs())
+    assert not t.x.is_contiguous() and t.x.transpose(-1, -2).is_contiguous()  # dense, last two dims swapped
+    assert t.dy.stride(0) == 0 and t.dy.shape == t.x.shape  # one sample's dy for the whole batch
+    inputs = Case("batchnorm", shape, x_format="sliced", dy_format="transposed").make_inputs()
+    x = torch_inputs(inputs).x
+    assert x.is_contiguous() and x.storage_offset() > 0 and describe(x).startswith("contiguous at storage offset")
+    assert np.array_equal(x.numpy(), inputs.x)
+
+
+def test_expanded_is_a_layout_of_dy_only():
+    with pytest.raises(UsageError, match="memory format expanded applies to dy only"):
+        Case("batchnorm", (4, 3), x_format="expanded", dy_format="contiguous")
+
+
 def test_x_and_dy_can_have_different_layouts():
     t = torch_inputs(Case("batchnorm", (2, 3, 4, 5), x_format="channels_last", dy_format="contiguous").make_inputs())
     assert describe(t.x) == "channels_last" and describe(t.dy) == "contiguous"

@@ -50,6 +50,10 @@ WITNESSES = [
      Case("instancenorm", (2, 3, 3, 3), "bf16", None, "contiguous", "channels_last", "offset"), "dbias"),
     (inorm.MIXED_NO_AFFINE_RUNNING_STATS, "instancenorm", "torch",
      Case("instancenorm", (4, 3, 7), "f16", "f32", profile="exact", affine=False), "running_var"),
+    (inorm.HALF_STRIDED, "instancenorm", "torch",
+     Case("instancenorm", (1, 4, 5, 5), "f16", x_format="strided", profile="offset"), "dx"),
+    (inorm.MIXED_STRIDED_PARAM_GRADS, "instancenorm", "torch",
+     Case("instancenorm", (1, 6, 37), "bf16", "f32", x_format="strided"), "dbias"),
     (gn.NATIVE_DY_LAYOUT, "groupnorm", NATIVE_GN,
      Case("groupnorm", (5, 12, 30), "f64", None, "contiguous", "strided", "exact", groups=6), "dx"),
 ]

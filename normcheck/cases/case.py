@@ -89,7 +89,7 @@ class Case:
                 f"parameter dtype {self.param_dtype} with input {self.dtype}: mixed precision means f16/bf16 input with f32 parameters"
             )
         check_format(self.x_format, len(self.shape))
-        check_format(self.dy_format, len(self.shape))
+        check_format(self.dy_format, len(self.shape), "dy")
         if self.profile not in PROFILES:
             raise UsageError(f"unknown profile {self.profile!r}; choose one of {', '.join(PROFILES)}")
         if self.eps is None and op.eps_none is None:
@@ -208,6 +208,8 @@ class CaseInputs:
         running_mean = rng.normal(0, 0.1, size=c)
         running_var = rng.uniform(0.5, 1.5, size=c)
         q, qp = case.dtype, case.param_dtype
+        if case.dy_format == "expanded":  # one sample's dy for the whole batch (stride 0 along it)
+            dy_sets = view.to_sets(np.broadcast_to(view.from_sets(dy_sets)[:1], case.shape))
         return cls(
             case=case,
             x=quantise(view.from_sets(x_sets), q),

@@ -60,7 +60,7 @@ def cases(draw, op: str, dtypes=DTYPE_CHOICES, profiles=tuple(PROFILES), ranks=(
     spec = parse_dtype(draw(st.sampled_from(list(dtypes))))
     layouts = formats_for(len(shape))
     x_format = draw(st.sampled_from(layouts))
-    dy_format = draw(st.one_of(st.just(x_format), st.sampled_from(layouts)))
+    dy_format = draw(st.one_of(st.just(x_format), st.sampled_from(formats_for(len(shape), "dy"))))
     record = get_op(op)
     fields = dict.fromkeys(OP_FIELDS)
     if "normalized_dims" in record.case_fields:

@@ -8,7 +8,8 @@ Axes and the bug classes they expose:
   reduction   small sets (8 elements: biased/unbiased and count errors are 1/M large), large sets
               (8192 elements, GroupNorm HxW = 2048: kernels that switch strategy on size) and huge
               sets (65536 elements: error growth of sums, stagnation, cancellation in long sums)
-  layout      contiguous, channels_last, channels_last_3d, strided views, and x and dy in different
+  layout      contiguous, channels_last, channels_last_3d, strided views, transposed (dense, the last
+              dims swapped), a storage offset, an expanded (stride-0) dy, and x and dy in different
               formats: kernels that assume strides
   world split (ops whose batch is split over ranks) uneven splits and empty ranks
 A GridSweep (single-process ops) has every dtype × profile × reduction combination once, layouts
@@ -31,6 +32,8 @@ SWEEP_LAYOUTS = (
     ("strided", "strided"),
     ("channels_last", "contiguous"),
     ("contiguous", "channels_last"),
+    ("sliced", "expanded"),
+    ("transposed", "sliced"),
 )
 SIZES = ("small", "large", "huge")
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..cases import Case, CaseInputs
-from ..numerics.dtypes import TINY, UNIT_ROUNDOFF, quantise
+from ..numerics.dtypes import TINY, UNIT_ROUNDOFF, may_round_across, quantise
 
 
 @dataclass(frozen=True)
@@ -113,11 +113,14 @@ def element_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) -> 
     bounds = {k: view.ungroup(np.broadcast_to(v, x.shape)) for k, v in bounds.items()}
 
     per_channel = view.channel_count
+    # A casting chain that rounds x̂ to the input dtype before the weight (RMSNorm's before-weight) may
+    # round an x̂ known to within δx̂ to the other neighbour: one input-dtype ulp of it, times |dy|, in dγ.
+    flips = may_round_across(xhat, d_xhat, case.dtype) if case.casting == "before-weight" else 0.0
     dweight = view.channel_sum(dy * xhat)
     dbias = view.channel_sum(dy)
     bounds["dweight"] = (
         ua * rho(per_channel) * view.channel_sum(np.abs(dy * xhat))
-        + view.channel_sum(np.abs(dy) * d_xhat + d_dy * np.abs(xhat))
+        + view.channel_sum(np.abs(dy) * (d_xhat + flips) + d_dy * np.abs(xhat))
         + c.rounding * up * np.abs(dweight)
     )
     bounds["dbias"] = (ua * rho(per_channel) * view.channel_sum(np.abs(dy)) + view.channel_sum(d_dy)

@@ -62,6 +62,15 @@ def weight_sees(xhat: np.ndarray, casting: str | None, dtype: str) -> np.ndarray
     return quantise(xhat, dtype) if casting == "before-weight" else xhat
 
 
+def may_round_across(values: np.ndarray, error: np.ndarray, dtype: str) -> np.ndarray:
+    """One `dtype` ulp where a value known to within `error` may round to the other neighbour (it lies
+    that close to the midpoint between two `dtype` numbers), else 0: what a rounding step can flip."""
+    q = quantise(values, dtype)
+    with np.errstate(divide="ignore"):
+        ulp = 2 * UNIT_ROUNDOFF[dtype] * np.exp2(np.floor(np.log2(np.maximum(np.abs(q), TINY[dtype]))))
+    return np.where(np.abs(values - q) >= ulp / 2 - error, ulp, 0.0)
+
+
 def accumulation(dtype: str) -> str:
     """The precision a correct kernel accumulates `dtype` data in: float64 for float64, float32 otherwise."""
     return "f64" if dtype == "f64" else "f32"

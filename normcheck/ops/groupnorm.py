@@ -67,7 +67,7 @@ def native_backward(case, t):
 
 
 def native_layouts(case) -> str | None:
-    if case.x_format == "strided":
+    if case.x_format in ("strided", "transposed"):
         return "aten.native_group_norm requires x contiguous in a standard memory format (it raises otherwise)"
     return None
 
@@ -117,7 +117,7 @@ OP = Op(
         Impl("torch-native-backward", "groupnorm",
              "aten.native_group_norm + aten.native_group_norm_backward called directly", native_backward,
              convention="direct", supports=native_layouts,
-             capabilities="all dtypes; x in contiguous/channels_last/channels_last_3d (not strided), 2-D to 5-D",
+             capabilities="all dtypes; x in contiguous/channels_last/channels_last_3d (not strided or transposed), 2-D to 5-D",
              known_issues=NATIVE_ISSUES),
     ),
 )

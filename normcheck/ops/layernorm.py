@@ -94,6 +94,7 @@ OP = Op(
     signature=SIGNATURE, call=call, reference=reference_outputs, view=view, unit="layer",
     outputs=OUTPUTS, required=REQUIRED, saved_stats=("mean", "rstd"), sweep=SWEEP,
     case_fields={"normalized_dims": 1}, set_dim=-1, validate=validate,
+    min_set_size=1,  # a hidden size of 1 is a layer too: x̂ = 0, y = β, dx = 0
     impls=(
         Impl("torch", "layernorm", "torch.nn.functional.layer_norm through autograd", F.layer_norm,
              known_issues=TORCH_ISSUES),

@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from normcheck import OPS
-from normcheck.numerics.formats import FORMATS
+from normcheck.numerics.formats import DY_ONLY, FORMATS
 from normcheck.numerics.profiles import PROFILES
 from normcheck.cases.strategies import MAX_NUMEL, cases
 
@@ -32,20 +32,21 @@ def test_the_conventions_and_eps_none_are_drawn():
 
 
 def test_every_axis_is_reachable():
-    seen = {"dtype": set(), "format": set(), "profile": set(), "rank": set(), "mixed_layout": False}
+    seen = {"dtype": set(), "format": set(), "dy_format": set(), "profile": set(), "rank": set(), "mixed_layout": False}
 
     @settings(max_examples=300, derandomize=True, database=None)
     @given(cases("groupnorm"))
     def collect(case):
         seen["dtype"].add(case.dtypes.label)
         seen["format"].add(case.x_format)
+        seen["dy_format"].add(case.dy_format)
         seen["profile"].add(case.profile)
         seen["rank"].add(len(case.shape))
         seen["mixed_layout"] |= case.x_format != case.dy_format
 
     collect()
     assert seen["dtype"] == {"f64", "f32", "f16", "bf16", "f16/f32", "bf16/f32"}
-    assert seen["format"] == set(FORMATS)
+    assert seen["format"] == set(FORMATS) - set(DY_ONLY) and seen["dy_format"] == set(FORMATS)
     assert seen["profile"] == set(PROFILES)
     assert seen["rank"] == {2, 3, 4, 5}
     assert seen["mixed_layout"]

@@ -11,7 +11,7 @@ from .textbook import layer_norm, named
 
 BUGS = ("unbiased_normalise", "naive_variance", "low_precision_accumulation", "drop_xhat_term",
         "ignore_strides", "bf16_moments", "eps_outside_sqrt", "modifies_input", "dweight_missing_invstd",
-        "low_precision_param_sums")
+        "low_precision_param_sums", "ignore_storage_offset")
 MUTANTS = {bug: named(layer_norm, bug) for bug in BUGS}
 textbook = layer_norm()
 CORRECT = {"textbook": textbook}

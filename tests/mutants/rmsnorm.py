@@ -4,7 +4,7 @@ or squared in half precision (x² overflows f16 at |x| > 256), rstd rounded to b
 sqrt or the wrong dtype's eps, the weight offset forgotten (in the forward or only in the backward),
 a casting chain whose dweight does not follow its forward, weight-gradient partial sums in bf16,
 a dropped term, LayerNorm's centring, a multi-dim normalized_shape reduced over its last dim only,
-and strides ignored.
+strides and the storage offset ignored.
 
 Functions have F.rms_norm's signature (`--impl tests.mutants.rmsnorm:drop_xhat_term`); the mutants of
 a convention (a weight offset, a casting chain) are Impl records that say which one they follow
@@ -39,6 +39,7 @@ class Bugs:
     centres: bool = False                  # subtracts the mean (LayerNorm without β)
     last_dim_only: bool = False            # a multi-dim normalized_shape reduced over its last dim only
     ignore_strides: bool = False           # reads x and dy as if contiguous
+    ignore_storage_offset: bool = False    # reads x and dy from the start of their storage
 
 
 ROW_BLOCK = 64  # rows per partial sum of the bf16-partials mutant
@@ -116,7 +117,7 @@ def _impl(name: str, bugs: Bugs, what: str) -> Impl:
 GEMMA, LLAMA = Bugs(offset=1.0), Bugs(before_weight=True)
 # Bugs of the convention-free formula, in torch's convention; and those of a convention, under it.
 PLAIN = ("low_precision_squares", "bf16_rstd", "eps_outside_sqrt", "eps_of_input_dtype", "bf16_dweight_partials",
-         "drop_xhat_term", "centres", "last_dim_only", "ignore_strides")
+         "drop_xhat_term", "centres", "last_dim_only", "ignore_strides", "ignore_storage_offset")
 CONVENTION_BUGS = {"forgets_offset": GEMMA, "offset_only_forward": GEMMA, "dweight_unrounded_xhat": LLAMA}
 assert set(PLAIN) | set(CONVENTION_BUGS) == {f.name for f in fields(Bugs)} - {"offset", "before_weight"}
 

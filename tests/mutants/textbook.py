@@ -21,6 +21,7 @@ class Bugs:
     drop_xhat_term: bool = False            # dx forgets −x̂·mean(dy·x̂)
     biased_running_var: bool = False        # running_var updated with the biased variance
     ignore_strides: bool = False            # reads x and dy as if they were contiguous
+    ignore_storage_offset: bool = False     # reads x and dy from the start of their storage
     gamma_outside_group_sums: bool = False  # GN: γ applied outside the group sums (BN formula)
     bf16_moments: bool = False              # mean and invstd rounded to bf16
     eps_outside_sqrt: bool = False          # invstd = 1 / (sqrt(var) + eps)
@@ -42,6 +43,8 @@ def _read(t: torch.Tensor, bugs: Bugs) -> torch.Tensor:
             strides.insert(0, acc)
             acc *= size
         return t.as_strided(t.shape, strides)
+    if bugs.ignore_storage_offset and t.storage_offset():
+        return t.as_strided(t.shape, t.stride(), 0)
     return t
 
 

@@ -43,7 +43,19 @@ def lay_out(t: torch.Tensor, name: str) -> torch.Tensor:
         view = buffer[..., ::2]
         view.copy_(t)
         return view
+    if name == "transposed":  # dense, the last two dims swapped in memory
+        return t.transpose(-1, -2).contiguous().transpose(-1, -2)
+    if name == "sliced":  # contiguous strides, SLICE_OFFSET elements into its storage
+        buffer = torch.zeros(t.numel() + SLICE_OFFSET, dtype=t.dtype)
+        return buffer[SLICE_OFFSET:].view(t.shape).copy_(t)
+    if name == "expanded":  # stride 0 along the batch: t must be the same for every sample
+        if t.shape[0] and not bool((t == t[:1]).all()):
+            raise ValueError("an expanded layout needs the same values for every sample")
+        return t[:1].clone().expand(t.shape)
     raise UsageError(f"unknown memory format {name!r}; choose one of {', '.join(FORMATS)}")
+
+
+SLICE_OFFSET = 3  # odd: the view is not aligned to any vector width either
 
 
 def _inverse(perm: list[int]) -> list[int]:
@@ -56,7 +68,7 @@ def _inverse(perm: list[int]) -> list[int]:
 def describe_layout(t: torch.Tensor) -> str:
     """Name the layout a tensor actually has (for messages)."""
     if t.is_contiguous():
-        return "contiguous"
+        return "contiguous" if not t.storage_offset() else f"contiguous at storage offset {t.storage_offset()}"
     if t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last):
         return "channels_last"
     if t.dim() == 5 and t.is_contiguous(memory_format=torch.channels_last_3d):
@@ -67,8 +79,8 @@ def describe_layout(t: torch.Tensor) -> str:
 def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     """A copy of `t` on `device` with t's exact strides, even for a non-dense view (`.to` would
     make that one contiguous, and the strided case would not be what it says)."""
-    if is_non_overlapping_and_dense_or_false(t):
-        return t.to(device)  # keeps the strides of dense tensors
+    if is_non_overlapping_and_dense_or_false(t) and not t.storage_offset():
+        return t.to(device)  # keeps the strides of dense tensors (not a storage offset)
     storage = torch.empty(0, dtype=t.dtype).set_(t.untyped_storage())  # the whole buffer t views
     return storage.to(device).as_strided(t.shape, t.stride(), t.storage_offset())
 
