@@ -39,7 +39,7 @@ from .worlds.limits import FLOOR, MULTIPLE
 # conventions (--weight-offset, --casting) say how the implementation defines the layer instead: they
 # apply to the sweep and to explicit cases alike.
 _CASE_OPTIONS = ("shape", "dtype", "memory_format", *(f for f in OP_FIELDS if f not in CONVENTIONS), "profile", "eps",
-                 "momentum", "no_affine", "world_size", "split")
+                 "momentum", "no_affine", "affine", "world_size", "split")
 _DEFAULT_SHAPE = (4, 6, 5, 5)
 
 
@@ -68,7 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--profile", help=f"one of {', '.join(PROFILES)}")
     cmp.add_argument("--eps", type=_eps, help="a number, or none (RMSNorm: the dtype's default)")
     cmp.add_argument("--momentum", type=float, help="running-stat momentum (default 0.1)")
-    cmp.add_argument("--no-affine", action="store_true", help="weight and bias are None")
+    cmp.add_argument("--no-affine", action="store_true", help="weight and bias are None (--affine none)")
+    cmp.add_argument("--affine", metavar="WHICH", help="the parameters given: both (default), weight, bias or none")
     cmp.add_argument("--world-size", type=int, help="syncbn: number of ranks (the batch is split evenly)")
     cmp.add_argument("--split", type=_int_list, help="syncbn: per-rank batch sizes, e.g. 3,0,5 (0: an empty rank)")
     cmp.add_argument("--backend", choices=BACKENDS, help="syncbn: where ranks run (default: the recipe's own, "
@@ -172,10 +173,18 @@ def _build_cases(args, conventions: dict) -> list[Case]:
     return [
         Case(args.op, shape, spec.dtype, spec.param_dtype, x_format, dy_format or None,
              args.profile or "normal", eps,
-             0.1 if args.momentum is None else args.momentum, affine=not args.no_affine, seed=seed,
+             0.1 if args.momentum is None else args.momentum, affine=_affine(args), seed=seed,
              split=split, **own)
         for seed in seeds
     ]
+
+
+def _affine(args) -> bool | str:
+    """--affine both|weight|bias|none (and --no-affine, its old spelling) as Case.affine."""
+    if args.no_affine and args.affine not in (None, "none"):
+        raise UsageError(f"--no-affine and --affine {args.affine} disagree: give one")
+    choice = "none" if args.no_affine else (args.affine or "both")
+    return {"both": True, "none": False}.get(choice, choice)
 
 
 def _is_given(value) -> bool:

@@ -92,3 +92,24 @@ def test_bad_reference_input_is_one_line_value_error(call, message):
     with pytest.raises(ValueError, match=message) as e:
         call()
     assert "\n" not in str(e.value)
+
+
+def test_weight_and_bias_are_independently_present(capsys):
+    assert main(["compare", "--op", "layernorm", "--shape", "6,7", "--affine", "weight", "--dtype", "f64"]) == 0
+    assert "weight-only" in capsys.readouterr().out
+    case = Case("layernorm", (6, 7), "f64", normalized_dims=1, affine="bias")
+    inputs = case.make_inputs()
+    assert inputs.weight is None and inputs.bias is not None
+    report = compare("layernorm", "torch", case)
+    assert report.verdict != "FAIL" and {t.name for t in report.tensors} == {"y", "dx", "dbias"}
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--op", "rmsnorm", "--affine", "bias"], "--affine bias: rmsnorm takes weight (choose both, weight, none)"),
+    (["--op", "layernorm", "--affine", "gamma"], "--affine gamma: layernorm takes weight and bias"),
+    (["--op", "layernorm", "--no-affine", "--affine", "weight"], "--no-affine and --affine weight disagree"),
+])
+def test_bad_affine_options_are_one_line_exit_2(argv, message, capsys):
+    assert main(["compare", "--shape", "4,6", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1

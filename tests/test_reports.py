@@ -37,8 +37,10 @@ def documented_tables() -> dict[str, dict[str, str]]:
 
 
 def conforms(value, spelled: str) -> bool:
-    if spelled.endswith(" or null"):
-        return value is None or conforms(value, spelled[: -len(" or null")])
+    if " or " in spelled:  # "number or null", "boolean or string"
+        first, rest = spelled.split(" or ", 1)
+        return (value is None if first == "null" else conforms(value, first)) or conforms(value, rest) \
+            if rest != "null" else value is None or conforms(value, first)
     if spelled.startswith("list of "):
         return isinstance(value, list) and all(conforms(v, spelled[len("list of "):]) for v in value)
     return {

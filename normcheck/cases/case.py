@@ -28,6 +28,7 @@ OP_FIELDS = ("groups", "normalized_dims", "weight_offset", "casting")
 # The conventions among them (how the layer is defined, not its geometry): a case that leaves one None
 # gets the op's default (its case_fields value).
 CONVENTIONS = ("weight_offset", "casting")
+AFFINE_CHOICES = ("both", "none")  # with the op's parameter names, what --affine takes
 _SHOWN = {"groups": ("G={}", object()), "normalized_dims": ("D={}", object()), "weight_offset": ("w+{:g}", 0.0),
           "casting": ("cast={}", "end")}
 
@@ -43,7 +44,7 @@ class Case:
     profile: str = "normal"
     eps: float | None = 1e-5      # None: the op's default for the input dtype (Op.eps_none), if it has one
     momentum: float = 0.1
-    affine: bool = True
+    affine: bool | str = True     # True: every parameter the op takes; False: none; "weight" / "bias": that one only
     groups: int | None = None     # ops whose record takes groups (GroupNorm)
     seed: int = 0
     split: tuple[int, ...] | None = None  # per-rank batch sizes (SyncBN); None: one process
@@ -96,6 +97,9 @@ class Case:
             raise UsageError(f"{self.op} needs a number for eps (eps=None is {self._eps_none_takers})")
         if self.eps is not None and not self.eps >= 0:
             raise UsageError(f"eps must be >= 0, got {self.eps}")
+        if self.affine not in (True, False) and self.affine not in op.params:
+            raise UsageError(f"--affine {self.affine}: {self.op} takes {' and '.join(op.params)} "
+                             f"(choose {', '.join(AFFINE_CHOICES[:1] + op.params + AFFINE_CHOICES[1:])})")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise UsageError(f"seed must be an integer >= 0, got {self.seed!r}")
         for name in OP_FIELDS:
@@ -121,6 +125,14 @@ class Case:
     def _eps_none_takers(self) -> str:
         takers = [o.name for o in OPS.values() if o.eps_none is not None]
         return f"for {' and '.join(takers)} only" if takers else "for no op"
+
+    @property
+    def has_weight(self) -> bool:
+        return self.affine is True or self.affine == "weight"
+
+    @property
+    def has_bias(self) -> bool:
+        return (self.affine is True or self.affine == "bias") and "bias" in self.record.params
 
     @property
     def eps_value(self) -> float:
@@ -171,6 +183,8 @@ class Case:
             parts.append("split=" + ",".join(map(str, self.split)))
         if not self.affine:
             parts.append("no-affine")
+        elif self.affine is not True:
+            parts.append(f"{self.affine}-only")
         if self.gamma_scale != 1.0:
             parts.append(f"gamma×{self.gamma_scale:g}")
         return " ".join(parts)
@@ -214,8 +228,8 @@ class CaseInputs:
             case=case,
             x=quantise(view.from_sets(x_sets), q),
             dy=quantise(view.from_sets(dy_sets), q),
-            weight=quantise(weight, qp) if case.affine else None,
-            bias=quantise(bias, qp) if case.affine and "bias" in op.params else None,
+            weight=quantise(weight, qp) if case.has_weight else None,
+            bias=quantise(bias, qp) if case.has_bias else None,
             running_mean=quantise(running_mean, qp),
             running_var=quantise(running_var, qp),
         )

@@ -81,7 +81,8 @@ def cases(draw, op: str, dtypes=DTYPE_CHOICES, profiles=tuple(PROFILES), ranks=(
         # γ ≈ 0 where the weight is zero-centred (an op with a weight offset): there it is the usual regime
         gamma_scale=draw(st.sampled_from([1.0, 1.0, 1e-3] if "weight_offset" in record.case_fields else [1.0])),
         momentum=draw(st.sampled_from([0.1, 0.5, 1.0])),
-        affine=draw(st.booleans()),
+        # each parameter alone too; not yet for SyncBN, whose recipes take both or neither (left for issue 14)
+        affine=draw(st.sampled_from([True, True, False, *(() if record.distributed else record.params)])),
         **fields,
         seed=draw(st.integers(0, 2**31 - 1)),
         split=draw(splits(shape[0], max_world)) if record.distributed else None,

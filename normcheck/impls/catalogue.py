@@ -56,9 +56,9 @@ def worlds_of(impl: Impl) -> tuple[str, ...]:
 
 def support_text(impl: Impl) -> str:
     """What `normcheck list` says an implementation supports."""
-    if get_op(impl.op).distributed:
-        return f"{', '.join(worlds_of(impl))} worlds; {impl.capabilities}"
-    return impl.capabilities
+    ranks = get_op(impl.op).ranks
+    text = impl.capabilities.replace("every rank the op takes", f"{ranks[0]}-D to {ranks[-1]}-D")
+    return f"{', '.join(worlds_of(impl))} worlds; {text}" if get_op(impl.op).distributed else text
 
 
 def resolve_impl(op: str, spec: str | Impl | Callable | None = None, backend: str | None = None,

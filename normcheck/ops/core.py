@@ -18,7 +18,7 @@ from ..core.errors import UsageError
 from ..core.loading import load_callable, spec_of
 from ..numerics.sets import SetView
 
-ALL_CASES = "all dtypes (f64, f32, f16, bf16, mixed), all memory formats, 2-D to 5-D"
+ALL_CASES = "all dtypes (f64, f32, f16, bf16, mixed), all memory formats, every rank the op takes"
 CONVENTIONS = ("contract", "direct")
 
 

@@ -102,7 +102,16 @@ NATIVE_DY_LAYOUT = KnownIssue(
     Signature(("dx", "dweight", "dbias"), nonfinite=True),
 )
 
-TORCH_ISSUES = (CHANNELS_LAST_VARIANCE, F16_OVERFLOW)
+BIAS_WITHOUT_WEIGHT = KnownIssue(
+    "torch-gn-bias-without-weight",
+    "torch CPU group_norm backward with a bias but no weight raises 'RuntimeError: tensor does not have a device' "
+    "(aten.native_group_norm_backward asked for dbias without a weight); batch_norm and layer_norm take it",
+    lambda c: c.affine == "bias",
+    Signature(message="tensor does not have a device"),
+    code=("aten.native_group_norm_backward",),
+)
+
+TORCH_ISSUES = (CHANNELS_LAST_VARIANCE, F16_OVERFLOW, BIAS_WITHOUT_WEIGHT)
 NATIVE_ISSUES = TORCH_ISSUES + (NATIVE_DY_LAYOUT,)
 
 OP = Op(

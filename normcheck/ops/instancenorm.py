@@ -68,7 +68,7 @@ MIXED_NO_AFFINE_RUNNING_STATS = KnownIssue(
     "torch CPU instance_norm with f16/bf16 input, f32 running statistics and no weight runs as a plain f16/bf16 "
     "norm: its statistics, and so y, dx and the running statistics, have the input's precision, not float32's "
     "(running_mean relative error 3e-4 in f16; 7e-8 with a weight, and in batch_norm without one)",
-    lambda c: c.dtypes.is_mixed and not c.affine,
+    lambda c: c.dtypes.is_mixed and not c.has_weight,
     Signature(("y", "dx", "running_mean", "running_var")),
 )
 

@@ -86,7 +86,16 @@ TINY_ROW_STATISTICS = KnownIssue(
     code=("aten.native_layer_norm",),
 )
 
-TORCH_ISSUES = (HALF_PARAM_GRADS, TINY_ROW_STATISTICS)
+MIXED_BIAS_WITHOUT_WEIGHT = KnownIssue(
+    "torch-ln-mixed-bias-without-weight",
+    "torch CPU layer_norm backward with f16/bf16 input, an f32 bias and no weight raises 'expected scalar type Half "
+    "(BFloat16) but found Float'; the forward, and a weight without a bias, work",
+    lambda c: c.dtypes.is_mixed and c.affine == "bias",
+    Signature(message="expected scalar type (Half|BFloat16) but found Float"),
+    code=("aten.native_layer_norm_backward",),
+)
+
+TORCH_ISSUES = (HALF_PARAM_GRADS, TINY_ROW_STATISTICS, MIXED_BIAS_WITHOUT_WEIGHT)
 
 OP = Op(
     name="layernorm",

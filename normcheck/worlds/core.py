@@ -50,9 +50,9 @@ def assemble(case, per_rank: list[RankOutputs]) -> dict[str, np.ndarray]:
     `running_mean[rank r]` for every rank that disagrees with rank 0, so those are compared too."""
     op = case.record
     out = {"y": np.concatenate([r["y"] for r in per_rank]), "dx": np.concatenate([r["dx"] for r in per_rank])}
-    for name in ("dweight", "dbias"):
+    for name, given in (("dweight", case.has_weight), ("dbias", case.has_bias)):
         present = [r[name] for r in per_rank if r.get(name) is not None]
-        if case.affine and present:
+        if given and present:
             out[name] = quantise(np.sum(present, axis=0), op.output_dtype(case, name))
     for name in ("running_mean", "running_var"):
         if name not in per_rank[0]:

@@ -33,9 +33,9 @@ def supports(case) -> str | None:
     rank = len(case.shape)
     fmt = case.x_format
     is_cl = _CL_FORMAT.get(rank) == fmt or (fmt == "contiguous" and rank in (4, 5) and _ambiguous(case.shape))
-    pd = TORCH_DTYPES[case.param_dtype] if case.affine else None
+    pd = TORCH_DTYPES[case.param_dtype]
     return validate_layout(case.shape, TORCH_DTYPES[case.dtype], is_cl, fmt, "cpu", case.groups,
-                           [("weight", pd), ("bias", pd)])
+                           [("weight", pd if case.has_weight else None), ("bias", pd if case.has_bias else None)])
 
 
 def _ambiguous(shape) -> bool:
