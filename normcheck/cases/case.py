@@ -174,7 +174,7 @@ class Case:
     def label(self) -> str:
         fmt = self.x_format if self.dy_format == self.x_format else f"{self.x_format}:{self.dy_format}"
         parts = [self._shape_text, self.dtypes.label, fmt, self.profile]
-        own = [fmt.format(getattr(self, name)) for name, (fmt, quiet) in _SHOWN.items()
+        own = [shown.format(getattr(self, name)) for name, (shown, quiet) in _SHOWN.items()
                if getattr(self, name) is not None and getattr(self, name) != quiet]
         parts[1:1] = own
         if self.eps is None:

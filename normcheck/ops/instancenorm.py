@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 from .. import reference
 from ..numerics.sets import SetView
-from .batchnorm import drop_none
+from .batchnorm import call, drop_none  # F.instance_norm's arguments are F.batch_norm's (use_input_stats: True)
 from .core import GridSweep, Impl, KnownIssue, Op, Signature
 
 SIGNATURE = ("fn(input, running_mean, running_var, weight, bias, use_input_stats, momentum, eps) -> Tensor"
@@ -27,10 +27,6 @@ SWEEP = GridSweep(shapes={
 
 def view(case) -> SetView:
     return SetView.per_group(case.shape, case.shape[1])  # one group per channel
-
-
-def call(fn, t, case, group=None, world_size=1):
-    return fn(t.x, t.running_mean, t.running_var, t.weight, t.bias, True, case.momentum, case.eps)
 
 
 def reference_outputs(i) -> dict[str, np.ndarray]:

@@ -57,23 +57,21 @@ def reference_outputs(i) -> dict[str, np.ndarray]:
     return drop_none(y=fwd.y, rstd=fwd.rstd, dx=bwd.dx, dweight=bwd.dweight)
 
 
+def rms_norm(input, normalized_shape, weight=None, eps=None):
+    """F.rms_norm without its warning for f16/bf16 input with f32 weight (it then runs the composite ops)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return F.rms_norm(input, normalized_shape, weight, eps)
+
+
 def fused_forward(case, t):
     """aten._fused_rms_norm (the CPU kernel F.rms_norm runs when no gradient is needed) for y and rstd;
     the gradients through F.rms_norm's autograd, as torch 2.13 has no CPU _fused_rms_norm_backward."""
     d = list(normalized_shape(case))
     y, rstd = torch.ops.aten._fused_rms_norm(t.x, d, t.weight, case.eps)
     leaves = [a.requires_grad_() for a in (t.x, t.weight) if a is not None]
-    with warnings.catch_warnings():  # mixed dtypes: "cannot dispatch to fused implementation" (the point)
-        warnings.simplefilter("ignore")
-        grads = torch.autograd.grad(F.rms_norm(t.x, d, t.weight, case.eps), leaves, t.dy)
+    grads = torch.autograd.grad(rms_norm(t.x, d, t.weight, case.eps), leaves, t.dy)
     return {"y": y, "rstd": rstd, "dx": grads[0], "dweight": grads[1] if t.weight is not None else None}
-
-
-def rms_norm(input, normalized_shape, weight=None, eps=None):
-    """F.rms_norm without its warning for f16/bf16 input with f32 weight (it then runs the composite ops)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return F.rms_norm(input, normalized_shape, weight, eps)
 
 
 TORCHS = {"weight_offset": 0.0, "casting": "end"}  # torch's convention: w as given, rounded once at the end

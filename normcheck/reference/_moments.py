@@ -103,6 +103,25 @@ def per_channel(a, channels: int, name: str, op: str) -> np.ndarray | None:
     return a
 
 
+def as_rows(x, normalized_shape, op: str) -> tuple[np.ndarray, tuple[int, ...], tuple[int, ...]]:
+    """x as float64, its leading (row) dims and D, checked against ``normalized_shape`` (the last dims)."""
+    x = as_f64(x)
+    d = tuple(int(s) for s in normalized_shape)
+    if not 1 <= len(d) <= x.ndim or tuple(x.shape[x.ndim - len(d):]) != d:
+        raise ValueError(f"{op}: normalized_shape {d} must match the last dims of x, got shape {x.shape}")
+    return x, tuple(x.shape[: x.ndim - len(d)]), d
+
+
+def per_element(a, d: tuple[int, ...], name: str, op: str) -> np.ndarray | None:
+    """Validate an optional parameter of one value per element of D (LayerNorm, RMSNorm), flattened."""
+    if a is None:
+        return None
+    a = as_f64(a)
+    if a.shape != d:
+        raise ValueError(f"{op}: {name} must have shape {d} (normalized_shape), got {a.shape}")
+    return a.reshape(-1)
+
+
 def check_dy(dy, x_shape: tuple[int, ...], op: str) -> np.ndarray:
     dy = as_f64(dy)
     if dy.shape != tuple(x_shape):

@@ -26,7 +26,7 @@ from math import prod
 
 import numpy as np
 
-from ._moments import NormBackward, as_f64, check_dy
+from ._moments import NormBackward, as_rows, check_dy, per_element
 from .groupnorm import group_norm_backward, group_norm_forward
 
 __all__ = ["LayerNormForward", "layer_norm_backward", "layer_norm_forward"]
@@ -41,28 +41,10 @@ class LayerNormForward:
     rstd: np.ndarray  # (*rows, 1, ..., 1)  1 / sqrt(biased var + eps)
 
 
-def _rows(x, normalized_shape) -> tuple[np.ndarray, tuple[int, ...], tuple[int, ...]]:
-    """x as float64, its leading (row) dims and D, checked against normalized_shape."""
-    x = as_f64(x)
-    d = tuple(int(s) for s in normalized_shape)
-    if not 1 <= len(d) <= x.ndim or tuple(x.shape[x.ndim - len(d):]) != d:
-        raise ValueError(f"{_OP}: normalized_shape {d} must match the last dims of x, got shape {x.shape}")
-    return x, tuple(x.shape[: x.ndim - len(d)]), d
-
-
-def _flat(a, d: tuple[int, ...], name: str):
-    if a is None:
-        return None
-    a = as_f64(a)
-    if a.shape != d:
-        raise ValueError(f"{_OP}: {name} must have shape {d} (normalized_shape), got {a.shape}")
-    return a.reshape(-1)
-
-
 def layer_norm_forward(x, normalized_shape, weight=None, bias=None, eps: float = 1e-5) -> LayerNormForward:
     """LayerNorm forward in float64 (inputs are not modified)."""
-    x, rows, d = _rows(x, normalized_shape)
-    f = group_norm_forward(x.reshape(prod(rows), prod(d)), 1, _flat(weight, d, "weight"), _flat(bias, d, "bias"), eps)
+    x, rows, d = as_rows(x, normalized_shape, _OP)
+    f = group_norm_forward(x.reshape(prod(rows), prod(d)), 1, per_element(weight, d, "weight", _OP), per_element(bias, d, "bias", _OP), eps)
     stats = rows + (1,) * len(d)
     return LayerNormForward(f.y.reshape(x.shape), f.mean.reshape(stats), f.rstd.reshape(stats))
 
@@ -72,9 +54,9 @@ def layer_norm_backward(dy, x, normalized_shape, weight=None, eps: float = 1e-5,
 
     Returns the gradients of ``sum(y * dy)``: ``dx``, ``dweight`` (None when ``weight`` is None)
     and ``dbias`` (None when ``has_bias`` is False), the parameter gradients shaped like D."""
-    x, rows, d = _rows(x, normalized_shape)
+    x, rows, d = as_rows(x, normalized_shape, _OP)
     dy = check_dy(dy, x.shape, _OP)
     flat = (prod(rows), prod(d))
-    b = group_norm_backward(dy.reshape(flat), x.reshape(flat), 1, _flat(weight, d, "weight"), eps, has_bias)
+    b = group_norm_backward(dy.reshape(flat), x.reshape(flat), 1, per_element(weight, d, "weight", _OP), eps, has_bias)
     shaped = (lambda g: None if g is None else g.reshape(d))
     return NormBackward(b.dx.reshape(x.shape), shaped(b.dweight), shaped(b.dbias))

@@ -28,7 +28,7 @@ from typing import Callable
 
 import numpy as np
 
-from ._moments import NormBackward, as_f64, check_dy, check_eps, groups, inv_sqrt
+from ._moments import NormBackward, as_rows, check_dy, check_eps, groups, inv_sqrt, per_element
 
 __all__ = ["RMSNormForward", "rms_norm_backward", "rms_norm_forward"]
 
@@ -42,22 +42,10 @@ class RMSNormForward:
     rstd: np.ndarray  # (*rows, 1, ..., 1)  1 / sqrt(mean(x**2) + eps)
 
 
-def _rows(x, normalized_shape) -> tuple[np.ndarray, tuple[int, ...], tuple[int, ...]]:
-    x = as_f64(x)
-    d = tuple(int(s) for s in normalized_shape)
-    if not 1 <= len(d) <= x.ndim or tuple(x.shape[x.ndim - len(d):]) != d:
-        raise ValueError(f"{_OP}: normalized_shape {d} must match the last dims of x, got shape {x.shape}")
-    return x, tuple(x.shape[: x.ndim - len(d)]), d
-
-
 def _scale(weight, d: tuple[int, ...], offset: float) -> np.ndarray | None:
     """w + offset, flattened over D (None without a weight)."""
-    if weight is None:
-        return None
-    w = as_f64(weight)
-    if w.shape != d:
-        raise ValueError(f"{_OP}: weight must have shape {d} (normalized_shape), got {w.shape}")
-    return w.reshape(-1) + float(offset)
+    w = per_element(weight, d, "weight", _OP)
+    return None if w is None else w + float(offset)
 
 
 def _statistics(x2: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
@@ -71,7 +59,7 @@ def _statistics(x2: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
 def rms_norm_forward(x, normalized_shape, weight=None, eps: float = 1e-6, offset: float = 0.0,
                      rounding: Rounding = None) -> RMSNormForward:
     """RMSNorm forward in float64 (inputs are not modified)."""
-    x, rows, d = _rows(x, normalized_shape)
+    x, rows, d = as_rows(x, normalized_shape, _OP)
     eps, scale = check_eps(eps, _OP), _scale(weight, d, offset)
     flat = x.reshape(prod(rows), prod(d))
     y, rstd = np.empty_like(flat), np.empty((flat.shape[0], 1))
@@ -88,7 +76,7 @@ def rms_norm_backward(dy, x, normalized_shape, weight=None, eps: float = 1e-6, o
 
     Returns the gradients of ``sum(y * dy)``: ``dx`` and ``dweight`` (None without a weight),
     shaped like D; ``dbias`` is None (the layer has no bias)."""
-    x, rows, d = _rows(x, normalized_shape)
+    x, rows, d = as_rows(x, normalized_shape, _OP)
     dy = check_dy(dy, x.shape, _OP)
     eps, scale = check_eps(eps, _OP), _scale(weight, d, offset)
     flat, dflat = x.reshape(prod(rows), prod(d)), dy.reshape(prod(rows), prod(d))
