@@ -3,6 +3,10 @@ generated cases, every mutant must go above 1 on the default sweep.
 
     python benchmarks/calibrate_tolerance.py --cases 2000          # ≈ 15 min on 2 cores
     python benchmarks/calibrate_tolerance.py --cases 50 --json out.json
+    python benchmarks/calibrate_tolerance.py --order 2 --cases 200  # the second-order bound (K₂)
+
+With --order 2 every generated case takes the double backward too, and the second-order tensors' ratios
+are reported on their own rows ("[2nd order]").
 
 Correct implementations: torch (autograd) and torch-native-backward outside their recorded known
 issues, the textbook implementation in tests/mutants/textbook.py, and the baseline judged by the formula
@@ -41,7 +45,7 @@ def correct_impls(op: str):
         ("baseline (formula only)", resolve_impl(op, "baseline"), FORMULA_ONLY)]
 
 
-def survey(op: str, dtype: str, count: int) -> dict:
+def survey(op: str, dtype: str, count: int, order: int = 1) -> dict:
     ratios = defaultdict(list)
     known = defaultdict(int)
     failures = []
@@ -52,7 +56,9 @@ def survey(op: str, dtype: str, count: int) -> dict:
     @given(cases(op, dtypes=[dtype]))
     def run(drawn):
         for label, impl, constants in judged:
-            case = drawn.with_(**dict(impl.follows))  # in the conventions it follows (RMSNorm's offset, casting)
+            case = drawn.with_(**dict(impl.follows), order=order)  # in the conventions it follows (RMSNorm's offset, casting)
+            if impl.unsupported(case):
+                continue  # (once differentiable at order 2)
             if any(k.applies(case) for k in impl.known_issues):
                 known[label] += 1  # inside a recorded torch issue's region: not evidence either way
                 continue
@@ -61,6 +67,9 @@ def survey(op: str, dtype: str, count: int) -> dict:
                 failures.append(f"{label}: {case.label}: {report.summary()}")
             if report.worst is not None:
                 ratios[label].append(report.worst.max_ratio)
+            second = [t.max_ratio for t in report.tensors if t.name in case.second_order]
+            if second:
+                ratios[f"{label} [2nd order]"].append(max(second))
 
     run()
     return {
@@ -90,11 +99,15 @@ def main() -> int:
     parser.add_argument("--cases", type=int, default=2000, help="generated cases per dtype and op")
     parser.add_argument("--ops", default="batchnorm,groupnorm")
     parser.add_argument("--json", help="also write the raw results here")
+    parser.add_argument("--order", type=int, choices=(1, 2), default=1, help="2: every case with its double backward")
+    parser.add_argument("--no-mutants", action="store_true", help="skip the mutants' margins (tests/test_ops.py "
+                        "checks that the default sweeps catch them)")
     args = parser.parse_args()
     results = {}
     for op in args.ops.split(","):
         start = time.perf_counter()
-        results[op] = {"correct": {d: survey(op, d, args.cases) for d in DTYPE_CHOICES}, "mutants": mutant_margins(op)}
+        results[op] = {"correct": {d: survey(op, d, args.cases, args.order) for d in DTYPE_CHOICES},
+                       "mutants": {} if args.no_mutants else mutant_margins(op)}
         print(f"## {op}  ({time.perf_counter() - start:.0f} s, constants {CONSTANTS})\n")
         print("| dtype | implementation | cases judged | in a known-issue region | median | p99 | max |")
         print("|---|---|---|---|---|---|---|")

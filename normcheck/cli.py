@@ -13,12 +13,12 @@ from pathlib import Path
 from textwrap import indent
 
 from .cases import Case
-from .cases.case import CONVENTIONS, OP_FIELDS
-from .cases.sweep import default_sweep
+from .cases.case import CONVENTIONS, FROZEN, MODES, OP_FIELDS, ORDERS
+from .cases.sweep import default_sweep, on_path
 from .cases.tokens import decode_case
 from .core.errors import ImplError, UsageError
 from .doctor import run_doctor
-from .engine import FAIL, KNOWN, judge, nothing_tested
+from .engine import FAIL, KNOWN, judge, nothing_tested, runs_per_case
 from .impls import backend_of, check_world, list_impls, resolve_impl, support_text
 from .numerics.dtypes import CASTINGS, DTYPE_CHOICES, parse_dtype
 from .numerics.formats import FORMATS
@@ -36,8 +36,10 @@ from .worlds.limits import FLOOR, MULTIPLE
 
 
 # Case options that, when given, replace the default sweep with explicitly built cases. The
-# conventions (--weight-offset, --casting) say how the implementation defines the layer instead: they
-# apply to the sweep and to explicit cases alike.
+# conventions (--weight-offset, --casting) say how the implementation defines the layer instead, and the
+# path options (--mode, --frozen, --order) which path through it is taken: they apply to the sweep and to
+# explicit cases alike.
+_PATH_OPTIONS = ("mode", "frozen", "order")
 _CASE_OPTIONS = ("shape", "dtype", "memory_format", *(f for f in OP_FIELDS if f not in CONVENTIONS), "profile", "eps",
                  "momentum", "no_affine", "affine", "world_size", "split")
 _DEFAULT_SHAPE = (4, 6, 5, 5)
@@ -65,6 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
                      help="RMSNorm: the implementation scales by w + F (1 for Gemma's zero-centred weight; default 0)")
     cmp.add_argument("--casting", metavar="MODE", help=f"RMSNorm: where the implementation rounds to the input "
                      f"dtype: {' or '.join(CASTINGS)} (default end)")
+    cmp.add_argument("--mode", choices=MODES, help="train (batch statistics, the default) or eval (running "
+                     "statistics, left unchanged): batchnorm, syncbn, instancenorm")
+    cmp.add_argument("--frozen", choices=FROZEN, help="which inputs do not require grad: x (only parameter "
+                     "gradients), params (only dx) or none (the default)")
+    cmp.add_argument("--order", type=int, choices=ORDERS, help="1, or 2: also the double backward (the gradients "
+                     "of <ddx, dx> + <ddw, dw> + <ddb, db> for random cotangents)")
     cmp.add_argument("--profile", help=f"one of {', '.join(PROFILES)}")
     cmp.add_argument("--eps", type=_eps, help="a number, or none (RMSNorm: the dtype's default)")
     cmp.add_argument("--momentum", type=float, help="running-stat momentum (default 0.1)")
@@ -150,13 +158,15 @@ def build_cases(args, impl=None) -> list[Case]:
 
 def _build_cases(args, conventions: dict) -> list[Case]:
     given = [k for k in (*_CASE_OPTIONS, "cases", "seed") if _is_given(getattr(args, k))]
+    path = {k: getattr(args, k) for k in _PATH_OPTIONS if getattr(args, k) is not None}
     if args.case is not None:
-        return [_token_case(args, [*given, *(k for k in CONVENTIONS if getattr(args, k) is not None)])]
+        return [_token_case(args, [*given, *(k for k in (*CONVENTIONS, *path) if getattr(args, k) is not None)])]
     explicit = any(k in _CASE_OPTIONS for k in given)
     first = args.seed or 0
     seeds = range(first, first + (args.cases or 1))
     if not explicit:
-        cases = [case for seed in seeds for case in default_sweep(args.op, seed, tuple(conventions.items()))]
+        cases = [on_path(case, path)
+                 for seed in seeds for case in default_sweep(args.op, seed, tuple(conventions.items()))]
         if get_op(args.op).distributed and args.backend == "env":  # the launcher fixed the world size
             size = env_world(args.timeout).world_size
             cases = [c for c in cases if len(c.split) == size]
@@ -174,9 +184,10 @@ def _build_cases(args, conventions: dict) -> list[Case]:
         Case(args.op, shape, spec.dtype, spec.param_dtype, x_format, dy_format or None,
              args.profile or "normal", eps,
              0.1 if args.momentum is None else args.momentum, affine=_affine(args), seed=seed,
-             split=split, **own)
+             split=split, **own, **path)
         for seed in seeds
     ]
+
 
 
 def _affine(args) -> bool | str:
@@ -327,10 +338,14 @@ def _check_writable(option: str, path: Path) -> None:
 
 
 def _serve_as_peer(args, impl, cases) -> int:
-    """Under torchrun every rank runs every case; rank 0 compares and reports, the others stay quiet."""
+    """Under torchrun every rank runs every case rank 0 runs (as many times as its judge does); rank 0 compares
+    and reports, the others stay quiet."""
     for case in cases:
+        if impl.unsupported(case):
+            continue  # rank 0 skips it too
         try:
-            env_world(args.timeout).run(case, impl.spec)
+            for _ in range(runs_per_case(impl)):
+                env_world(args.timeout).run(case, impl.spec)
         except ImplError:
             pass  # rank 0 reports it
     return 0

@@ -34,6 +34,7 @@ class Options:
     backend: str | None     # the world SyncBN ranks run in; None for single-process ops
     profile: str            # a key of normcheck.cases.budgets.PROFILES
     timeout: float | None   # --normcheck-timeout (None: the limit follows the cases' measured times)
+    path: dict              # --normcheck-mode/-frozen/-order given: every case takes that path (Case fields)
 
 
 OPTIONS = pytest.StashKey[Options]()
@@ -44,7 +45,7 @@ _STATUS = {"SIGINT": 130, "SIGTERM": 143}  # 128 + the signal's number, as shell
 def pytest_addoption(parser):
     group = parser.getgroup("normcheck", "normcheck: gradient checks of normalization kernels")
     group.addoption("--normcheck-op", metavar="OP",
-                    help="run normcheck's suite for this op: batchnorm, groupnorm, layernorm, syncbn or syncbn_silu")
+                    help="run normcheck's suite for this op (`normcheck list` names them)")
     group.addoption("--normcheck-impl", metavar="MODULE:ATTR",
                     help="the implementation under test: module:attr, path/to/file.py:attr or a registered "
                          "name (default: torch's own)")
@@ -52,6 +53,11 @@ def pytest_addoption(parser):
                     help="syncbn: where ranks run, lockstep or gloo (default: gloo for your code)")
     group.addoption("--normcheck-profile", metavar="PROFILE", default="ci",
                     help="hypothesis budget: ci (default, derandomized), dev or thorough")
+    for name, values, what in (("mode", "train|eval", "batch or running statistics"),
+                               ("frozen", "none|x|params", "which inputs do not require grad"),
+                               ("order", "1|2", "2: the double backward too")):
+        group.addoption(f"--normcheck-{name}", metavar=values,
+                        help=f"every case on this path ({what}); default: the sweep's own mix of paths")
     group.addoption("--normcheck-timeout", metavar="S", type=float, default=None,
                     help="seconds per case before an implementation counts as hung (default: 20 × the longest "
                          "finished case, at least 1.5 s; 60 s until a case has finished)")
@@ -124,6 +130,7 @@ def _options(config) -> Options:
     except ImportError:
         raise pytest.UsageError('the normcheck suite needs hypothesis: pip install "normcheck[pytest]"') from None
     from normcheck.cases.budgets import PROFILES
+    from normcheck.cases.sweep import default_sweep, on_path
     from normcheck.core.errors import UsageError
     from normcheck.impls import backend_of, resolve_impl
     from normcheck.ops import OPS
@@ -144,7 +151,15 @@ def _options(config) -> Options:
         impl = resolve_impl(op, config.getoption("normcheck_impl"), backend, CaseLimit(timeout, "--normcheck-timeout"))
     except UsageError as e:
         raise pytest.UsageError(str(e).replace("--impl ", "--normcheck-impl ", 1)) from None
-    return Options(op, impl, backend_of(impl), profile, timeout)
+    path = {name: config.getoption(f"normcheck_{name}") for name in ("mode", "frozen", "order")
+            if config.getoption(f"normcheck_{name}") is not None}
+    if "order" in path:
+        path["order"] = int(path["order"]) if path["order"] in ("1", "2") else path["order"]
+    try:
+        on_path(default_sweep(op)[0], path)  # a path the op cannot take is refused now, in one line
+    except UsageError as e:
+        raise pytest.UsageError(str(e)) from None
+    return Options(op, impl, backend_of(impl), profile, timeout, path)
 
 
 def failure_message(report, backend: str | None, impl_spec: str | None = None, timeout: float | None = None) -> str:

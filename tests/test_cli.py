@@ -127,6 +127,11 @@ def test_user_impl_module_is_importable_from_the_current_directory(tmp_path):
     (["compare", "--op", "batchnorm", "--case", TOKEN, "--cases", "3"], "drop --cases"),
     (["compare", "--op", "groupnorm", "--case", TOKEN], "is a batchnorm case, not groupnorm"),
     (["compare", "--op", "batchnorm", "--junit-xml", "/no/such/dir/r.xml"], "directory /no/such/dir does not exist"),
+    (["compare", "--op", "groupnorm", "--mode", "eval"], "--mode eval applies to the ops with running statistics"),
+    (["compare", "--op", "syncbn", "--order", "2"], "--order 2 applies to batchnorm"),
+    (["compare", "--op", "batchnorm", "--order", "3"], "invalid choice: 3"),
+    (["compare", "--op", "batchnorm", "--frozen", "params", "--affine", "none"], "no parameters to freeze"),
+    (["compare", "--op", "batchnorm", "--case", TOKEN, "--order", "2"], "--case names the whole case; drop --order"),
 ])
 def test_usage_errors_are_one_line_and_exit_2(argv, message, capsys):
     code = main(argv, io.StringIO())
@@ -146,3 +151,15 @@ def test_a_token_runs_exactly_its_case():
     code, out = run("compare", "--op", "batchnorm", "--case", TOKEN)
     assert code == 0 and out.splitlines()[0].split()[2:6] == ["4x3x5", "f16", "contiguous", "normal"]
     assert out.splitlines()[1].startswith("batchnorm / torch: 1 cases:")
+
+
+def test_path_options_put_the_whole_sweep_or_an_explicit_case_on_that_path():
+    code, out = run("compare", "--op", "instancenorm", "--mode", "eval", "--frozen", "x", "--order", "2")
+    rows = out.strip().splitlines()[:-1]
+    assert code == 0 and len(rows) == len(default_sweep("instancenorm"))
+    assert all(r.split()[0] in ("PASS", "KNOWN", "MISTRUSTED") and " eval frozen-x order=2" in r for r in rows)
+    code, out = run("compare", "--op", "layernorm", "--shape", "4,8", "--normalized-dims", "1", "--frozen", "params",
+                    "--order", "2", "--json")
+    case = json.loads(out)["cases"][0]
+    assert code == 0 and (case["case"]["frozen"], case["case"]["order"]) == ("params", 2)
+    assert [t["name"] for t in case["tensors"]] == ["y", "dx", "d2x", "d2dy"]  # no dγ, dβ: the parameters are frozen

@@ -67,7 +67,7 @@ def test_a_signal_during_a_gloo_run_keeps_the_report_and_leaves_nothing(sig, sta
     assert "Traceback" not in err and f"interrupted by {sig.name}" in err
     document = json.loads(out)
     assert document["exit_status"] == status and document["summary"]["total"] == len(document["cases"])
-    assert all(c["verdict"] == "PASS" for c in document["cases"])
+    assert all(c["verdict"] in ("PASS", "SKIP") for c in document["cases"])  # (SKIP: eval mode, which it lacks)
     time.sleep(2.0)
     assert not [p for p in seen if alive(p)], "processes of the run outlived it"
 

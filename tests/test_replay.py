@@ -31,7 +31,10 @@ def test_the_token_holds_every_case_field():
     # A new Case field must go into the token, or replays would drop it.
     assert FIELDS == tuple(f.name for f in dataclasses.fields(Case))
     rms = encode_case(Case("rmsnorm", (4, 6), normalized_dims=1, weight_offset=1.0, eps=None))
-    assert set(json.loads(_payload(rms))) == set(FIELDS) - {"groups", "split"}  # absent ones are left out
+    # absent ones are left out, and so are the path fields at their defaults (tokens from before them stay the same)
+    assert set(json.loads(_payload(rms))) == set(FIELDS) - {"groups", "split", "mode", "frozen", "order"}
+    path = encode_case(Case("rmsnorm", (4, 6), normalized_dims=1, frozen="x", order=2))
+    assert {"frozen", "order"} <= set(json.loads(_payload(path)))
 
 
 def _payload(token: str) -> bytes:

@@ -31,6 +31,13 @@ CONVENTIONS = ("weight_offset", "casting")
 AFFINE_CHOICES = ("both", "none")  # with the op's parameter names, what --affine takes
 _SHOWN = {"groups": ("G={}", object()), "normalized_dims": ("D={}", object()), "weight_offset": ("w+{:g}", 0.0),
           "casting": ("cast={}", "end")}
+# The path through the layer a case takes, beyond the training-mode forward and one backward:
+MODES = ("train", "eval")          # eval: normalise with the running statistics, leave them unchanged
+FROZEN = ("none", "x", "params")   # which inputs do not require grad (their gradients are not asked for)
+ORDERS = (1, 2)                    # 2: also the gradient of ⟨ddx, dx⟩ + ⟨ddγ, dγ⟩ + ⟨ddβ, dβ⟩ (double backward)
+# The first-order gradients, the input each is taken with respect to, and the second-order output of it
+GRADIENTS = {"dx": "x", "dweight": "weight", "dbias": "bias"}
+SECOND_ORDER = {"dx": "d2x", "dweight": "d2weight", "dy": "d2dy"}
 
 
 @dataclass(frozen=True)
@@ -52,6 +59,9 @@ class Case:
     normalized_dims: int | None = None  # ops whose record normalises the last k dims (LayerNorm): k
     weight_offset: float | None = None  # ops with a weight offset (RMSNorm): the layer scales by w + offset
     casting: str | None = None    # ops with a casting chain (RMSNorm): where the result is rounded to the input dtype
+    mode: str = "train"           # MODES
+    frozen: str = "none"          # FROZEN
+    order: int = 1                # ORDERS
 
     def __post_init__(self):
         object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
@@ -100,6 +110,7 @@ class Case:
         if self.affine not in (True, False) and self.affine not in op.params:
             raise UsageError(f"--affine {self.affine}: {self.op} takes {' and '.join(op.params)} "
                              f"(choose {', '.join(AFFINE_CHOICES[:1] + op.params + AFFINE_CHOICES[1:])})")
+        self._validate_path(op)
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise UsageError(f"seed must be an integer >= 0, got {self.seed!r}")
         for name in OP_FIELDS:
@@ -121,6 +132,24 @@ class Case:
             if sum(self.split) != self.shape[0]:
                 raise UsageError(f"split {self.split} sums to {sum(self.split)}, not N={self.shape[0]}")
 
+    def _validate_path(self, op: Op) -> None:
+        if self.mode not in MODES:
+            raise UsageError(f"unknown mode {self.mode!r}; choose one of {', '.join(MODES)}")
+        if self.mode == "eval" and not op.running_stats:
+            takers = [o.name for o in OPS.values() if o.running_stats]
+            raise UsageError(f"--mode eval applies to the ops with running statistics ({', '.join(takers)}), not {self.op}")
+        if self.frozen not in FROZEN:
+            raise UsageError(f"unknown frozen {self.frozen!r}; choose one of {', '.join(FROZEN)}")
+        if self.frozen == "params" and not self.affine:
+            raise UsageError("--frozen params: the case has no parameters to freeze (it has --affine none)")
+        if self.frozen == "x" and not self.affine:
+            raise UsageError("--frozen x with --affine none leaves nothing that requires grad")
+        if isinstance(self.order, bool) or self.order not in ORDERS:
+            raise UsageError(f"order must be 1 or 2, got {self.order!r}")
+        if self.order == 2 and not op.double_backward:
+            takers = [o.name for o in OPS.values() if o.double_backward]
+            raise UsageError(f"--order 2 applies to {', '.join(takers)}, not {self.op}: {op.why_once_differentiable}")
+
     @property
     def _eps_none_takers(self) -> str:
         takers = [o.name for o in OPS.values() if o.eps_none is not None]
@@ -133,6 +162,31 @@ class Case:
     @property
     def has_bias(self) -> bool:
         return (self.affine is True or self.affine == "bias") and "bias" in self.record.params
+
+    @property
+    def training(self) -> bool:
+        """The layer normalises with the batch's statistics (and updates the running ones)."""
+        return self.mode == "train"
+
+    @property
+    def grads(self) -> tuple[str, ...]:
+        """The first-order gradients the case asks for: of every input that exists and requires grad."""
+        given = {"x": self.frozen != "x", "weight": self.has_weight and self.frozen != "params",
+                 "bias": self.has_bias and self.frozen != "params"}
+        return tuple(g for g, wrt in GRADIENTS.items() if given[wrt])
+
+    @property
+    def second_order(self) -> tuple[str, ...]:
+        """The second-order outputs (order 2): the gradients of ⟨ddx, dx⟩ + ⟨ddγ, dγ⟩ + ⟨ddβ, dβ⟩ (over the
+        first-order gradients asked for) that are not identically 0. dy: always. x, where it requires grad and
+        dγ is asked for or dx depends on x (training: the statistics are x's). γ, where dx is asked for (only
+        dx depends on γ). β: never (y is linear in it)."""
+        if self.order == 1:
+            return ()
+        wrt = set(self.grads)
+        d2x = "dx" in wrt and ("dweight" in wrt or self.training)
+        d2weight = {"dx", "dweight"} <= wrt
+        return ("d2x",) * d2x + ("d2weight",) * d2weight + ("d2dy",)
 
     @property
     def eps_value(self) -> float:
@@ -187,6 +241,12 @@ class Case:
             parts.append(f"{self.affine}-only")
         if self.gamma_scale != 1.0:
             parts.append(f"gamma×{self.gamma_scale:g}")
+        if self.mode != "train":
+            parts.append(self.mode)
+        if self.frozen != "none":
+            parts.append(f"frozen-{self.frozen}")
+        if self.order != 1:
+            parts.append(f"order={self.order}")
         return " ".join(parts)
 
     def with_(self, **changes) -> "Case":
@@ -207,6 +267,10 @@ class CaseInputs:
     bias: np.ndarray | None
     running_mean: np.ndarray
     running_var: np.ndarray
+    # Order 2: the cotangents of the first-order gradients (shaped like x, γ and β; None where not asked for)
+    ddx: np.ndarray | None = None
+    ddweight: np.ndarray | None = None
+    ddbias: np.ndarray | None = None
 
     @classmethod
     def make(cls, case: Case) -> "CaseInputs":
@@ -224,6 +288,12 @@ class CaseInputs:
         q, qp = case.dtype, case.param_dtype
         if case.dy_format == "expanded":  # one sample's dy for the whole batch (stride 0 along it)
             dy_sets = view.to_sets(np.broadcast_to(view.from_sets(dy_sets)[:1], case.shape))
+        # Cotangents from a stream of their own: x, dy, γ and β are the same at either order.
+        cot = np.random.default_rng([case.seed, _stable_hash(case), 2])
+        grads = set(case.grads) if case.order == 2 else set()
+        ddx = quantise(cot.normal(size=case.shape), q) if "dx" in grads else None
+        ddweight = quantise(cot.normal(size=p), qp) if "dweight" in grads else None
+        ddbias = quantise(cot.normal(size=p), qp) if "dbias" in grads else None
         return cls(
             case=case,
             x=quantise(view.from_sets(x_sets), q),
@@ -232,6 +302,7 @@ class CaseInputs:
             bias=quantise(bias, qp) if case.has_bias else None,
             running_mean=quantise(running_mean, qp),
             running_var=quantise(running_var, qp),
+            ddx=ddx, ddweight=ddweight, ddbias=ddbias,
         )
 
 

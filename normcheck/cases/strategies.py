@@ -74,6 +74,7 @@ def cases(draw, op: str, dtypes=DTYPE_CHOICES, profiles=tuple(PROFILES), ranks=(
     if "casting" in record.case_fields:
         fields["casting"] = draw(st.sampled_from(CASTINGS))
     eps_choices = [1e-5, 1e-3, 0.1] + ([None] if record.eps_none is not None else [])
+    affine = draw(st.sampled_from([True, True, False, *record.params]))
     return Case(
         op, shape, spec.dtype, spec.param_dtype, x_format, dy_format,
         profile=draw(st.sampled_from(list(profiles))),
@@ -81,9 +82,19 @@ def cases(draw, op: str, dtypes=DTYPE_CHOICES, profiles=tuple(PROFILES), ranks=(
         # γ ≈ 0 where the weight is zero-centred (an op with a weight offset): there it is the usual regime
         gamma_scale=draw(st.sampled_from([1.0, 1.0, 1e-3] if "weight_offset" in record.case_fields else [1.0])),
         momentum=draw(st.sampled_from([0.1, 0.5, 1.0])),
-        # each parameter alone too; not yet for SyncBN, whose recipes take both or neither (left for issue 14)
-        affine=draw(st.sampled_from([True, True, False, *(() if record.distributed else record.params)])),
-        **fields,
+        affine=affine,  # each parameter alone too
+        **fields, **draw(paths(op, affine)),
         seed=draw(st.integers(0, 2**31 - 1)),
         split=draw(splits(shape[0], max_world)) if record.distributed else None,
     )
+
+
+@st.composite
+def paths(draw, op: str, affine) -> dict:
+    """The case's path through the layer (Case.mode, frozen, order): each where the op and `affine` allow it,
+    the usual training-mode, nothing-frozen, first-order path about half of the time."""
+    record = get_op(op)
+    frozen = draw(st.sampled_from(["none", "none", "x", "params"] if affine else ["none"]))
+    return {"frozen": frozen,
+            "mode": draw(st.sampled_from(["train", "train", "eval"] if record.running_stats else ["train"])),
+            "order": draw(st.sampled_from([1, 1, 2] if record.double_backward else [1]))}

@@ -12,6 +12,9 @@ Axes and the bug classes they expose:
               dims swapped), a storage offset, an expanded (stride-0) dy, and x and dy in different
               formats: kernels that assume strides
   world split (ops whose batch is split over ranks) uneven splits and empty ranks
+  path        which inputs require grad (each parameter alone, x or the parameters frozen), eval mode
+              (running statistics), order 2 (the double backward): fast paths and the derivatives of
+              the statistics that only these paths take
 A GridSweep (single-process ops) has every dtype × profile × reduction combination once, layouts
 rotating through them so every (dtype, layout) and (profile, layout) pair appears too (a pairwise
 covering design, checked in tests/meta/test_sweep.py). Shape rank follows the layout: 2-D to 5-D
@@ -55,11 +58,35 @@ def grid_sweep(op: str, plan: GridSweep, seed: int = 0) -> list[Case]:
                 x_format, dy_format = SWEEP_LAYOUTS[(d + 2 * p + s) % len(SWEEP_LAYOUTS)]
                 plain = [r for r in (2, 3, 4) if r in plan.shapes[size]]  # what every layout takes (InstanceNorm: no 2-D)
                 rank = FORMAT_RANK.get(x_format, FORMAT_RANK.get(dy_format, plain[i % len(plain)]))
-                affine = i % 5 != 4 or (parameters_only_in_affine and dtype != param_dtype)
+                path = grid_path(get_op(op), i)
+                if not path["affine"] and parameters_only_in_affine and dtype != param_dtype:
+                    path["affine"] = True
                 cases.append(Case(op, plan.shapes[size][rank], dtype, param_dtype, x_format, dy_format, profile,
-                                  affine=affine, seed=seed, **plan.fields(size, rank),
-                                  **plan.variants[i % len(plan.variants)]))
+                                  seed=seed, **path, **plan.fields(size, rank), **plan.variants[i % len(plan.variants)]))
     return cases
+
+
+def requires_grad_paths(op) -> list[tuple]:
+    """(affine, frozen) pairs giving every set of gradients the op can be asked for (every output_mask of
+    its native backward): all, only the parameters', only dx, and each parameter alone, with dx and without."""
+    pairs = [(True, "x"), (True, "params"), (False, "none")]
+    if len(op.params) > 1:
+        pairs += [(name, frozen) for frozen in ("none", "x") for name in op.params]
+    return pairs
+
+
+def grid_path(op, i: int) -> dict:
+    """Case i's path through the layer: every other case the usual one (both parameters, nothing frozen), the
+    others rotating through requires_grad_paths; order 2 on every 7th case and eval mode on every 5th (where
+    the op has them), so each falls on every dtype and reduction size."""
+    pairs = requires_grad_paths(op)
+    affine, frozen = pairs[(i // 2) % len(pairs)] if i % 2 else (True, "none")
+    path = {"affine": affine, "frozen": frozen}
+    if op.double_backward and i % 7 == 3:
+        path["order"] = 2
+    if op.running_stats and i % 5 == 2:
+        path["mode"] = "eval"
+    return path
 
 
 # Every split with every dtype; layouts and profiles rotate through them. The splits are uneven and
@@ -79,6 +106,22 @@ def split_sweep(op: str, seed: int = 0) -> list[Case]:
             i = len(cases)
             layout, rest = SYNCBN_LAYOUTS[(s + d) % len(SYNCBN_LAYOUTS)]
             cases.append(Case(op, (sum(split),) + rest, dtype, param_dtype, layout, layout,
-                              SYNCBN_PROFILES[i % len(SYNCBN_PROFILES)], affine=(i % 7 != 6), seed=seed,
-                              split=split))
+                              SYNCBN_PROFILES[i % len(SYNCBN_PROFILES)], seed=seed, split=split, **split_path(i)))
     return cases
+
+
+def split_path(i: int) -> dict:
+    """Case i's path: parameters absent on every 7th case, each alone on two others, x or the parameters frozen
+    on every 4th, eval mode on one case of each split (the running statistics: no collective at all)."""
+    affine = {6: False, 2: "weight", 4: "bias"}.get(i % 7, True)
+    frozen = ("none", "x", "none", "params")[i % 4] if affine is True else "none"
+    eval_mode = (i + i // len(SYNCBN_DTYPES)) % 5 == 2  # one case per split, a different dtype each time
+    return {"affine": affine, "frozen": frozen, "mode": "eval" if eval_mode else "train"}
+
+
+def on_path(case: Case, path: dict) -> Case:
+    """A sweep case on the path a run asks for (--mode, --frozen, --order); freezing x or the parameters needs
+    parameters, so a case without them takes both."""
+    if path.get("frozen", "none") != "none" and not case.affine:
+        case = case.with_(affine=True)
+    return case.with_(**path) if path else case

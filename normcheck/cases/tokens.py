@@ -23,6 +23,9 @@ from .case import Case
 VERSION = "v3"
 FIELDS = tuple(f.name for f in dataclass_fields(Case))
 _ABSENT = {f.name for f in dataclass_fields(Case) if f.default is None}  # None there: the field is absent
+# Fields added after v3 that are left out at their default value, so tokens of the cases that existed
+# before them stay as they were
+_QUIET = {name: f.default for f in dataclass_fields(Case) if (name := f.name) in ("mode", "frozen", "order")}
 _V2 = ("op", "shape", "dtype", "param_dtype", "x_format", "dy_format", "profile", "eps", "momentum", "affine",
        "groups", "seed", "split", "gamma_scale", "normalized_dims")
 _LISTS = {"v1": _V2[:-1], "v2": _V2}  # the field order of each older, list-shaped version
@@ -30,8 +33,9 @@ _READS = (*_LISTS, VERSION)
 
 
 def encode_case(case: Case) -> str:
-    values = {name: getattr(case, name) for name in FIELDS
-              if not (name in _ABSENT and getattr(case, name) is None)}  # (shorter lines; decoding restores them)
+    values = {name: getattr(case, name) for name in FIELDS  # (shorter lines; decoding restores them)
+              if not (name in _ABSENT and getattr(case, name) is None)
+              and not (name in _QUIET and getattr(case, name) == _QUIET[name])}
     payload = json.dumps(values, separators=(",", ":"), allow_nan=True).encode()
     body = base64.urlsafe_b64encode(payload).decode().rstrip("=")
     return f"{VERSION}.{body}.{zlib.crc32(payload):08x}"

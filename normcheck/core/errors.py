@@ -26,3 +26,8 @@ class RaisedElsewhere(ImplError):
     def __init__(self, message: str, stack: str = ""):
         super().__init__(message)
         self.stack = stack
+
+
+class NotDifferentiable(ImplError):
+    """A contract implementation that cannot be differentiated twice (its backward is not itself
+    differentiable): the engine reports its order-2 cases as SKIP rows with this message."""

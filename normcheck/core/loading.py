@@ -69,6 +69,16 @@ def check_arity(name: str, fn: Callable, signature: str) -> None:
         raise UsageError(f"{name} takes {len(positional)} positional arguments; the contract is {signature}")
 
 
+def takes_keyword(fn: Callable, name: str) -> bool:
+    """`fn` names a parameter `name` that a keyword can pass (a bare **kwargs, such as an autograd
+    Function's apply forwarding to its forward, or a signature that cannot be read, does not count)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == name and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) for p in params)
+
+
 def spec_of(fn: Callable) -> str:
     """The `module:attr` a function is importable under (how a function travels to other processes)."""
     return f"{fn.__module__}:{fn.__qualname__}"

@@ -26,6 +26,8 @@ import numpy as np
 
 from ..cases import Case, CaseInputs
 from ..numerics.dtypes import TINY, UNIT_ROUNDOFF, may_round_across, quantise
+from .expected import Grouped, as_output, grouped, second_order_outputs
+from .running_error import exact, tracked_arithmetic
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,7 @@ class Constants:
     growth: float = 2.0       # LAMBDA in ρ(M) = LAMBDA·sqrt(M)
     rounding: float = 3.0     # output and element-wise rounding: a few operations, each ≤ u_o
     baseline_factor: float = 4.0  # K_BASELINE: never demand more than this × the baseline's accuracy
+    second_order: float = 2.0  # K₂: multiplies the running-error bound of the second-order outputs
 
 
 CONSTANTS = Constants()
@@ -64,24 +67,36 @@ def element_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) -> 
 
     # Forward statistics and how wrong an accumulation in u_a may leave them. An uncentred op
     # (RMSNorm) is the same formula with μ = 0 held exactly: σ² is then the mean of squares.
-    mu = mean(x) if op.centred else np.zeros_like(mean(x))
-    dev = x - mu
-    var = mean(dev * dev)
+    if case.training:
+        mu = mean(x) if op.centred else np.zeros_like(mean(x))
+        dev = x - mu
+        var = mean(dev * dev)
+        # The probabilistic ρ(M) assumes independent rounding errors. Summing M identical values makes
+        # them correlated, so a constant set gets the deterministic worst case, M·u (Higham, Thm 4.2).
+        constant = x.max(axis=axes, keepdims=True) == x.min(axis=axes, keepdims=True)
+        mean_growth = np.where(constant, float(size), rho(size))
+        d_mu = (ua * mean_growth * mean(np.abs(x)) + c.rounding * us * np.abs(mu)) if op.centred else np.zeros_like(mu)
+        if case.split is not None:  # the ranks' means, each rounded (to the moments' dtype), merged by their
+            starts = np.cumsum((0,) + case.split)  # counts: c·u_s·Σ_r n_r/N·|μ_r|
+            d_mu = d_mu + c.rounding * us * sum(np.abs(mean(x[a:b])) * (b - a) / max(case.shape[0], 1)
+                                                 for a, b in zip(starts[:-1], starts[1:]) if b > a)
+        # Two-pass and Welford variances both lose about u_a·ρ(M) of σ², and Welford's running mean adds
+        # a term in |μ|·mean|x − μ|; E[x²] − E[x]² would lose u_a·μ², which is what we must not allow.
+        # Σ(x − μ̃)² = Σ(x − μ)² + M·δμ², and the variance may be held in the moments' dtype. SyncBN's
+        # primitives pass invstd = 1/sqrt(σ² + eps) between ranks and recover σ² from it: u_a·(σ² + eps).
+        d_var = (ua * mean_growth * (var + np.abs(mu) * mean(np.abs(dev))) + d_mu * d_mu + c.rounding * us * var
+                 + c.rounding * ua * eps)
+    else:  # eval mode: the running statistics, exact inputs that a kernel may convert to its own precision
+        mu, var = (np.broadcast_to(view.per_channel_values(r), mean(x).shape)  # one per set, like the batch's
+                   for r in (inputs.running_mean, inputs.running_var))
+        dev = x - mu
+        d_mu, d_var = c.rounding * us * np.abs(mu), c.rounding * us * (var + eps)
     r = 1.0 / np.sqrt(var + eps)
     xhat = dev * r
-    # The probabilistic ρ(M) assumes independent rounding errors. Summing M identical values makes
-    # them correlated, so a constant set gets the deterministic worst case, M·u (Higham, Thm 4.2).
-    constant = x.max(axis=axes, keepdims=True) == x.min(axis=axes, keepdims=True)
-    mean_growth = np.where(constant, float(size), rho(size))
-    d_mu = (ua * mean_growth * mean(np.abs(x)) + c.rounding * us * np.abs(mu)) if op.centred else np.zeros_like(mu)
-    # Two-pass and Welford variances both lose about u_a·ρ(M) of σ², and Welford's running mean adds
-    # a term in |μ|·mean|x − μ|; E[x²] − E[x]² would lose u_a·μ², which is what we must not allow.
-    # Σ(x − μ̃)² = Σ(x − μ)² + M·δμ², and the variance may be held in the moments' dtype. SyncBN's
-    # primitives pass invstd = 1/sqrt(σ² + eps) between ranks and recover σ² from it: u_a·(σ² + eps).
-    d_var = (ua * mean_growth * (var + np.abs(mu) * mean(np.abs(dev))) + d_mu * d_mu + c.rounding * us * var
-             + c.rounding * ua * eps)
     rel_r = 0.5 * d_var / (var + eps) + c.rounding * us
     d_xhat = r * d_mu + np.abs(xhat) * rel_r
+    if not case.training:  # kernels fold it into y = x·(γr) + (β − μγr): x·s and μ·s rounded separately
+        d_xhat = d_xhat + c.rounding * ua * r * (np.abs(x) + np.abs(mu))
 
     bound_y = c.rounding * uo * (np.abs(gamma * xhat) + np.abs(beta)) + np.abs(gamma) * d_xhat
     d_dy = np.zeros_like(dy)  # error in the dy that enters the BatchNorm backward (a fused epilogue's)
@@ -96,12 +111,15 @@ def element_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) -> 
         bound_y = np.abs(grad1) * bound_y + c.rounding * uo * np.abs(ep.f(y_norm))
 
     # Backward: dx = r·(g − ḡ − x̂·h).
+    # (eval mode: dx = r·g, the statistics do not depend on x)
     g = gamma * dy
     d_g = np.abs(gamma) * d_dy
-    gbar = mean(g) if op.centred else np.zeros_like(mu)  # no mean subtracted, no ḡ term in dx
-    h = mean(g * xhat)
-    d_gbar = ua * rho(size) * mean(np.abs(g)) + mean(d_g) if op.centred else np.zeros_like(mu)
-    d_h = ua * rho(size) * mean(np.abs(g * xhat)) + mean(np.abs(g) * d_xhat) + mean(d_g * np.abs(xhat))
+    batch_terms = case.training
+    gbar = mean(g) if op.centred and batch_terms else np.zeros_like(mu)  # no mean subtracted, no ḡ term in dx
+    h = mean(g * xhat) if batch_terms else np.zeros_like(mu)
+    d_gbar = ua * rho(size) * mean(np.abs(g)) + mean(d_g) if op.centred and batch_terms else np.zeros_like(mu)
+    d_h = (ua * rho(size) * mean(np.abs(g * xhat)) + mean(np.abs(g) * d_xhat) + mean(d_g * np.abs(xhat))
+           if batch_terms else np.zeros_like(mu))
     dx = r * (g - gbar - xhat * h)
 
     bounds = {
@@ -118,12 +136,16 @@ def element_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) -> 
     flips = may_round_across(xhat, d_xhat, case.dtype) if case.casting == "before-weight" else 0.0
     dweight = view.channel_sum(dy * xhat)
     dbias = view.channel_sum(dy)
+    def param_growth(terms):  # ρ(M) of a parameter's sum; M·u where its terms are all equal (an expanded dy)
+        equal = (terms.max(axis=(0, 3)) == terms.min(axis=(0, 3))).reshape(view.param_shape)
+        return np.where(equal, float(per_channel), rho(per_channel))
+
     bounds["dweight"] = (
-        ua * rho(per_channel) * view.channel_sum(np.abs(dy * xhat))
+        ua * param_growth(dy * xhat) * view.channel_sum(np.abs(dy * xhat))
         + view.channel_sum(np.abs(dy) * (d_xhat + flips) + d_dy * np.abs(xhat))
         + c.rounding * up * np.abs(dweight)
     )
-    bounds["dbias"] = (ua * rho(per_channel) * view.channel_sum(np.abs(dy)) + view.channel_sum(d_dy)
+    bounds["dbias"] = (ua * param_growth(dy) * view.channel_sum(np.abs(dy)) + view.channel_sum(d_dy)
                        + c.rounding * up * np.abs(dbias))
     if case.split is not None:
         # Each rank rounds its local dγ/dβ to the parameter dtype before they are summed, and local
@@ -137,7 +159,9 @@ def element_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) -> 
     bounds["mean"] = (d_mu + c.rounding * us * np.abs(mu)).reshape(view.stats_shape)
     bounds["invstd"] = bounds["rstd"] = (r * rel_r).reshape(view.stats_shape)
 
-    if op.running_stats:
+    if op.running_stats and not case.training:  # eval mode leaves them exactly as they were
+        bounds["running_mean"], bounds["running_var"] = np.zeros(case.channels), np.zeros(case.channels)
+    elif op.running_stats:
         unbiased = size / max(size - 1, 1)
         rm, rv = inputs.running_mean, inputs.running_var
         # One statistic per channel (BatchNorm) or the batch average of the per-instance ones (InstanceNorm)
@@ -148,7 +172,28 @@ def element_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) -> 
         bounds["running_var"] = mom * unbiased * d_var.mean(axis=0).reshape(-1) + c.rounding * up * (
             np.abs((1 - mom) * rv) + np.abs(mom * unbiased * var_c)
         )
+    if case.order == 2:
+        bounds.update(second_order_bounds(case, inputs, c))
     return bounds
+
+
+def second_order_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) -> dict[str, np.ndarray]:
+    """K₂ × the running-error bound (engine.running_error) of the second-order formulas (reference.setwise),
+    every element-wise step rounded in the storage dtype and every sum accumulated at u_a. Not derived by hand
+    like the first-order bounds above; calibrated (docs/tolerance.md)."""
+    view = case.view
+    uo, ua = UNIT_ROUNDOFF[case.dtype], UNIT_ROUNDOFF[case.dtypes.accumulation]
+    g = grouped(case, inputs)
+
+    def known(a):
+        return exact(a, uo)
+
+    tracked = Grouped(known(g.x), known(g.dy), known(g.gamma), known(g.beta),
+                      None if g.running is None else tuple(map(known, g.running)),
+                      known(g.ddx), known(g.ddweight), known(g.ddbias))
+    ar = tracked_arithmetic(view.axes, view.channel_sum, view.set_size, view.channel_count, ua, c.growth)
+    out = second_order_outputs(case, tracked, ar)
+    return {name: c.second_order * as_output(case, name, t.bound) for name, t in out.items()}
 
 
 def effective_affine(case: Case, inputs: CaseInputs) -> tuple[np.ndarray, np.ndarray]:

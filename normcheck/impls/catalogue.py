@@ -13,7 +13,7 @@ from functools import partial
 from typing import Callable
 
 from ..core.errors import UsageError
-from ..core.loading import absolute_spec, check_arity, load_callable, load_object, spec_of
+from ..core.loading import absolute_spec, check_arity, load_callable, load_object, spec_of, takes_keyword
 from ..engine.baseline import baseline_outputs
 from ..kernels.groupnorm.impls import IMPLS as GROUPNORM_KERNEL_IMPLS
 from ..kernels.syncbn.recipes import IMPLS as SYNCBN_RECIPES
@@ -23,7 +23,7 @@ from ..worlds import BACKENDS, CaseLimit, as_limit, get_world
 
 BASELINES = tuple(
     Impl("baseline", op.name, "normcheck's same-precision baseline (float32 accumulation)", baseline_outputs,
-         convention="direct", framework="numpy")
+         convention="direct", framework="numpy", orders=(1, 2))  # (it computes the second-order outputs too)
     for op in OPS.values() if not op.distributed
 )
 
@@ -101,7 +101,11 @@ def user_impl(op: str, target: str | Callable) -> Impl:
     else:
         fn, name = load_callable(target), target
     check_arity(name, fn, the_op.signature)
-    return Impl(name, op, f"user implementation {name}", target, capabilities="unknown (user code)")
+    # A contract that adds an argument in eval mode (SyncBN's training=False): a function without it has no
+    # eval mode, and its eval cases are SKIP rows saying so
+    eval_mode = the_op.eval_keyword is None or takes_keyword(fn, the_op.eval_keyword)
+    return Impl(name, op, f"user implementation {name}", target, capabilities="unknown (user code)",
+                modes=("train", "eval") if eval_mode else ("train",))
 
 
 def bind(impl: Impl, backend: str | None = None, timeout: CaseLimit | float | None = None) -> Impl:

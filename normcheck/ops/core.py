@@ -20,6 +20,8 @@ from ..numerics.sets import SetView
 
 ALL_CASES = "all dtypes (f64, f32, f16, bf16, mixed), all memory formats, every rank the op takes"
 CONVENTIONS = ("contract", "direct")
+SECOND_ORDER_OUTPUTS = ("d2x", "d2weight", "d2dy")  # of order-2 cases (normcheck.cases.case.SECOND_ORDER)
+X_SHAPED = ("y", "dx", "d2x", "d2dy")  # outputs shaped like x, in its dtype
 
 
 @dataclass(frozen=True)
@@ -89,8 +91,16 @@ class Impl:
     # The case fields whose meaning the implementation fixes (RMSNorm: its weight offset and casting
     # chain): every case it is judged on has them. Pairs (field, value); a dict is accepted.
     follows: tuple[tuple[str, Any], ...] = ()
+    modes: tuple[str, ...] = ("train", "eval")  # the modes it implements (of those its op has)
+    # The derivative orders it can be judged at. None: 1 and 2 through autograd ("contract"); 1 for "direct",
+    # which returns first-order gradients itself. A contract implementation found only once differentiable
+    # when it runs is a SKIP too (frameworks' NotDifferentiable).
+    orders: tuple[int, ...] | None = None
+    deterministic: bool = True  # the same inputs give bitwise the same outputs (each case is run twice)
 
     def __post_init__(self):
+        if self.orders is None:
+            object.__setattr__(self, "orders", (1, 2) if self.convention == "contract" else (1,))
         if isinstance(self.follows, dict):
             object.__setattr__(self, "follows", tuple(self.follows.items()))
         if self.convention not in CONVENTIONS:
@@ -117,6 +127,11 @@ class Impl:
         for name, value in self.follows:
             if getattr(case, name) != value:
                 return f"{self.name} follows {name}={value} (the case has {getattr(case, name)})"
+        if case.mode not in self.modes:
+            return f"{self.name} implements {' and '.join(self.modes)} mode only"
+        if case.order not in self.orders:
+            how = "it returns first-order gradients itself" if self.convention == "direct" else "as recorded"
+            return f"{self.name} is only once differentiable ({how})"
         return self.supports(case)
 
     def applicable_issues(self, case, ops_called=frozenset(), of_op: tuple[KnownIssue, ...] = ()) -> list[KnownIssue]:
@@ -171,6 +186,10 @@ class Op:
     eps_none: Callable[[str], float] | None = None  # what eps=None means for an input dtype (None: not allowed)
     min_set_size: int = 2               # fewest values a set may have (BatchNorm's running variance needs 2)
     ranks: tuple[int, ...] = (2, 3, 4, 5)  # the input ranks it takes (InstanceNorm: none without spatial dims)
+    # Cases of order 2 (double backward) exist for it; else why not (a one-line reason for the error)
+    double_backward: bool = True
+    why_once_differentiable: str = ""
+    eval_keyword: str | None = None     # the keyword its contract adds in eval mode (SyncBN: training=False)
 
     def __post_init__(self):
         names = {i.name for i in self.impls}
@@ -181,7 +200,7 @@ class Op:
 
     def output_dtype(self, case, name: str) -> str:
         """The storage dtype an output is expected in."""
-        if name in ("y", "dx"):
+        if name in X_SHAPED:
             return case.dtype
         if name in self.saved_stats:
             return case.dtypes.moments
@@ -190,13 +209,18 @@ class Op:
     def output_shape(self, case, name: str, x_shape: tuple[int, ...]) -> tuple[int, ...]:
         """y and dx are shaped like x (one rank's rows of it in a world); statistics have one value
         per set; running statistics one per channel; the parameters' gradients are shaped like them."""
-        if name in ("y", "dx"):
+        if name in X_SHAPED:
             return tuple(x_shape)
         if name in self.saved_stats:
             return self.view(case).stats_shape
         if name.startswith("running_"):
             return (case.channels,)
         return self.view(case).param_shape
+
+    @property
+    def all_outputs(self) -> tuple[str, ...]:
+        """Every output a case of the op may compare: `outputs`, and the second-order ones where it has them."""
+        return self.outputs + (SECOND_ORDER_OUTPUTS if self.double_backward else ())
 
     @property
     def known_issues(self) -> tuple[KnownIssue, ...]:

@@ -62,7 +62,7 @@ def native_backward(case, t):
     hxw = prod(case.shape[2:])
     y, mean, rstd = aten.native_group_norm(t.x, t.weight, t.bias, n, c, hxw, case.groups, case.eps)
     dx, dw, db = aten.native_group_norm_backward(t.dy, t.x, mean, rstd, t.weight, n, c, hxw, case.groups,
-                                                 grad_mask(t))
+                                                 grad_mask(case))
     return {"y": y, "mean": mean, "rstd": rstd, "dx": dx, "dweight": dw, "dbias": db}
 
 
@@ -79,7 +79,8 @@ CHANNELS_LAST_VARIANCE = KnownIssue(
     "cancellation when |mean| ≫ std (f32 dx off by 1e7×, f64 off by ~1e-8 relative); small sets hit it "
     "by chance in any profile",
     lambda c: c.x_format in ("channels_last", "channels_last_3d"),
-    Signature(("y", "mean", "rstd", "dx", "dweight")),  # not dbias = Σ dy, which no variance enters
+    # not dbias = Σ dy, which no variance enters; the second derivatives are taken from the same statistics
+    Signature(("y", "mean", "rstd", "dx", "dweight", "d2x", "d2weight", "d2dy")),
     code=("aten.native_group_norm",),
 )
 
@@ -105,13 +106,35 @@ NATIVE_DY_LAYOUT = KnownIssue(
 BIAS_WITHOUT_WEIGHT = KnownIssue(
     "torch-gn-bias-without-weight",
     "torch CPU group_norm backward with a bias but no weight raises 'RuntimeError: tensor does not have a device' "
-    "(aten.native_group_norm_backward asked for dbias without a weight); batch_norm and layer_norm take it",
+    "(aten.native_group_norm_backward asked for dbias without a weight; batch_norm and layer_norm take it), and its "
+    "double backward raises \"shape '[0]' is invalid\"",
     lambda c: c.affine == "bias",
-    Signature(message="tensor does not have a device"),
+    Signature(message=r"tensor does not have a device|shape '\[0\]' is invalid for input"),
     code=("aten.native_group_norm_backward",),
 )
 
-TORCH_ISSUES = (CHANNELS_LAST_VARIANCE, F16_OVERFLOW, BIAS_WITHOUT_WEIGHT)
+FROZEN_X_CHANNELS_LAST_CRASH = KnownIssue(
+    "torch-gn-frozen-x-channels-last-crash",
+    "torch CPU group_norm backward on a channels_last / channels_last_3d input that does not require grad (only the "
+    "weight or bias does: a frozen input) crashes the process with SIGSEGV when H·W < 2048 "
+    "(aten.native_group_norm_backward with output_mask[0] False writes through its absent dx); any dtype",
+    lambda c: "dx" not in c.grads and c.x_format in ("channels_last", "channels_last_3d") and prod(c.shape[2:]) < 2048,
+    Signature(message="SIGSEGV"),
+    code=("aten.native_group_norm_backward",),
+)
+
+CREATE_GRAPH_HALF_PARAM_GRADS = KnownIssue(
+    "torch-gn-create-graph-half-param-grads",
+    "torch's group_norm backward under create_graph (grad mode on: a double backward follows) is a composite in "
+    "the input dtype (infinitely_differentiable_native_group_norm_backward): the first-order dweight and dbias of "
+    "f16/bf16 input, also with f32 parameters, are summed at input precision (bf16/f32 dbias 2179072 for 2170610)",
+    lambda c: c.order == 2 and c.dtype in ("f16", "bf16"),
+    Signature(("dx", "dweight", "dbias"), max_ratio=1e4, nonfinite=True),
+    code=("aten.native_group_norm",),
+)
+
+TORCH_ISSUES = (CHANNELS_LAST_VARIANCE, F16_OVERFLOW, BIAS_WITHOUT_WEIGHT, FROZEN_X_CHANNELS_LAST_CRASH,
+                CREATE_GRAPH_HALF_PARAM_GRADS)
 NATIVE_ISSUES = TORCH_ISSUES + (NATIVE_DY_LAYOUT,)
 
 OP = Op(

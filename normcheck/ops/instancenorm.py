@@ -1,5 +1,5 @@
-"""InstanceNorm in training mode: statistics per (sample, channel) over the spatial dims; running
-statistics averaged over the batch."""
+"""InstanceNorm: statistics per (sample, channel) over the spatial dims, running statistics averaged over the
+batch (training); the running statistics for every instance in eval mode (use_input_stats=False)."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 from .. import reference
 from ..numerics.sets import SetView
-from .batchnorm import call, drop_none  # F.instance_norm's arguments are F.batch_norm's (use_input_stats: True)
+from .batchnorm import DOUBLE_BACKWARD_BIAS_WITHOUT_WEIGHT, F16_DOUBLE_BACKWARD, call, drop_none  # F.instance_norm's arguments are F.batch_norm's (use_input_stats: True)
 from .core import GridSweep, Impl, KnownIssue, Op, Signature
 
 SIGNATURE = ("fn(input, running_mean, running_var, weight, bias, use_input_stats, momentum, eps) -> Tensor"
@@ -87,8 +87,18 @@ MIXED_STRIDED_PARAM_GRADS = KnownIssue(
     Signature(("dweight", "dbias")),
 )
 
+MIXED_BIAS_WITHOUT_WEIGHT = KnownIssue(
+    "torch-in-mixed-bias-without-weight",
+    "torch CPU instance_norm with f16/bf16 input and an f32 bias but no weight raises 'mixed dtype (CPU): expect "
+    "parameter to have scalar type of Float' (the repeated bias reaches the BatchNorm kernel without a weight); "
+    "batch_norm takes the same arguments",
+    lambda c: c.dtypes.is_mixed and c.has_bias and not c.has_weight,
+    Signature(message="expect parameter to have scalar type of Float"),
+)
+
 TORCH_ISSUES = (BATCH_OF_ONE_DY_LAYOUT, PER_INSTANCE_PARAM_GRADS, MIXED_NO_AFFINE_RUNNING_STATS, HALF_STRIDED,
-                MIXED_STRIDED_PARAM_GRADS)
+                MIXED_STRIDED_PARAM_GRADS, MIXED_BIAS_WITHOUT_WEIGHT, F16_DOUBLE_BACKWARD,
+                DOUBLE_BACKWARD_BIAS_WITHOUT_WEIGHT)
 
 OP = Op(
     name="instancenorm",
@@ -96,7 +106,7 @@ OP = Op(
     signature=SIGNATURE, call=call, reference=reference_outputs, view=view, unit="channel",
     outputs=OUTPUTS, required=REQUIRED, sweep=SWEEP, running_stats=True, set_dim=-1, ranks=(3, 4, 5),
     impls=(
-        Impl("torch", "instancenorm", "torch.nn.functional.instance_norm (use_input_stats=True) through autograd",
+        Impl("torch", "instancenorm", "torch.nn.functional.instance_norm through autograd",
              F.instance_norm, known_issues=TORCH_ISSUES),
     ),
 )

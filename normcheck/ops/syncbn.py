@@ -5,39 +5,78 @@ slice of the whole dx, dweight/dbias as the sum over ranks of each rank's local 
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from . import batchnorm
 from .core import Impl, KnownIssue, Op, Signature, SplitSweep
 
 SIGNATURE = ("fn(input, weight, bias, running_mean, running_var, eps, momentum, process_group, world_size)"
-             " -> Tensor  (torch.nn.modules._functions.SyncBatchNorm.apply)")
+             " -> Tensor  (torch.nn.modules._functions.SyncBatchNorm.apply); in eval mode also training=False")
 REQUIRED = ("y", "dx", "dweight", "dbias", "running_mean", "running_var")
 
 
-def call(fn, t, case, group, world_size):
-    return fn(t.x, t.weight, t.bias, t.running_mean, t.running_var, case.eps, case.momentum, group, world_size)
+EVAL_KEYWORD = "training"  # the Function has no eval mode: nn.SyncBatchNorm calls F.batch_norm instead
 
+
+def call(fn, t, case, group, world_size):
+    args = (t.x, t.weight, t.bias, t.running_mean, t.running_var, case.eps, case.momentum, group, world_size)
+    return fn(*args) if case.training else fn(*args, **{EVAL_KEYWORD: False})
+
+
+def sync_batch_norm(input, weight, bias, running_mean, running_var, eps, momentum, process_group, world_size,
+                    training=True):
+    """What torch.nn.SyncBatchNorm.forward runs: its SyncBatchNorm Function in training; in eval mode
+    F.batch_norm with the running statistics, no collective."""
+    import torch.nn.functional as F
+    from torch.nn.modules._functions import SyncBatchNorm
+
+    if training:
+        return SyncBatchNorm.apply(input, weight, bias, running_mean, running_var, eps, momentum, process_group,
+                                   world_size)
+    return F.batch_norm(input, running_mean, running_var, weight, bias, False, momentum, eps)
+
+
+# torch's SyncBatchNorm Function is once differentiable (its backward calls collectives and primitives that
+# have no derivatives), and a second derivative across ranks needs a convention for the replicated γ's
+# cotangent that normcheck has not fixed yet.
+WHY_ONCE = ("a double backward across a world is not defined by normcheck yet (torch's SyncBatchNorm "
+            "Function is only once differentiable)")
 
 EMPTY_RANK_HALF = KnownIssue(
     "torch-syncbn-empty-rank-half",
     "torch.nn.modules._functions.SyncBatchNorm: an empty rank sends zeros in the INPUT dtype (f16/bf16) while "
     "the others send float32 statistics, so the all_gather sizes differ: gloo aborts the process (SIGABRT, "
     "'Received data size doesn't match expected size'); on NCCL the gather is corrupt or hangs",
-    lambda c: c.dtype in ("f16", "bf16") and c.split is not None and 0 in c.split,
+    lambda c: c.dtype in ("f16", "bf16") and c.split is not None and 0 in c.split and c.training,
     Signature(message=r"died \(exit code -6, SIGABRT\).*(Received data size doesn't match expected size"
                       r"|op\.preamble\.length <= op\.nbytes)"),
 )
+
+BIAS_WITHOUT_WEIGHT = KnownIssue(
+    "torch-syncbn-bias-without-weight",
+    "torch.nn.modules._functions.SyncBatchNorm.backward returns no gradient for a bias given without a weight "
+    "(`if weight is None or not needs_input_grad[2]: grad_bias = None`): the bias silently never trains, "
+    "although batch_norm_backward_reduce computed it",
+    lambda c: c.has_bias and not c.has_weight and "dbias" in c.grads and c.training,
+    Signature(message=r"dbias is None"),
+)
+
+# In eval mode nn.SyncBatchNorm is F.batch_norm: torch's BatchNorm issues, there only
+EVAL_MODE_ISSUES = tuple(replace(k, applies=lambda c, k=k: not c.training and k.applies(c)) for k in batchnorm.TORCH_ISSUES)
 
 OP = Op(
     name="syncbn",
     description="SyncBatchNorm: BatchNorm statistics over the batch split across ranks (empty ranks allowed)",
     signature=SIGNATURE, call=call, reference=batchnorm.reference_outputs, view=batchnorm.view, unit="channel",
     outputs=batchnorm.OUTPUTS, required=REQUIRED, saved_stats=("mean", "invstd"), running_stats=True,
-    distributed=True, world="gloo", sweep=SplitSweep(),
+    distributed=True, world="gloo", sweep=SplitSweep(), double_backward=False,
+    why_once_differentiable=WHY_ONCE, eval_keyword=EVAL_KEYWORD,
     impls=(
         # It calls torch.distributed itself: a real process group, on normcheck's CPU primitives.
-        Impl("torch", "syncbn", "torch.nn.modules._functions.SyncBatchNorm as torch ships it, on normcheck's "
-             "CPU primitives", "torch.nn.modules._functions:SyncBatchNorm.apply", world="gloo",
+        Impl("torch", "syncbn", "torch.nn.SyncBatchNorm's forward as torch ships it (its SyncBatchNorm Function, "
+             "on normcheck's CPU primitives; F.batch_norm in eval mode)", "normcheck.ops.syncbn:sync_batch_norm",
+             world="gloo",
              worlds=("gloo", "env"), capabilities="all dtypes and memory formats",
-             known_issues=(EMPTY_RANK_HALF,)),
+             known_issues=(EMPTY_RANK_HALF, BIAS_WITHOUT_WEIGHT, *EVAL_MODE_ISSUES)),
     ),
 )

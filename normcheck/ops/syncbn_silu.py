@@ -24,5 +24,6 @@ OP = Op(
     call=syncbn.call, reference=reference_outputs, view=batchnorm.view, unit="channel",
     outputs=("y", "running_mean", "running_var", "dx", "dweight", "dbias"), required=syncbn.REQUIRED,
     running_stats=True, distributed=True, world="gloo", sweep=SplitSweep(), epilogue=reference.SILU,
+    double_backward=False, why_once_differentiable=syncbn.WHY_ONCE, eval_keyword=syncbn.EVAL_KEYWORD,
     default_impl="fused-silu",  # torch ships no fused BN + SiLU
 )

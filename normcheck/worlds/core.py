@@ -45,14 +45,14 @@ class World:
 
 
 def assemble(case, per_rank: list[RankOutputs]) -> dict[str, np.ndarray]:
-    """The ranks' outputs as one: y and dx concatenated over ranks; dweight/dbias summed (a rank's
+    """The ranks' outputs as one: y and dx (where asked for) concatenated over ranks; dweight/dbias summed (a rank's
     None counts as zero) and rounded to their dtype; running stats from rank 0, plus
     `running_mean[rank r]` for every rank that disagrees with rank 0, so those are compared too."""
     op = case.record
-    out = {"y": np.concatenate([r["y"] for r in per_rank]), "dx": np.concatenate([r["dx"] for r in per_rank])}
-    for name, given in (("dweight", case.has_weight), ("dbias", case.has_bias)):
+    out = {name: np.concatenate([r[name] for r in per_rank]) for name in ("y", "dx") if name in per_rank[0]}
+    for name in ("dweight", "dbias"):
         present = [r[name] for r in per_rank if r.get(name) is not None]
-        if given and present:
+        if name in case.grads and present:
             out[name] = quantise(np.sum(present, axis=0), op.output_dtype(case, name))
     for name in ("running_mean", "running_var"):
         if name not in per_rank[0]:

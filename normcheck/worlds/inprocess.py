@@ -9,7 +9,7 @@
 """
 from __future__ import annotations
 
-from ..core.errors import ImplError, RaisedElsewhere, UsageError
+from ..core.errors import ImplError, NotDifferentiable, RaisedElsewhere, UsageError
 from ..frameworks import FRAMEWORKS
 from .limits import CaseLimit
 from .workers import WorkerPool
@@ -37,6 +37,8 @@ def run_isolated(impl, case, inputs, limit: CaseLimit):
         return details[0]
     if kind == "usage":
         raise UsageError(details[0])
+    if kind == "not-differentiable":
+        raise NotDifferentiable(details[0])
     if kind == "raised":
         raise RaisedElsewhere(*details)
     raise ImplError(details[0])

@@ -49,7 +49,7 @@ from collections.abc import Callable
 from multiprocessing.connection import wait as _wait_any
 
 from ..cases import Case
-from ..core.errors import CaseTimeout, ImplError, UsageError
+from ..core.errors import CaseTimeout, ImplError, NotDifferentiable, UsageError
 from ..core.forkserver import context, main_hidden
 from ..core.loading import load_callable
 from ..core.text import clip, exception_text, raised_at, rank_list
@@ -151,6 +151,8 @@ def _run_job(job, case, rank: int, group, size: int, fns: dict):
         return ("outputs", FRAMEWORKS[impl.framework].run(case.record, impl, case, inputs))
     except UsageError as e:
         return ("usage", str(e))
+    except NotDifferentiable as e:  # (an ImplError that is a SKIP, not a failure)
+        return ("not-differentiable", str(e))
     except ImplError as e:
         return ("impl", str(e))
     except BaseException as e:  # noqa: BLE001 - SystemExit from an implementation is a failure too

@@ -1,11 +1,12 @@
 """The default sweep is a pairwise covering design over the axes that expose bug classes."""
-from itertools import product
+from itertools import combinations, product
 
 import pytest
 
 from normcheck.numerics.profiles import PROFILES
 from normcheck.cases.sweep import SIZES, SWEEP_DTYPES, SWEEP_LAYOUTS, default_sweep
-from normcheck.ops import get_op
+from normcheck.cases.case import FROZEN, GRADIENTS
+from normcheck.ops import OPS, get_op
 
 
 @pytest.mark.parametrize("op", ["batchnorm", "groupnorm", "layernorm"])
@@ -33,11 +34,28 @@ def test_sizes_ranks_and_parameters_vary(op):
     sizes = {c.view.set_size for c in cases}
     assert sizes == {8, 8192, 65536}
     assert {len(c.shape) for c in cases} == {2, 3, 4, 5}
-    assert {c.affine for c in cases} == {True, False}
+    assert {c.affine for c in cases} >= {True, False}
     if op == "groupnorm":
         hxw = {c.numel // (c.shape[0] * c.shape[1]) for c in cases}
         assert min(hxw) < 2048 <= max(hxw)  # both sides of torch's strategy threshold
         assert any(c.shape[1] // c.groups > 1 for c in cases)  # γ varies inside a group
+
+
+@pytest.mark.parametrize("op", list(OPS))
+def test_every_path_the_op_allows_is_in_its_sweep(op):
+    """Every set of gradients it can be asked for (every output_mask of a native backward: each parameter alone,
+    with and without dx, x or the parameters frozen), eval mode where it has running statistics and the double
+    backward where it has one, those two in every dtype."""
+    record, cases = get_op(op), default_sweep(op)
+    names = [g for g, wrt in GRADIENTS.items() if wrt == "x" or wrt in record.params]
+    masks = {tuple(sorted(grads)) for k in range(1, len(names) + 1) for grads in combinations(names, k)}
+    if record.distributed:  # the SyncBN sweep has 30 cases: each parameter alone with dx, or both without
+        masks = {m for m in masks if "dx" in m or len(m) == len(names) - 1}
+    assert {tuple(sorted(c.grads)) for c in cases} >= masks
+    assert {c.frozen for c in cases} == set(FROZEN)
+    dtypes = {c.dtypes for c in cases}
+    assert {c.dtypes for c in cases if c.mode == "eval"} == (dtypes if record.running_stats else set())
+    assert {c.dtypes for c in cases if c.order == 2} == (dtypes if record.double_backward else set())
 
 
 def test_sweep_is_deterministic_and_seeded():

@@ -9,7 +9,9 @@ from .textbook import batch_norm, named
 
 BUGS = ("unbiased_normalise", "naive_variance", "low_precision_accumulation", "drop_xhat_term",
         "biased_running_var", "ignore_strides", "bf16_moments", "eps_outside_sqrt", "momentum_swapped",
-        "modifies_input", "per_sample_variance", "dweight_missing_invstd")
+        "modifies_input", "per_sample_variance", "dweight_missing_invstd",
+        "eval_uses_batch_stats", "eval_updates_running_stats", "constant_stats_double_backward", "overwrites_dy", "frozen_x_fast_path", "frozen_params_fast_path",
+        "nondeterministic_sum")
 MUTANTS = {bug: named(batch_norm, bug) for bug in BUGS}
 textbook = batch_norm()
 CORRECT = {"textbook": textbook}

@@ -9,7 +9,9 @@ from .textbook import group_norm, named
 
 BUGS = ("unbiased_normalise", "naive_variance", "low_precision_accumulation", "drop_xhat_term",
         "ignore_strides", "gamma_outside_group_sums", "bf16_moments", "eps_outside_sqrt",
-        "interleaved_groups", "modifies_input", "dweight_missing_invstd")
+        "interleaved_groups", "modifies_input", "dweight_missing_invstd",
+        "constant_stats_double_backward", "overwrites_dy", "frozen_x_fast_path", "frozen_params_fast_path",
+        "nondeterministic_sum")
 MUTANTS = {bug: named(group_norm, bug) for bug in BUGS}
 textbook = group_norm()
 CORRECT = {"textbook": textbook}

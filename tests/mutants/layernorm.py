@@ -11,7 +11,9 @@ from .textbook import layer_norm, named
 
 BUGS = ("unbiased_normalise", "naive_variance", "low_precision_accumulation", "drop_xhat_term",
         "ignore_strides", "bf16_moments", "eps_outside_sqrt", "modifies_input", "dweight_missing_invstd",
-        "low_precision_param_sums", "ignore_storage_offset")
+        "low_precision_param_sums", "ignore_storage_offset",
+        "constant_stats_double_backward", "overwrites_dy", "frozen_x_fast_path", "frozen_params_fast_path",
+        "nondeterministic_sum")
 MUTANTS = {bug: named(layer_norm, bug) for bug in BUGS}
 textbook = layer_norm()
 CORRECT = {"textbook": textbook}

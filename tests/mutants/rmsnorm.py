@@ -40,54 +40,76 @@ class Bugs:
     last_dim_only: bool = False            # a multi-dim normalized_shape reduced over its last dim only
     ignore_strides: bool = False           # reads x and dy as if contiguous
     ignore_storage_offset: bool = False    # reads x and dy from the start of their storage
+    constant_stats_double_backward: bool = False  # backward from the forward's x̂ and rstd: constants to a 2nd derivative
+    overwrites_dy: bool = False            # backward writes dx into grad_output's buffer
+    frozen_x_fast_path: bool = False       # with x frozen, a fast path computes dweight = Σ dy·x
 
 
 ROW_BLOCK = 64  # rows per partial sum of the bf16-partials mutant
 
 
+def _normalise(x, weight, dims: int, eps, bugs: Bugs):
+    """(x̂, x̂ as the weight sees it, rstd, the scale w + offset) in the accumulation dtype, from torch ops:
+    differentiable when the backward recomputes them."""
+    low, acc = x.dtype, accumulation_dtype(x.dtype)
+    rows, hidden = prod(x.shape[: x.dim() - dims]), prod(x.shape[x.dim() - dims:])
+    reduce = x.shape[-1] if bugs.last_dim_only else hidden
+    xs = _read(x, bugs).reshape(-1, reduce).to(acc)
+    if eps is None:
+        eps = torch.finfo(low if bugs.eps_of_input_dtype else acc).eps
+    if bugs.centres:
+        xs = xs - xs.mean(dim=1, keepdim=True)
+    if bugs.low_precision_squares:  # squared in the input dtype, summed like a 16-lane kernel in it
+        ms = _sum((xs.to(low) * xs.to(low)).to(acc), (1,), None, low, in_low=True) / reduce
+    else:
+        ms = (xs * xs).mean(dim=1, keepdim=True)
+    rstd = 1 / (ms.sqrt() + eps) if bugs.eps_outside_sqrt else (ms + eps).rsqrt()
+    if bugs.bf16_rstd:
+        rstd = rstd.to(torch.bfloat16).to(acc)
+    xhat = (xs * rstd).reshape(rows, hidden)
+    seen = xhat.to(low).to(acc) if bugs.before_weight else xhat
+    scale = None if weight is None else weight.reshape(-1).to(acc) + (0.0 if bugs.forgets_offset else bugs.offset)
+    rstd = rstd.reshape(rows, -1)
+    if rstd.shape[1] > 1:  # one per chunk of the last dim: per element
+        rstd = rstd.repeat_interleave(reduce, dim=1)
+    return xhat, seen, rstd, scale
+
+
 class _RMSNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, dims: int, eps, bugs: Bugs):
-        low, acc = x.dtype, accumulation_dtype(x.dtype)
-        rows, hidden = prod(x.shape[: x.dim() - dims]), prod(x.shape[x.dim() - dims:])
-        reduce = x.shape[-1] if bugs.last_dim_only else hidden
-        xs = _read(x, bugs).reshape(-1, reduce).to(acc)
-        if eps is None:
-            eps = torch.finfo(low if bugs.eps_of_input_dtype else acc).eps
-        if bugs.centres:
-            xs = xs - xs.mean(dim=1, keepdim=True)
-        if bugs.low_precision_squares:  # squared in the input dtype, summed like a 16-lane kernel in it
-            ms = _sum((xs.to(low) * xs.to(low)).to(acc), (1,), None, low, in_low=True) / reduce
-        else:
-            ms = (xs * xs).mean(dim=1, keepdim=True)
-        rstd = 1 / (ms.sqrt() + eps) if bugs.eps_outside_sqrt else (ms + eps).rsqrt()
-        if bugs.bf16_rstd:
-            rstd = rstd.to(torch.bfloat16).to(acc)
-        xhat = (xs * rstd).reshape(rows, hidden)
-        seen = xhat.to(low).to(acc) if bugs.before_weight else xhat
-        scale = None if weight is None else weight.reshape(-1).to(acc) + (0.0 if bugs.forgets_offset else bugs.offset)
+        xhat, seen, rstd, scale = _normalise(x, weight, dims, eps, bugs)
         y = seen if scale is None else seen * scale
-        rstd = rstd.reshape(rows, -1)
-        if rstd.shape[1] > 1:  # one per chunk of the last dim: per element
-            rstd = rstd.repeat_interleave(reduce, dim=1)
-        ctx.save_for_backward(xhat, seen, rstd, scale)
-        ctx.bugs, ctx.low, ctx.shape = bugs, low, x.shape
+        # The backward recomputes x̂ from x (a double backward then differentiates it); the constant-statistics
+        # mutant uses the forward's, which a second derivative sees as constants.
+        ctx.save_for_backward(x, weight, xhat, seen, rstd)
+        ctx.bugs, ctx.low, ctx.shape, ctx.dims, ctx.eps = bugs, x.dtype, x.shape, dims, eps
         ctx.wshape, ctx.wdtype = (None, None) if weight is None else (weight.shape, weight.dtype)
-        return y.reshape(x.shape).to(low)
+        return y.reshape(x.shape).to(x.dtype)
 
     @staticmethod
     def backward(ctx, dy):
-        xhat, seen, rstd, scale = ctx.saved_tensors
+        x, weight, xhat, seen, rstd = ctx.saved_tensors
         bugs = ctx.bugs
+        scale = None
+        if bugs.constant_stats_double_backward:
+            if weight is not None:
+                scale = weight.reshape(-1).to(xhat.dtype) + (0.0 if bugs.forgets_offset else bugs.offset)
+        else:
+            xhat, seen, rstd, scale = _normalise(x, weight, ctx.dims, ctx.eps, bugs)
         dys = _read(dy, bugs).reshape(xhat.shape).to(xhat.dtype)
         if scale is not None and bugs.offset_only_forward:
             scale = scale - bugs.offset
         g = dys if scale is None else dys * scale
         h = torch.zeros_like(g[:, :1]) if bugs.drop_xhat_term else (g * xhat).mean(dim=1, keepdim=True)
         dx = (rstd * (g - xhat * h)).reshape(ctx.shape).to(ctx.low)
+        if bugs.overwrites_dy:  # dx written into grad_output's buffer
+            dx = dy.copy_(dx)
         dweight = None
         if scale is not None:
             products = dys * (xhat if bugs.dweight_unrounded_xhat else seen)
+            if bugs.frozen_x_fast_path and not ctx.needs_input_grad[0]:
+                products = products / rstd  # a fast path for a frozen input: Σ dy·x, the rstd forgotten
             if bugs.bf16_dweight_partials:
                 blocks = products.split(ROW_BLOCK)
                 dweight = torch.stack([b.sum(dim=0).to(torch.bfloat16) for b in blocks]).to(xhat.dtype).sum(dim=0)
@@ -117,7 +139,8 @@ def _impl(name: str, bugs: Bugs, what: str) -> Impl:
 GEMMA, LLAMA = Bugs(offset=1.0), Bugs(before_weight=True)
 # Bugs of the convention-free formula, in torch's convention; and those of a convention, under it.
 PLAIN = ("low_precision_squares", "bf16_rstd", "eps_outside_sqrt", "eps_of_input_dtype", "bf16_dweight_partials",
-         "drop_xhat_term", "centres", "last_dim_only", "ignore_strides", "ignore_storage_offset")
+         "drop_xhat_term", "centres", "last_dim_only", "ignore_strides", "ignore_storage_offset",
+         "constant_stats_double_backward", "overwrites_dy", "frozen_x_fast_path")
 CONVENTION_BUGS = {"forgets_offset": GEMMA, "offset_only_forward": GEMMA, "dweight_unrounded_xhat": LLAMA}
 assert set(PLAIN) | set(CONVENTION_BUGS) == {f.name for f in fields(Bugs)} - {"offset", "before_weight"}
 

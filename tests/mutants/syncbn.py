@@ -6,6 +6,7 @@ They use the syncbn contract, so they also work as
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from normcheck.kernels.syncbn import collectives
 from normcheck.kernels.syncbn.recipes.common import backward_outputs, channels_last_or_contiguous, \
@@ -46,6 +47,8 @@ class _Mutant(torch.autograd.Function):
         if bug == "param_grads_all_reduced" and grad_weight is not None:
             collectives.all_reduce(grad_weight, ctx.group)  # the training loop all-reduces them again
             collectives.all_reduce(grad_bias, ctx.group)
+        if not needs[0]:  # no dx to compute: nothing to synchronise (every rank alike)
+            return backward_outputs(x, None, weight, grad_weight, grad_bias, needs, extra=7)
         combined = torch.cat([sum_dy, sum_dy_xmu])
         collectives.all_reduce(combined, ctx.group)
         sum_dy, sum_dy_xmu = torch.split(combined, x.shape[1])
@@ -59,7 +62,16 @@ class _Mutant(torch.autograd.Function):
 
 
 def _mutant(bug: str):
-    def sync_batch_norm(input, weight, bias, running_mean, running_var, eps, momentum, process_group, world_size):
+    def sync_batch_norm(input, weight, bias, running_mean, running_var, eps, momentum, process_group, world_size,
+                        training=True):
+        if not training and bug != "eval_uses_batch_stats":  # eval mode: the running statistics, no collective
+            y = F.batch_norm(input, running_mean.clone(), running_var.clone(), weight, bias, False, momentum, eps)
+            if bug == "eval_updates_running_stats" and input.numel():  # and a training-style update of them
+                with torch.no_grad():
+                    dims = [d for d in range(input.dim()) if d != 1]
+                    running_mean.mul_(1 - momentum).add_(momentum * input.mean(dims).to(running_mean.dtype))
+                    running_var.mul_(1 - momentum).add_(momentum * input.var(dims).to(running_var.dtype))
+            return y
         return _Mutant.apply(input, weight, bias, running_mean, running_var, eps, momentum, process_group, world_size,
                              bug)
     sync_batch_norm.__qualname__ = bug
@@ -67,7 +79,7 @@ def _mutant(bug: str):
 
 
 BUGS = ("mean_dy_over_world_size", "param_grads_all_reduced", "biased_running_var", "skip_collectives_when_empty",
-        "count_in_input_dtype")
+        "count_in_input_dtype", "eval_uses_batch_stats", "eval_updates_running_stats")
 MUTANTS = {bug: _mutant(bug) for bug in BUGS}
 globals().update(MUTANTS)
 CORRECT: dict = {}  # the correct SyncBN implementations are the recipes (normcheck.kernels.syncbn.recipes)

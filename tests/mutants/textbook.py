@@ -33,6 +33,13 @@ class Bugs:
     low_precision_param_sums: bool = False  # dγ, dβ summed over the batch/rows in the f16/bf16 input dtype
     batch_statistics: bool = False          # IN: normalises with the channel's statistics over the batch (BN)
     running_var_pooled: bool = False        # IN: running_var from the variance pooled over the batch
+    eval_uses_batch_stats: bool = False     # eval mode normalises with the batch's statistics (ignores training)
+    eval_updates_running_stats: bool = False  # eval mode uses the running statistics but updates them too
+    constant_stats_double_backward: bool = False  # backward from the forward's μ, invstd: constants to a 2nd derivative
+    overwrites_dy: bool = False             # backward writes dx into grad_output's buffer
+    frozen_x_fast_path: bool = False        # with x frozen, a fast path computes dγ = Σ dy·(x − μ)
+    frozen_params_fast_path: bool = False   # with γ frozen, a fast path computes dx as if γ were 1
+    nondeterministic_sum: bool = False      # dγ, dβ summed over the batch in an order that varies per call
 
 
 def _read(t: torch.Tensor, bugs: Bugs) -> torch.Tensor:
@@ -67,27 +74,35 @@ def _sum(a: torch.Tensor, axes, bugs: Bugs, low: torch.dtype, in_low: bool | Non
     return total.to(a.dtype).reshape(shape)
 
 
+def _statistics(xs, view: SetView, eps, bugs: Bugs, low, running):
+    """(μ, σ², 1/sqrt(σ² + eps)) of the grouped x (torch ops: differentiable when recomputed in backward);
+    `running` (eval mode): the running statistics instead."""
+    axes, count = view.axes, view.set_size
+    if running is not None:
+        mu, var = (view.per_channel_values(r.to(xs.dtype)) for r in running)
+    elif bugs.per_sample_variance and view.across_batch:
+        mu = xs.mean(dim=(2, 3), keepdim=True).mean(dim=0, keepdim=True)
+        var = ((xs - xs.mean(dim=(2, 3), keepdim=True)) ** 2).mean(dim=(2, 3), keepdim=True).mean(dim=0, keepdim=True)
+    else:
+        mu = _sum(xs, axes, bugs, low) / count
+        if bugs.naive_variance:
+            var = _sum(xs * xs, axes, bugs, low) / count - mu * mu
+        else:
+            var = _sum((xs - mu) ** 2, axes, bugs, low) / count
+    norm_var = var * count / (count - 1) if bugs.unbiased_normalise and running is None else var
+    invstd = 1 / (norm_var.clamp_min(0).sqrt() + eps) if bugs.eps_outside_sqrt else (norm_var.clamp_min(0) + eps).rsqrt()
+    if bugs.bf16_moments:
+        mu, invstd = mu.to(torch.bfloat16).to(xs.dtype), invstd.to(torch.bfloat16).to(xs.dtype)
+    return mu, var, invstd
+
+
 class _Norm(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, bias, view: SetView, eps, bugs: Bugs, stats_out):
+    def forward(ctx, x, weight, bias, view: SetView, eps, bugs: Bugs, stats_out, running=None):
         low = x.dtype
         acc = accumulation_dtype(x.dtype)
-        axes = view.axes
         xs = view.group(_read(x, bugs).to(acc))
-        count = view.set_size
-        if bugs.per_sample_variance and view.across_batch:
-            mu = xs.mean(dim=(2, 3), keepdim=True).mean(dim=0, keepdim=True)
-            var = ((xs - xs.mean(dim=(2, 3), keepdim=True)) ** 2).mean(dim=(2, 3), keepdim=True).mean(dim=0, keepdim=True)
-        else:
-            mu = _sum(xs, axes, bugs, low) / count
-            if bugs.naive_variance:
-                var = _sum(xs * xs, axes, bugs, low) / count - mu * mu
-            else:
-                var = _sum((xs - mu) ** 2, axes, bugs, low) / count
-        norm_var = var * count / (count - 1) if bugs.unbiased_normalise else var
-        invstd = 1 / (norm_var.clamp_min(0).sqrt() + eps) if bugs.eps_outside_sqrt else (norm_var.clamp_min(0) + eps).rsqrt()
-        if bugs.bf16_moments:
-            mu, invstd = mu.to(torch.bfloat16).to(acc), invstd.to(torch.bfloat16).to(acc)
+        mu, var, invstd = _statistics(xs, view, eps, bugs, low, running)
         xhat = (xs - mu) * invstd
         ones = torch.ones(view.param_shape, dtype=acc)
         gamma = view.per_channel_values(weight.to(acc) if weight is not None else ones)
@@ -95,19 +110,33 @@ class _Norm(torch.autograd.Function):
         y = view.ungroup(xhat * gamma + beta).to(low)
         if bugs.modifies_input:
             x.sub_(view.ungroup(mu.expand_as(xs)).to(x.dtype))
-        stats_out.update(mean=mu, var=var, count=count)
-        ctx.save_for_backward(xhat, invstd, gamma)
-        ctx.view, ctx.bugs, ctx.low = view, bugs, low
+        stats_out.update(mean=mu, var=var, count=view.set_size)
+        # The backward recomputes the statistics from x, so that a double backward differentiates them too;
+        # the constant-statistics mutant (and one whose x changed since) uses the forward's, held constant.
+        ctx.recompute = not (bugs.constant_stats_double_backward or bugs.modifies_input)
+        ctx.save_for_backward(x, weight, mu, invstd)
+        ctx.view, ctx.bugs, ctx.low, ctx.eps, ctx.running = view, bugs, low, eps, running
         ctx.param_dtypes = (None if weight is None else weight.dtype, None if bias is None else bias.dtype)
         return y
 
     @staticmethod
     def backward(ctx, dy):
-        xhat, invstd, gamma = ctx.saved_tensors
+        x, weight, mu, invstd = ctx.saved_tensors
         view, bugs, low = ctx.view, ctx.bugs, ctx.low
         axes, count = view.axes, view.set_size
-        dys = view.group(_read(dy, bugs).to(xhat.dtype))
-        if bugs.gamma_outside_group_sums:
+        acc = mu.dtype
+        xs = view.group(_read(x, bugs).to(acc))
+        if ctx.recompute:
+            mu, _, invstd = _statistics(xs, view, ctx.eps, bugs, low, ctx.running)
+        xhat = (xs - mu) * invstd
+        needs = ctx.needs_input_grad
+        frozen_gamma = bugs.frozen_params_fast_path and weight is not None and not needs[1]
+        gamma = view.per_channel_values(weight.to(acc) if weight is not None and not frozen_gamma
+                                        else torch.ones(view.param_shape, dtype=acc))
+        dys = view.group(_read(dy, bugs).to(acc))
+        if ctx.running is not None:  # eval mode: the statistics do not depend on x
+            mean_g = mean_gx = torch.zeros_like(mu)
+        elif bugs.gamma_outside_group_sums:
             mean_g = gamma * _sum(dys, axes, bugs, low) / count
             mean_gx = gamma * _sum(dys * xhat, axes, bugs, low) / count
         else:
@@ -116,24 +145,48 @@ class _Norm(torch.autograd.Function):
         if bugs.drop_xhat_term:
             mean_gx = torch.zeros_like(mean_gx)
         dx = view.ungroup(invstd * (gamma * dys - mean_g - xhat * mean_gx)).to(low)
-        xterm = xhat / invstd if bugs.dweight_missing_invstd else xhat
+        if bugs.overwrites_dy:  # dx written into grad_output's buffer (and returned from it)
+            dx = dy.copy_(dx)
+        xterm = xhat / invstd if bugs.dweight_missing_invstd or (bugs.frozen_x_fast_path and not needs[0]) else xhat
         wdt, bdt = ctx.param_dtypes
+
         def param_sum(a):  # over N and S: (N, K, L, S) -> the parameter's shape
+            if bugs.nondeterministic_sum:  # the batch summed in an order that changes from call to call
+                a = a[torch.randperm(a.shape[0])]
+                return a.cumsum(0)[-1].sum(dim=-1).reshape(view.param_shape)
             return _sum(a, (0, 3), bugs, low, bugs.low_precision_param_sums).reshape(view.param_shape)
 
         dweight = param_sum(dys * xterm).to(wdt) if wdt is not None else None
         dbias = param_sum(dys).to(bdt) if bdt is not None else None
-        return dx, dweight, dbias, None, None, None, None
+        return dx, dweight, dbias, None, None, None, None, None
 
 
 def _batch_norm(bugs: Bugs):
     def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=True, momentum=0.1, eps=1e-5):
         stats = {}
-        y = _Norm.apply(input, weight, bias, SetView.per_channel(tuple(input.shape)), eps, bugs, stats)
-        mean, var, count = stats["mean"].reshape(-1), stats["var"].reshape(-1), stats["count"]
-        _update_running(running_mean, running_var, mean, var, count, bugs, momentum)
+        running = _eval_statistics(training, running_mean, running_var, bugs)
+        y = _Norm.apply(input, weight, bias, SetView.per_channel(tuple(input.shape)), eps, bugs, stats, running)
+        if running is None or bugs.eval_updates_running_stats:
+            batch = stats if running is None else _batch_stats(input, SetView.per_channel(tuple(input.shape)), bugs)
+            mean, var, count = batch["mean"].reshape(-1), batch["var"].reshape(-1), batch["count"]
+            _update_running(running_mean, running_var, mean, var, count, bugs, momentum)
         return y
     return batch_norm
+
+
+def _eval_statistics(training: bool, running_mean, running_var, bugs: Bugs):
+    """The statistics eval mode normalises with: the running ones (None: the batch's, training mode)."""
+    if training or bugs.eval_uses_batch_stats:
+        return None
+    return running_mean.detach().clone(), running_var.detach().clone()
+
+
+def _batch_stats(x, view: SetView, bugs: Bugs) -> dict:
+    """The batch's statistics (for a running-statistics update), as the forward would have computed them."""
+    with torch.no_grad():
+        xs = view.group(_read(x, bugs).to(accumulation_dtype(x.dtype)))
+        mu, var, _ = _statistics(xs, view, 0.0, bugs, x.dtype, None)
+    return {"mean": mu, "var": var, "count": view.set_size}
 
 
 def _update_running(running_mean, running_var, mean, var, count, bugs: Bugs, momentum: float):
@@ -151,9 +204,11 @@ def _instance_norm(bugs: Bugs):
         shape = tuple(input.shape)
         view = SetView.per_channel(shape) if bugs.batch_statistics else SetView.per_group(shape, shape[1])
         stats = {}
-        y = _Norm.apply(input, weight, bias, view, eps, bugs, stats)
-        if running_mean is not None:
+        running = _eval_statistics(use_input_stats, running_mean, running_var, bugs)
+        y = _Norm.apply(input, weight, bias, view, eps, bugs, stats, running)
+        if running_mean is not None and (running is None or bugs.eval_updates_running_stats):
             n, c = shape[0], shape[1]
+            stats = stats if running is None else _batch_stats(input, view, bugs)
             mean, var, count = stats["mean"].reshape(-1, c), stats["var"].reshape(-1, c), stats["count"]
             if bugs.running_var_pooled:  # the batch's variance about its pooled mean: adds the spread of the means
                 var = var + (mean - mean.mean(dim=0)) ** 2

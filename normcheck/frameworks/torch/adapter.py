@@ -4,13 +4,15 @@ of a world alike.
 """
 from __future__ import annotations
 
+import re
 from functools import partial
 
 import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ...core.errors import ImplError
+from ...core.errors import ImplError, NotDifferentiable
+from ...core.text import exception_text
 from .tensors import TORCH_DTYPES, TorchInputs, dtype_name, torch_inputs, with_threads
 
 Outputs = dict[str, "torch.Tensor | None"]
@@ -27,34 +29,72 @@ def check_tensor(name: str, value, shape: tuple[int, ...], dtype: torch.dtype | 
     return value
 
 
-def grad_leaves(t: TorchInputs) -> dict[str, torch.Tensor]:
-    """x, γ and β made to require grad, keyed by the name of their gradient."""
+def grad_leaves(t: TorchInputs, case) -> dict[str, torch.Tensor]:
+    """The inputs the case differentiates with respect to (Case.grads) made to require grad, keyed by the
+    name of their gradient; a frozen one stays as it is."""
     named = {"dx": t.x, "dweight": t.weight, "dbias": t.bias}
-    return {k: v.requires_grad_() for k, v in named.items() if v is not None}
+    return {k: named[k].requires_grad_() for k in case.grads}
 
 
 def differentiate(op, fn, case, t: TorchInputs, group=None, world_size: int = 1) -> Outputs:
-    """y = fn(...) under the op's contract, then every gradient through autograd with dy.
+    """y = fn(...) under the op's contract, then every gradient the case asks for through autograd with dy
+    (and, at order 2, the gradients of ⟨ddx, dx⟩ + ⟨ddγ, dγ⟩ + ⟨ddβ, dβ⟩ with respect to x, γ and dy).
 
     A gradient may be None only on a rank that holds no rows (it then counts as zero); anywhere
     else None means no gradient reaches that input.
     """
-    leaves = grad_leaves(t)
+    leaves = grad_leaves(t, case)
+    second = case.order == 2
+    dy = t.dy.detach().requires_grad_() if second else t.dy
     y = check_tensor("y", op.call(fn, t, case, group, world_size), t.x.shape, t.x.dtype)
     if not y.requires_grad:
         raise ImplError("y does not require grad: the implementation detached its output")
     # Every rank runs backward, empty ones included: they must still join the collectives.
-    grads = torch.autograd.grad(y, list(leaves.values()), grad_outputs=t.dy, allow_unused=True)
+    grads = torch.autograd.grad(y, list(leaves.values()), grad_outputs=dy, allow_unused=True, create_graph=second)
     out: Outputs = {"y": y.detach()}
     for name, grad in zip(leaves, grads):
         if grad is None and t.x.numel():
             raise ImplError(f"{name} is None: no gradient reaches that input")
         out[name] = grad
-    if out["dx"] is None:
+    if "dx" in out and out["dx"] is None:
         out["dx"] = torch.zeros_like(t.x)
+    if second:
+        out.update(double_backward(case, t, leaves, grads, dy))
     if op.running_stats:  # updated in place by the implementation
         out["running_mean"], out["running_var"] = t.running_mean, t.running_var
-    return out
+    return {k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in out.items()}
+
+
+def double_backward(case, t: TorchInputs, leaves: dict[str, torch.Tensor], grads, dy: torch.Tensor) -> Outputs:
+    """d2x, d2weight and d2dy: autograd through the first-order gradients, with the case's cotangents."""
+    cotangents = {"dx": t.ddx, "dweight": t.ddweight, "dbias": t.ddbias}
+    if not all(g is not None and g.requires_grad for g in grads):
+        raise NotDifferentiable("only once differentiable: its first-order gradients do not require grad "
+                                "under create_graph (a detached backward)")
+    refusing = {type(g.grad_fn).__name__ for g in grads} & _REFUSING_NODES
+    if refusing:  # (differentiating through them raises, or silently reaches nothing: dy is not behind them)
+        raise NotDifferentiable(f"only once differentiable: its first-order gradients come from autograd's "
+                                f"{' and '.join(sorted(refusing))} node (a once_differentiable backward, or an op "
+                                f"without a derivative)")
+    wanted = {"d2x": t.x, "d2weight": t.weight, "d2dy": dy}
+    wrt = {name: wanted[name] for name in case.second_order}
+    try:
+        second = torch.autograd.grad(list(grads), list(wrt.values()), grad_outputs=[cotangents[k] for k in leaves],
+                                     allow_unused=True)
+    except RuntimeError as e:
+        if _NOT_TWICE.search(str(e)):
+            raise NotDifferentiable(f"only once differentiable: {exception_text(e)}") from None
+        raise
+    return {name: torch.zeros_like(v) if g is None else g for (name, v), g in zip(wrt.items(), second)}
+
+
+# The nodes autograd puts behind a gradient it cannot differentiate again (once_differentiable's DelayedError,
+# an op whose derivative is not implemented)
+_REFUSING_NODES = {"Error", "DelayedError", "NotImplemented"}
+# What torch says when a backward has no derivative of its own (a once_differentiable Function, an op
+# without a double-backward formula)
+_NOT_TWICE = re.compile(r"once_differentiable|not implemented|does not require grad|is not differentiable twice"
+                        r"|derivative for .* is not implemented", re.I)
 
 
 def to_numpy(op, case, outputs: Outputs, x_shape: tuple[int, ...]) -> dict[str, np.ndarray]:
@@ -66,8 +106,8 @@ def to_numpy(op, case, outputs: Outputs, x_shape: tuple[int, ...]) -> dict[str, 
     out = {}
     for name, value in outputs.items():
         base = name.split("[")[0]
-        if value is None or base not in op.outputs:
-            continue
+        if value is None or base not in op.all_outputs or (base in op.saved_stats and not case.training):
+            continue  # (eval mode saves no statistics of the batch)
         dtype = None if base in op.saved_stats else TORCH_DTYPES[op.output_dtype(case, base)]
         value = check_tensor(name, value, op.output_shape(case, base, x_shape), dtype)
         out[name] = value.detach().to(torch.float64).cpu().contiguous().numpy()
@@ -119,6 +159,6 @@ def run_rank(op, fn, case, inputs, rank: int, group, world_size: int,
     return to_numpy(op, case, outputs, tuple(t.x.shape))
 
 
-def grad_mask(t: TorchInputs) -> list[bool]:
-    """The output_mask of aten's native backward ops: dx, and dγ/dβ where the parameter exists."""
-    return [True, t.weight is not None, t.bias is not None]
+def grad_mask(case) -> list[bool]:
+    """The output_mask of aten's native backward ops: the gradients the case asks for (Case.grads)."""
+    return [name in case.grads for name in ("dx", "dweight", "dbias")]

@@ -105,6 +105,9 @@ class TorchInputs:
     bias: torch.Tensor | None
     running_mean: torch.Tensor
     running_var: torch.Tensor
+    ddx: torch.Tensor | None = None  # order 2: the cotangents of dx, dweight and dbias
+    ddweight: torch.Tensor | None = None
+    ddbias: torch.Tensor | None = None
 
     def _guarded(self) -> dict[str, torch.Tensor]:
         """The tensors an implementation must not modify (dy is grad_output)."""
@@ -142,6 +145,8 @@ def torch_inputs(inputs, rows: slice | None = None, device: torch.device | None 
         x=data(inputs.x, case.x_format), dy=data(inputs.dy, case.dy_format),
         weight=param(inputs.weight), bias=param(inputs.bias),
         running_mean=param(inputs.running_mean), running_var=param(inputs.running_var),
+        ddx=None if inputs.ddx is None else data(inputs.ddx, "contiguous"),
+        ddweight=param(inputs.ddweight), ddbias=param(inputs.ddbias),
     )
 
 

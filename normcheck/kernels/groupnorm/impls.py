@@ -68,7 +68,8 @@ def _make() -> list[Impl]:
             impls.append(Impl(f"cl-{strategy}-t{n}", "groupnorm",
                               f"normcheck's channels-last GroupNorm kernel, strategy {strategy}, {n} thread(s)",
                               ours(strategy, n), supports=supports, capabilities=CAPABILITIES,
-                              path=lambda case: last_backward_path(), prepare=load))
+                              path=lambda case: last_backward_path(), prepare=load,
+                              orders=(1,)))  # its C++ backward has no derivative of its own
     torch_impls = {i.name: i for i in GROUPNORM.impls}
     for n in THREADS:
         for name, base in (("torch-cl", torch_impls["torch"]), ("torch-native-cl", torch_impls["torch-native-backward"])):

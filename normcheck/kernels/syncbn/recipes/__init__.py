@@ -12,14 +12,16 @@ _HERE = "normcheck.kernels.syncbn.recipes"
 
 
 def _recipe(name: str, module: str, description: str, worlds: tuple[str, ...] = (), op: str = "syncbn",
-            attr: str = "sync_batch_norm") -> Impl:
+            attr: str = "sync_batch_norm", eval_mode: bool = False) -> Impl:
     # No `worlds`: every world, the CUDA ones included (recipes allocate on x's device).
+    modes = ("train", "eval") if eval_mode else ("train",)
     return Impl(name, op, description, f"{_HERE}.{module}:{attr}", world="lockstep", worlds=worlds,
-                capabilities="all dtypes and memory formats")
+                capabilities=f"all dtypes and memory formats, {' and '.join(modes)} mode", modes=modes)
 
 
 IMPLS = (
-    _recipe("torch19", "torch19", "torch >= 1.9 style: one combined all_reduce, sums + int32 counts, empty ranks join"),
+    _recipe("torch19", "torch19", "torch >= 1.9 style: one combined all_reduce, sums + int32 counts, empty ranks join",
+            eval_mode=True),
     _recipe("torch15", "torch15", "torch 1.5-1.8 style: mean_dy = all-reduced sum / total count"),
     _recipe("pre15", "pre15", "pre-1.5 style: per-rank means averaged over the world size (wrong on uneven splits)"),
     _recipe("horovod", "horovod", "Horovod style: separate gathers, two async all_reduces in backward"),
@@ -27,5 +29,5 @@ IMPLS = (
     _recipe("master-worker", "master_worker",
             "pytorch-syncbn DataParallel protocol: replica threads, master/worker queues", ("lockstep",)),
     _recipe("fused-silu", "fused_silu", "fused SyncBN + SiLU; backward recomputes BN(x) instead of saving it",
-            op="syncbn_silu", attr="sync_batch_norm_silu"),
+            op="syncbn_silu", attr="sync_batch_norm_silu", eval_mode=True),
 )

@@ -72,7 +72,10 @@ def local_backward_sums(dy, x, mean, invstd, weight, needs):
     if x.numel() == 0:
         zeros = torch.zeros(x.shape[1], dtype=mean.dtype, device=x.device)
         return zeros, zeros.clone(), None, None
-    return torch.batch_norm_backward_reduce(dy, x, mean, invstd, weight, *needs[:3])
+    sums = torch.batch_norm_backward_reduce(dy, x, mean, invstd, weight, *needs[:3])
+    if weight is None and needs[2]:  # the primitive rounds dβ to x's dtype when there is no weight to take one from
+        sums = sums[:3] + (dy.sum([d for d in range(dy.dim()) if d != 1], dtype=mean.dtype),)
+    return sums
 
 
 def global_backward_sums(dy, x, mean, invstd, weight, needs, group):
@@ -104,9 +107,24 @@ def backward_outputs(x, dx, weight, grad_weight, grad_bias, needs, extra: int):
 
 def param_grads(weight, grad_weight, grad_bias, needs):
     """Local dγ/dβ as autograd wants them (None where not needed); the optimizer-side all-reduce
-    of parameter gradients is the training loop's job, not SyncBN's."""
+    of parameter gradients is the training loop's job, not SyncBN's. A bias without a weight still gets
+    its gradient (torch's Function drops it: torch-syncbn-bias-without-weight)."""
     if weight is None or not needs[1]:
         grad_weight = None
-    if weight is None or not needs[2]:
+    if not needs[2]:
         grad_bias = None
     return grad_weight, grad_bias
+
+
+def eval_forward(x, weight, bias, running_mean, running_var, eps):
+    """Eval mode, as nn.SyncBatchNorm has it (no collective): the running statistics, in the accumulation dtype,
+    composite ops, so autograd differentiates it (twice, too)."""
+    acc = accumulation_dtype(x.dtype)
+    shape = [1, -1] + [1] * (x.dim() - 2)
+    scale = (running_var.to(acc) + eps).rsqrt().view(shape)
+    y = (x.to(acc) - running_mean.to(acc).view(shape)) * scale
+    if weight is not None:
+        y = y * weight.to(acc).view(shape)
+    if bias is not None:
+        y = y + bias.to(acc).view(shape)
+    return y.to(x.dtype)

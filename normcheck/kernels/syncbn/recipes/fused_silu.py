@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 
 from ....frameworks.torch import accumulation_dtype
-from .common import backward_outputs, channels_last_or_contiguous, gather_global_stats, global_backward_sums, \
-    input_grad, normalise
+from .common import backward_outputs, channels_last_or_contiguous, eval_forward, gather_global_stats, \
+    global_backward_sums, input_grad, normalise
 
 
 def _silu_grad(y: torch.Tensor) -> torch.Tensor:
@@ -38,6 +38,10 @@ class SyncBatchNormSiLU(torch.autograd.Function):
         return backward_outputs(x, dx, weight, grad_weight, grad_bias, needs, extra=6)
 
 
-def sync_batch_norm_silu(input, weight, bias, running_mean, running_var, eps, momentum, process_group, world_size):
+def sync_batch_norm_silu(input, weight, bias, running_mean, running_var, eps, momentum, process_group, world_size,
+                         training=True):
+    if not training:  # the running statistics: no collective, autograd through the composite
+        y = eval_forward(input, weight, bias, running_mean, running_var, eps)  # (rounded to the input dtype, as
+        return torch.nn.functional.silu(y.to(accumulation_dtype(input.dtype))).to(input.dtype)  # the training path)
     return SyncBatchNormSiLU.apply(input, weight, bias, running_mean, running_var, eps, momentum, process_group,
                                    world_size)

@@ -12,7 +12,7 @@ import queue
 import torch
 
 from ....frameworks.torch import accumulation_dtype
-from .common import channels_last_or_contiguous, input_grad, normalise, param_grads
+from .common import channels_last_or_contiguous, input_grad, local_backward_sums, normalise, param_grads
 
 QUEUE_TIMEOUT = 60.0
 
@@ -96,15 +96,11 @@ class MasterWorkerSyncBN(torch.autograd.Function):
         x, weight, mean, invstd, counts = ctx.saved_tensors
         dy = channels_last_or_contiguous(dy)
         needs = ctx.needs_input_grad
-        channels = x.shape[1]
-        if x.numel() > 0:
-            sum_dy, sum_dy_xmu, grad_weight, grad_bias = torch.batch_norm_backward_reduce(
-                dy, x, mean, invstd, weight, *needs[:3])
-        else:
-            sum_dy = torch.zeros(channels, dtype=mean.dtype)
-            sum_dy_xmu, grad_weight, grad_bias = sum_dy.clone(), None, None
-        sum_dy, sum_dy_xmu = _reduce_at_master(ctx.group, (sum_dy, sum_dy_xmu), _sum_pairs)
-        dx = input_grad(dy, x, mean, invstd, weight, sum_dy, sum_dy_xmu, counts) if needs[0] else None
+        sum_dy, sum_dy_xmu, grad_weight, grad_bias = local_backward_sums(dy, x, mean, invstd, weight, needs)
+        dx = None
+        if needs[0]:  # (every replica alike: no dx, nothing to reduce)
+            sum_dy, sum_dy_xmu = _reduce_at_master(ctx.group, (sum_dy, sum_dy_xmu), _sum_pairs)
+            dx = input_grad(dy, x, mean, invstd, weight, sum_dy, sum_dy_xmu, counts)
         if x.numel() == 0:
             return (dx, None, None) + (None,) * 6
         return (dx, *param_grads(weight, grad_weight, grad_bias, needs)) + (None,) * 6

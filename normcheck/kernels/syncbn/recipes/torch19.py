@@ -2,8 +2,8 @@
 takes sums plus an int32 per-rank count tensor, and empty ranks still join every collective."""
 from __future__ import annotations
 
-from .common import GatheredStatsForward, backward_outputs, channels_last_or_contiguous, global_backward_sums, \
-    input_grad
+from .common import GatheredStatsForward, backward_outputs, channels_last_or_contiguous, eval_forward, \
+    global_backward_sums, input_grad
 
 
 class SyncBatchNorm19(GatheredStatsForward):
@@ -18,6 +18,9 @@ class SyncBatchNorm19(GatheredStatsForward):
         return backward_outputs(x, dx, weight, grad_weight, grad_bias, needs, extra=6)
 
 
-def sync_batch_norm(input, weight, bias, running_mean, running_var, eps, momentum, process_group, world_size):
+def sync_batch_norm(input, weight, bias, running_mean, running_var, eps, momentum, process_group, world_size,
+                    training=True):
+    if not training:  # as torch.nn.SyncBatchNorm: eval mode is plain BatchNorm with the running statistics
+        return eval_forward(input, weight, bias, running_mean, running_var, eps)
     return SyncBatchNorm19.apply(input, weight, bias, running_mean, running_var, eps, momentum, process_group,
                                  world_size)

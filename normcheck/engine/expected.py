@@ -1,0 +1,84 @@
+"""What a correct implementation returns for a case: the float64 reference of every output the case asks for.
+
+The op's record gives the training-mode forward and first-order backward; eval mode (running statistics in
+place of the batch's) and the second-order outputs are the same for every op, written once over the grouped
+view (reference.setwise). Only the gradients the case asks for are expected (Case.grads: none for a frozen input).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..cases import Case, CaseInputs
+from ..cases.case import GRADIENTS
+from ..reference.setwise import Arithmetic, eval_mode, numpy_arithmetic, second_order
+
+
+@dataclass(frozen=True)
+class Grouped:
+    """A case's inputs in its grouped view (N, K, L, S), γ and β as the layer applies them, in one dtype."""
+    x: np.ndarray
+    dy: np.ndarray
+    gamma: np.ndarray
+    beta: np.ndarray
+    running: tuple[np.ndarray, np.ndarray] | None  # eval mode: (μ, σ²), the running statistics broadcast per set
+    ddx: np.ndarray        # the cotangents of order 2 (zeros where not asked for)
+    ddweight: np.ndarray
+    ddbias: np.ndarray
+
+
+def grouped(case: Case, inputs: CaseInputs, dtype=np.float64) -> Grouped:
+    view = case.view
+    ones = np.ones(view.param_shape)
+    gamma = ones if inputs.weight is None else inputs.weight + (case.weight_offset or 0.0)
+    beta = 0 * ones if inputs.bias is None else inputs.bias
+
+    def param(a):
+        return view.per_channel_values(0 * ones if a is None else a).astype(dtype)
+
+    running = None
+    if not case.training:
+        running = (param(inputs.running_mean), param(inputs.running_var))
+    return Grouped(
+        x=view.group(inputs.x).astype(dtype), dy=view.group(inputs.dy).astype(dtype),
+        gamma=param(gamma), beta=param(beta), running=running,
+        ddx=view.group(np.zeros(case.shape) if inputs.ddx is None else inputs.ddx).astype(dtype),
+        ddweight=param(inputs.ddweight), ddbias=param(inputs.ddbias),
+    )
+
+
+def arithmetic(case: Case) -> Arithmetic:
+    """NumPy reductions over the case's sets and its parameters' elements."""
+    return numpy_arithmetic(case.view.axes, case.view.channel_sum)
+
+
+def expected_outputs(case: Case, inputs: CaseInputs) -> dict[str, np.ndarray]:
+    op, view = case.record, case.view
+    if case.training:
+        ref = op.reference(inputs)
+    else:
+        g = grouped(case, inputs)
+        ref = eval_mode(g.x, g.dy, g.gamma, g.beta, *g.running, case.eps_value, arithmetic(case), op.epilogue)
+        ref = {"y": view.ungroup(ref["y"]), "dx": view.ungroup(ref["dx"]), "dweight": ref["dweight"],
+               "dbias": ref["dbias"], "running_mean": inputs.running_mean, "running_var": inputs.running_var}
+    ref = {k: v for k, v in ref.items() if k not in GRADIENTS or k in case.grads}
+    if case.order == 2:
+        out = second_order_outputs(case, grouped(case, inputs), arithmetic(case))
+        ref.update({name: as_output(case, name, a) for name, a in out.items()})
+    return ref
+
+
+def second_order_outputs(case: Case, g: Grouped, ar: Arithmetic) -> dict:
+    """The case's second-order outputs from grouped inputs under `ar` (grouped, or per parameter: as_output)."""
+    out = second_order(g.x, g.dy, g.gamma, g.ddx, g.ddweight, g.ddbias, case.eps_value, ar,
+                       centred=case.record.centred, stats=g.running)
+    return {name: out[name] for name in case.second_order}
+
+
+def as_output(case: Case, name: str, a: np.ndarray) -> np.ndarray:
+    """A grouped (or broadcast) array in the output's own shape: x's for d2x and d2dy, the parameter's else."""
+    view = case.view
+    if name in ("d2x", "d2dy"):
+        return view.ungroup(np.broadcast_to(a, view.grouped_shape))
+    return np.broadcast_to(a, view.param_shape)

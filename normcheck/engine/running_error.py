@@ -1,0 +1,78 @@
+"""A first-order running-error analysis: the same formulas as the reference, evaluated on (value, bound) pairs.
+
+Each `Tracked` carries a float64 value and a bound on how far an implementation that rounds every operation may
+have drifted from it. Exact inputs start at bound 0; each operation adds what its operands' bounds become through
+it (|a|·δb + δa·|b| for a product) plus its own rounding, u_o·|result| (the storage dtype's unit roundoff: a
+composite double backward in torch runs its element-wise steps in the input dtype). A mean over M values adds
+u_a·ρ(M)·mean|a|, the accumulation error of the sum (tolerance.py explains ρ). The result is a bound, before a
+calibrated constant, for the second-order outputs (reference.setwise), whose error is not yet derived by hand
+the way tolerance.py derives the first-order ones.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..reference.setwise import Arithmetic
+
+
+@dataclass(frozen=True)
+class Tracked:
+    value: np.ndarray
+    bound: np.ndarray
+    u: float  # the element-wise steps' unit roundoff
+
+    def _lift(self, other) -> "Tracked":
+        return other if isinstance(other, Tracked) else exact(other, self.u)
+
+    def _rounded(self, value, bound) -> "Tracked":
+        return Tracked(value, bound + self.u * np.abs(value), self.u)
+
+    def __add__(self, other):
+        other = self._lift(other)
+        return self._rounded(self.value + other.value, self.bound + other.bound)
+
+    def __sub__(self, other):
+        other = self._lift(other)
+        return self._rounded(self.value - other.value, self.bound + other.bound)
+
+    def __mul__(self, other):
+        other = self._lift(other)
+        return self._rounded(self.value * other.value,
+                             np.abs(self.value) * other.bound + self.bound * np.abs(other.value))
+
+    __radd__ = __add__
+    __rmul__ = __mul__
+
+    def __rsub__(self, other):
+        return self._lift(other) - self
+
+
+def exact(a, u: float) -> Tracked:
+    """An input known exactly (the case's quantised values)."""
+    a = np.asarray(a, dtype=np.float64)
+    return Tracked(a, np.zeros_like(a), u)
+
+
+def tracked_arithmetic(axes: tuple[int, ...], param_sum, set_size: int, channel_count: int, ua: float,
+                       growth: float) -> Arithmetic:
+    """Means over sets of `set_size` and parameter sums over `channel_count` terms accumulated at ua."""
+    def rho(n):
+        return growth * np.sqrt(max(n, 1))
+
+    def mean(a: Tracked) -> Tracked:
+        value = a.value.mean(axis=axes, keepdims=True)
+        bound = a.bound.mean(axis=axes, keepdims=True) + ua * rho(set_size) * np.abs(a.value).mean(axis=axes, keepdims=True)
+        return a._rounded(value, bound)
+
+    def total(a: Tracked) -> Tracked:
+        value = param_sum(a.value)
+        return a._rounded(value, param_sum(a.bound) + ua * rho(channel_count) * param_sum(np.abs(a.value)))
+
+    def rsqrt(var: Tracked, eps: float) -> Tracked:
+        with np.errstate(divide="ignore"):
+            r = 1 / np.sqrt(var.value + eps)
+        return var._rounded(r, 0.5 * r * var.bound / (var.value + eps))  # δr/r = ½·δσ²/(σ² + eps)
+
+    return Arithmetic(mean, total, rsqrt)
