@@ -1,7 +1,8 @@
 """pytest plugin: gate your own normalization kernel in CI with one option set.
 
     pytest --normcheck-op syncbn --normcheck-impl mypkg.sync:sync_bn [--normcheck-backend gloo]
-           [--normcheck-profile ci|dev|thorough]
+           [--normcheck-profile ci|dev|thorough] [--normcheck-mode eval] [--normcheck-frozen x|params]
+           [--normcheck-order 2]
 
 adds normcheck's suite (normcheck/suite/, shipped inside the package so it runs from any
 directory) to whatever else pytest collects: every case of the default sweep as its own test, and

@@ -17,7 +17,9 @@ WRONG_BY_DESIGN = {
     ("syncbn", "inplace-abn"): ("recomputes x from y: y's rounding divided by γ enters dγ at half precision",
                                 {"dweight"}, lambda c: c.dtype in ("f16", "bf16")),
 }
-ALL = [(op, name) for op, impls in IMPLS.items() for name in impls]
+# (The baseline is left out: judged against itself it passes by construction; tests/test_tolerance.py judges it
+# by the formula bound alone.)
+ALL = [(op, name) for op, impls in IMPLS.items() for name in impls if name != "baseline"]
 
 
 @pytest.mark.parametrize("op, name", ALL, ids=[f"{op}-{name}" for op, name in ALL])

@@ -72,14 +72,14 @@ def test_a_signal_during_a_gloo_run_keeps_the_report_and_leaves_nothing(sig, sta
     assert not [p for p in seen if alive(p)], "processes of the run outlived it"
 
 
-# A BatchNorm that hangs on bf16, the sweep's second half: the gate is interrupted while it hangs.
+# A BatchNorm that hangs on f16, from the sweep's 37th case on: the gate is interrupted while it hangs.
 HANGING_BN = '''
 import time
 import torch
 import torch.nn.functional as F
 
 def bn(x, running_mean, running_var, weight, bias, training, momentum, eps):
-    if x.dtype == torch.bfloat16:
+    if x.dtype == torch.float16:
         time.sleep(600)
     return F.batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps)
 '''
@@ -100,7 +100,7 @@ def test_a_signal_during_a_gated_pytest_run_keeps_the_junit_report_and_leaves_no
         seen |= descendants(proc.pid)
         time.sleep(0.2)
     assert len(seen) >= 2, "the isolated worker never started"
-    time.sleep(10.0)  # the first 54 cases (not bf16) pass in a few seconds; then case 55 hangs
+    time.sleep(7.0)  # the first 36 cases (f64, f32) pass in a few seconds; then case 37 hangs
     seen |= descendants(proc.pid)
     sent = time.monotonic()
     proc.send_signal(sig)
@@ -110,6 +110,6 @@ def test_a_signal_during_a_gated_pytest_run_keeps_the_junit_report_and_leaves_no
     assert "Traceback" not in out + err
     cases = ET.parse(junit).getroot().iter("testcase")
     ran = [c for c in cases if (c.get("name") or "").startswith("test_default_sweep")]
-    assert len(ran) >= 50 and not any(c.find("failure") is not None or c.find("error") is not None for c in ran)
+    assert len(ran) >= 30 and not any(c.find("failure") is not None or c.find("error") is not None for c in ran)
     time.sleep(2.0)
     assert not [p for p in seen if alive(p)], "processes of the run outlived it"

@@ -120,6 +120,14 @@ def test_every_op_collects_its_sweep_and_the_property(pytester, op):
     assert tests[-2].endswith("::test_generated_cases") and tests[-1].endswith("::test_something_was_tested")
 
 
+def test_path_options_put_every_sweep_case_on_that_path(pytester):
+    result = pytester.runpytest_inprocess("--collect-only", "-q", "--normcheck-op", "batchnorm", "--normcheck-mode",
+                                          "eval", "--normcheck-frozen", "x", "--normcheck-order", "2")
+    sweep = [line for line in result.outlines if "::test_default_sweep[" in line]
+    assert result.ret == 0 and len(sweep) == len(default_sweep("batchnorm"))
+    assert all(" eval frozen-x order=2 " in line for line in sweep)
+
+
 def test_without_normcheck_op_the_plugin_adds_nothing(pytester):
     pytester.makepyfile(test_theirs="def test_one():\n    pass\n")
     suite = Path(__import__("normcheck").__file__).parent / "suite"
@@ -136,6 +144,9 @@ def test_without_normcheck_op_the_plugin_adds_nothing(pytester):
     (["--normcheck-op", "groupnorm", "--normcheck-backend", "gloo"], "applies to syncbn only"),
     (["--normcheck-op", "syncbn", "--normcheck-backend", "env"], "use `normcheck compare --backend env`"),
     (["--normcheck-impl", "mybn:bn"], "--normcheck-impl needs --normcheck-op"),
+    (["--normcheck-op", "groupnorm", "--normcheck-mode", "eval"], "--mode eval applies to the ops with running statistics"),
+    (["--normcheck-op", "batchnorm", "--normcheck-order", "3"], "order must be 1 or 2"),
+    (["--normcheck-op", "batchnorm", "--normcheck-frozen", "gamma"], "unknown frozen 'gamma'"),
 ])
 def test_bad_options_are_one_line_usage_errors(pytester, args, message):
     result = pytester.runpytest_inprocess(*args)

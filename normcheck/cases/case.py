@@ -146,9 +146,6 @@ class Case:
             raise UsageError("--frozen x with --affine none leaves nothing that requires grad")
         if isinstance(self.order, bool) or self.order not in ORDERS:
             raise UsageError(f"order must be 1 or 2, got {self.order!r}")
-        if self.order == 2 and not op.double_backward:
-            takers = [o.name for o in OPS.values() if o.double_backward]
-            raise UsageError(f"--order 2 applies to {', '.join(takers)}, not {self.op}: {op.why_once_differentiable}")
 
     @property
     def _eps_none_takers(self) -> str:

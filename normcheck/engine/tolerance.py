@@ -37,7 +37,7 @@ class Constants:
     growth: float = 2.0       # LAMBDA in ρ(M) = LAMBDA·sqrt(M)
     rounding: float = 3.0     # output and element-wise rounding: a few operations, each ≤ u_o
     baseline_factor: float = 4.0  # K_BASELINE: never demand more than this × the baseline's accuracy
-    second_order: float = 2.0  # K₂: multiplies the running-error bound of the second-order outputs
+    second_order: float = 16.0  # K₂: multiplies the running-error bound of the second-order outputs
 
 
 CONSTANTS = Constants()

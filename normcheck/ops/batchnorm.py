@@ -59,9 +59,10 @@ def native_backward(case, t):
 # ----------------------------------------------------------------------------- torch's known issues
 MIXED_SLOW_PATH = KnownIssue(
     "torch-bn-mixed-slow-path",
-    "torch CPU batch_norm backward with f16/bf16 input and f32 parameters, when x is strided or x and dy "
-    "have different memory formats, rounds dweight/dbias (and intermediate dx terms) to the input dtype",
-    lambda c: c.dtypes.is_mixed and (c.x_format != c.dy_format or "strided" in (c.x_format, c.dy_format)),
+    "torch CPU batch_norm backward with f16/bf16 input and f32 parameters, when x is strided or transposed (no "
+    "standard memory format) or x and dy have different memory formats, rounds dweight/dbias (and intermediate "
+    "dx terms) to the input dtype",
+    lambda c: c.dtypes.is_mixed and (c.x_format != c.dy_format or bool({"strided", "transposed"} & {c.x_format, c.dy_format})),
     Signature(("dx", "dweight", "dbias"), max_ratio=1e5),  # bf16 rounding: at most u_bf16/u_f32 = 2^16
     code=("aten.native_batch_norm_backward",),
 )
@@ -88,26 +89,34 @@ CHANNELS_LAST_F32_CANCELLATION = KnownIssue(
     code=("aten.native_batch_norm", "aten.native_batch_norm_backward"),
 )
 
-F16_DOUBLE_BACKWARD = KnownIssue(
-    "torch-bn-f16-double-backward",
-    "torch's BatchNorm double backward (batchnorm_double_backward, composite ops in the input dtype: f16 also with "
-    "f32 parameters) overflows: d2x, d2weight and d2dy come back inf or NaN on large sets (16x3x64x64) and "
-    "near-constant channels although every true second derivative is representable (d2x -0.63 read as -inf)",
-    lambda c: c.order == 2 and c.dtype == "f16",
-    Signature(("d2x", "d2weight", "d2dy"), max_ratio=100, nonfinite=True),
-    code=("aten.native_batch_norm_backward",),
-)
+def double_backward_issues(op: str, name: str, formula: str, kernel: str, f16_example: str) -> tuple[KnownIssue, ...]:
+    """The two failures of torch's composite double-backward formulas (BatchNorm's, LayerNorm's): f16
+    overflow, and a bias without a weight. `op`: the key's op part; `kernel`: the aten backward op."""
+    return (
+        KnownIssue(
+            f"torch-{op}-f16-double-backward",
+            f"torch's {name} double backward ({formula}, composite ops in the input dtype: f16 also with f32 "
+            f"parameters) overflows: d2x, d2weight and d2dy come back inf or NaN on large sets and near-constant "
+            f"sets although every true second derivative is representable ({f16_example})",
+            lambda c: c.order == 2 and c.dtype == "f16",
+            Signature(("d2x", "d2weight", "d2dy"), max_ratio=100, nonfinite=True),
+            code=(kernel,),
+        ),
+        KnownIssue(
+            f"torch-{op}-double-backward-bias-without-weight",
+            f"torch's {name} double backward with a bias but no weight raises 'Expected a proper Tensor but got None "
+            f"(or an undefined Tensor in C++) for argument #1 'other'' ({formula} uses the absent weight); with x "
+            f"frozen it raises nothing but returns d2dy = 0 instead of ddβ. The first-order backward takes it",
+            lambda c: c.order == 2 and c.has_bias and not c.has_weight,
+            Signature(("d2dy",), message=r"Expected a proper Tensor but got None .*argument #1 'other'"),
+            code=(kernel,),
+        ),
+    )
 
-DOUBLE_BACKWARD_BIAS_WITHOUT_WEIGHT = KnownIssue(
-    "torch-bn-double-backward-bias-without-weight",
-    "torch's BatchNorm double backward with a bias but no weight raises 'Expected a proper Tensor but got None "
-    "(or an undefined Tensor in C++) for argument #1 'other'' (batchnorm_double_backward multiplies by the absent "
-    "weight); with x frozen it returns d2dy = 0 instead of ddβ; the first-order backward takes it. Any dtype, training and eval mode",
-    lambda c: c.order == 2 and c.has_bias and not c.has_weight,
-    # with x frozen it raises nothing but loses dβ = Σ dy's dependence on dy: d2dy comes back 0
-    Signature(("d2dy",), message=r"Expected a proper Tensor but got None .*argument #1 'other'"),
-    code=("aten.native_batch_norm_backward",),
-)
+
+F16_DOUBLE_BACKWARD, DOUBLE_BACKWARD_BIAS_WITHOUT_WEIGHT = double_backward_issues(
+    "bn", "BatchNorm", "batchnorm_double_backward", "aten.native_batch_norm_backward",
+    "d2x -0.63 read as -inf at 16x3x64x64")
 
 TORCH_ISSUES = (MIXED_SLOW_PATH, F16_INTERMEDIATES, CHANNELS_LAST_F32_CANCELLATION, F16_DOUBLE_BACKWARD,
                 DOUBLE_BACKWARD_BIAS_WITHOUT_WEIGHT)

@@ -129,6 +129,8 @@ class Impl:
                 return f"{self.name} follows {name}={value} (the case has {getattr(case, name)})"
         if case.mode not in self.modes:
             return f"{self.name} implements {' and '.join(self.modes)} mode only"
+        if case.order == 2 and not case.record.double_backward:
+            return f"{self.name} is not judged at order 2 here: {case.record.why_once_differentiable}"
         if case.order not in self.orders:
             how = "it returns first-order gradients itself" if self.convention == "direct" else "as recorded"
             return f"{self.name} is only once differentiable ({how})"
@@ -186,7 +188,7 @@ class Op:
     eps_none: Callable[[str], float] | None = None  # what eps=None means for an input dtype (None: not allowed)
     min_set_size: int = 2               # fewest values a set may have (BatchNorm's running variance needs 2)
     ranks: tuple[int, ...] = (2, 3, 4, 5)  # the input ranks it takes (InstanceNorm: none without spatial dims)
-    # Cases of order 2 (double backward) exist for it; else why not (a one-line reason for the error)
+    # Its order-2 cases (the double backward) are judged; else every implementation skips them, saying why
     double_backward: bool = True
     why_once_differentiable: str = ""
     eval_keyword: str | None = None     # the keyword its contract adds in eval mode (SyncBN: training=False)

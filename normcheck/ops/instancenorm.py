@@ -81,9 +81,9 @@ HALF_STRIDED = KnownIssue(
 
 MIXED_STRIDED_PARAM_GRADS = KnownIssue(
     "torch-in-mixed-strided-param-grads",
-    "torch CPU instance_norm with bf16/f16 input, f32 parameters and a strided x or dy: the BatchNorm kernel's "
+    "torch CPU instance_norm with bf16/f16 input, f32 parameters and a strided or transposed x or dy: the BatchNorm kernel's "
     "mixed-layout path (torch-bn-mixed-slow-path) rounds dweight and dbias to the input dtype (ratios up to 1e4)",
-    lambda c: c.dtypes.is_mixed and "strided" in (c.x_format, c.dy_format),
+    lambda c: c.dtypes.is_mixed and bool({"strided", "transposed"} & {c.x_format, c.dy_format}),
     Signature(("dweight", "dbias")),
 )
 

@@ -9,7 +9,7 @@ from .. import reference
 from ..core.errors import UsageError
 from ..frameworks.torch import grad_mask
 from ..numerics.sets import SetView
-from .batchnorm import drop_none
+from .batchnorm import double_backward_issues, drop_none
 from .core import GridSweep, Impl, KnownIssue, Op, Signature
 
 SIGNATURE = "fn(input, normalized_shape, weight, bias, eps) -> Tensor  (torch.nn.functional.layer_norm)"
@@ -95,26 +95,9 @@ MIXED_BIAS_WITHOUT_WEIGHT = KnownIssue(
     code=("aten.native_layer_norm_backward",),
 )
 
-F16_DOUBLE_BACKWARD = KnownIssue(
-    "torch-ln-f16-double-backward",
-    "torch's LayerNorm double backward (layer_norm_double_backward, composite ops in the input dtype: f16 also "
-    "with f32 parameters) overflows: d2x, d2weight and d2dy NaN on near-constant rows although every true "
-    "second derivative is representable (d2x -78.9 read as NaN at 2x2x4x32x33)",
-    lambda c: c.order == 2 and c.dtype == "f16",
-    Signature(("d2x", "d2weight", "d2dy"), max_ratio=100, nonfinite=True),
-    code=("aten.native_layer_norm_backward",),
-)
-
-DOUBLE_BACKWARD_BIAS_WITHOUT_WEIGHT = KnownIssue(
-    "torch-ln-double-backward-bias-without-weight",
-    "torch's LayerNorm double backward with a bias but no weight raises 'Expected a proper Tensor but got None "
-    "(or an undefined Tensor in C++) for argument #1 'other'' (layer_norm_double_backward uses the absent weight); "
-    "with x frozen it returns d2dy = 0 instead of ddβ; the first-order backward takes it. Any dtype",
-    lambda c: c.order == 2 and c.has_bias and not c.has_weight,
-    # with x frozen it raises nothing but loses dβ = Σ dy's dependence on dy: d2dy comes back 0
-    Signature(("d2dy",), message=r"Expected a proper Tensor but got None .*argument #1 'other'"),
-    code=("aten.native_layer_norm_backward",),
-)
+F16_DOUBLE_BACKWARD, DOUBLE_BACKWARD_BIAS_WITHOUT_WEIGHT = double_backward_issues(
+    "ln", "LayerNorm", "layer_norm_double_backward", "aten.native_layer_norm_backward",
+    "d2x -78.9 read as NaN at 2x2x4x32x33")
 
 TORCH_ISSUES = (HALF_PARAM_GRADS, TINY_ROW_STATISTICS, MIXED_BIAS_WITHOUT_WEIGHT, F16_DOUBLE_BACKWARD,
                 DOUBLE_BACKWARD_BIAS_WITHOUT_WEIGHT)
