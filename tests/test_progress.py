@@ -61,11 +61,11 @@ def drain(procs_and_masters) -> list[str]:
 
 
 def test_a_long_run_shows_a_bar_on_the_terminal_and_json_mode_does_not():
-    # 600 small cases: 2 s or more, well past the bar's DELAY_S, so a missing bar is a real miss.
-    run = ["compare", "--op", "batchnorm", "--impl", "baseline", "--shape", "64,3,32", "--cases", "600"]
+    # 300 small cases: 2 s or more (each runs twice), well past the bar's DELAY_S, so a missing bar is a real miss.
+    run = ["compare", "--op", "batchnorm", "--impl", "baseline", "--shape", "64,3,32", "--cases", "300"]
     table = stderr_on_a_terminal(*run)
     as_json = stderr_on_a_terminal(*run, "--json")
     table_terminal, json_terminal = drain([table, as_json])
-    assert "batchnorm / baseline:" in table_terminal and "/600 [" in table_terminal  # tqdm's "k/600 [elapsed<left"
+    assert "batchnorm / baseline:" in table_terminal and "/300 [" in table_terminal  # tqdm's "k/300 [elapsed<left"
     assert json_terminal == ""
     assert table[0].returncode == 0 and as_json[0].returncode == 0

@@ -8,10 +8,11 @@ from __future__ import annotations
 import time
 import traceback
 from dataclasses import replace
+from functools import lru_cache
 
 import numpy as np
 
-from ..cases import Case
+from ..cases import Case, CaseInputs
 from ..cases.case import GRADIENTS
 from ..core.errors import ImplError, NotDifferentiable, UsageError
 from ..core.text import exception_text, raised_at
@@ -46,7 +47,7 @@ def judge(case: Case, impl: Impl, constants: Constants = CONSTANTS) -> Report:
     if reason:
         return report(SKIP, message=f"not supported: {reason}")
 
-    inputs = case.make_inputs()
+    inputs = case_inputs(case)
     try:
         outputs, path, ops = impl.runner(case, inputs)
         for name in (*op.required, *case.second_order):
@@ -67,9 +68,7 @@ def judge(case: Case, impl: Impl, constants: Constants = CONSTANTS) -> Report:
         stack = "".join(traceback.format_exception(e))
         return report(FAIL, message=exception_text(e) + raised_at(e))
 
-    ref = expected_outputs(case, inputs)
-    bounds = element_bounds(case, inputs, constants)
-    baseline = baseline_outputs(case, inputs) if constants.baseline_factor else {}
+    ref, bounds, baseline = expectations(case, constants)
     tensors = []
     for name, got in outputs.items():
         base_name = name.split("[")[0]  # "running_mean[rank 2]" is compared like "running_mean"
@@ -89,6 +88,23 @@ def judge(case: Case, impl: Impl, constants: Constants = CONSTANTS) -> Report:
         return report(FAIL, tensors, f"not deterministic: a second run on the same inputs gave other bits for "
                                      f"{', '.join(differ)} (an Impl record may declare deterministic=False)")
     return report(verdict, tensors)
+
+
+# One case's inputs and expectations are kept until the next case: implementations judged one after another on
+# the same case (a catalogue's, a calibration's) share them. The arrays are never handed to an implementation to
+# keep: adapters copy them into the framework's tensors (a worker process gets its own copy).
+@lru_cache(maxsize=1)
+def case_inputs(case: Case) -> CaseInputs:
+    return case.make_inputs()
+
+
+@lru_cache(maxsize=1)
+def expectations(case: Case, constants: Constants) -> tuple[dict, dict, dict]:
+    """(the float64 reference of every output the case asks for, the tolerance model's element bounds, the
+    same-precision baseline's outputs, or {} when the constants give it no weight)."""
+    inputs = case_inputs(case)
+    baseline = baseline_outputs(case, inputs) if constants.baseline_factor else {}
+    return expected_outputs(case, inputs), element_bounds(case, inputs, constants), baseline
 
 
 def attribute(own, others, tensors, message: str) -> tuple[str, str]:

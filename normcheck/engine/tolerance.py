@@ -108,7 +108,8 @@ def element_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) -> 
         grad1 = ep.grad(y_norm)
         dy = dy * grad1
         d_dy = np.abs(view.group(inputs.dy) * ep.grad2(y_norm)) * bound_y + c.rounding * uo * np.abs(dy)
-        bound_y = np.abs(grad1) * bound_y + c.rounding * uo * np.abs(ep.f(y_norm))
+        # f is several element-wise operations of its own (SiLU: exp, add, divide, multiply): twice the rounding
+        bound_y = np.abs(grad1) * bound_y + 2 * c.rounding * uo * np.abs(ep.f(y_norm))
 
     # Backward: dx = r·(g − ḡ − x̂·h).
     # (eval mode: dx = r·g, the statistics do not depend on x)
