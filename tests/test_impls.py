@@ -19,7 +19,8 @@ WRONG_BY_DESIGN = {
 }
 # (The baseline is left out: judged against itself it passes by construction; tests/test_tolerance.py judges it
 # by the formula bound alone.)
-JUDGED = {op: [name for name in impls if name != "baseline"] for op, impls in IMPLS.items()}
+# The GroupNorm kernel's records at 1 and 3 threads (2 is between them: tests/test_groupnorm_kernel.py runs it).
+JUDGED = {op: [name for name in impls if name != "baseline" and not name.endswith("-t2")] for op, impls in IMPLS.items()}
 
 
 @pytest.mark.parametrize("op", list(JUDGED))

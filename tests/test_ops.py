@@ -100,7 +100,8 @@ def test_default_sweep_catches_mutant(op, bug):
 
 @pytest.mark.parametrize("op, name", CORRECT, ids=[f"{op}-{name}" for op, name in CORRECT])
 def test_default_sweep_passes_correct_implementations(op, name):
-    impl = bound(op, CATALOGUE[op].CORRECT[name])
+    # (run once per case: these are compositions of torch ops, whose determinism tests/test_impls.py checks)
+    impl = replace(bound(op, CATALOGUE[op].CORRECT[name]), deterministic=False)
     reports = [compare(op, impl, c) for c in sweep(op, impl.follows)]
     failures = [f"{r.case.label}: {r.summary()}" for r in reports if r.verdict == FAIL]
     assert any(r.verdict == PASS for r in reports), f"{op}/{name}: no case passed"

@@ -11,8 +11,7 @@ import numpy as np
 from ..cases import Case, CaseInputs
 from ..numerics.dtypes import accumulation, quantise, weight_sees
 from ..reference.setwise import eval_mode, numpy_arithmetic
-from .expected import as_output, grouped, second_order_outputs
-from .tolerance import effective_affine
+from .expected import as_output, effective_affine, grouped, second_order_outputs
 
 _NUMPY = {"f64": np.float64, "f32": np.float32}
 

@@ -28,21 +28,30 @@ class Grouped:
     ddbias: np.ndarray
 
 
-def grouped(case: Case, inputs: CaseInputs, dtype=np.float64) -> Grouped:
+def effective_affine(case: Case, inputs: CaseInputs) -> tuple[np.ndarray, np.ndarray]:
+    """γ and β as the layer applies them, broadcastable against the grouped view: a present weight
+    with its offset added (RMSNorm's w + offset), absent ones 1 and 0."""
     view = case.view
     ones = np.ones(view.param_shape)
     gamma = ones if inputs.weight is None else inputs.weight + (case.weight_offset or 0.0)
-    beta = 0 * ones if inputs.bias is None else inputs.bias
+    beta = inputs.bias if inputs.bias is not None else 0 * ones
+    return view.per_channel_values(gamma), view.per_channel_values(beta)
+
+
+def grouped(case: Case, inputs: CaseInputs, dtype=np.float64) -> Grouped:
+    view = case.view
+    zeros = np.zeros(view.param_shape)
 
     def param(a):
-        return view.per_channel_values(0 * ones if a is None else a).astype(dtype)
+        return view.per_channel_values(zeros if a is None else a).astype(dtype)
 
     running = None
     if not case.training:
         running = (param(inputs.running_mean), param(inputs.running_var))
+    gamma, beta = effective_affine(case, inputs)
     return Grouped(
         x=view.group(inputs.x).astype(dtype), dy=view.group(inputs.dy).astype(dtype),
-        gamma=param(gamma), beta=param(beta), running=running,
+        gamma=gamma.astype(dtype), beta=beta.astype(dtype), running=running,
         ddx=view.group(np.zeros(case.shape) if inputs.ddx is None else inputs.ddx).astype(dtype),
         ddweight=param(inputs.ddweight), ddbias=param(inputs.ddbias),
     )

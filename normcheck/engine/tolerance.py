@@ -26,7 +26,7 @@ import numpy as np
 
 from ..cases import Case, CaseInputs
 from ..numerics.dtypes import TINY, UNIT_ROUNDOFF, may_round_across, quantise
-from .expected import Grouped, as_output, grouped, second_order_outputs
+from .expected import Grouped, as_output, effective_affine, grouped, second_order_outputs
 from .running_error import exact, tracked_arithmetic
 
 
@@ -195,16 +195,6 @@ def second_order_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS
     ar = tracked_arithmetic(view.axes, view.channel_sum, view.set_size, view.channel_count, ua, c.growth)
     out = second_order_outputs(case, tracked, ar)
     return {name: c.second_order * as_output(case, name, t.bound) for name, t in out.items()}
-
-
-def effective_affine(case: Case, inputs: CaseInputs) -> tuple[np.ndarray, np.ndarray]:
-    """γ and β as the layer applies them, broadcastable against the grouped view: a present weight
-    with its offset added (RMSNorm's w + offset), absent ones 1 and 0."""
-    view = case.view
-    ones = np.ones(view.param_shape)
-    gamma = ones if inputs.weight is None else inputs.weight + (case.weight_offset or 0.0)
-    beta = inputs.bias if inputs.bias is not None else 0 * ones
-    return view.per_channel_values(gamma), view.per_channel_values(beta)
 
 
 def budget_ratio(

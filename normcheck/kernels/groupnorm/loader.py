@@ -4,6 +4,8 @@ The extension is compiled with ``torch.utils.cpp_extension.load`` (ninja) into
 ``$NORMCHECK_CACHE`` or ``~/.cache/normcheck/groupnorm/<hash>``, where the hash covers the source,
 the flags and the torch version: an edited source or a new torch builds afresh, anything else
 reuses the build (a second load in a new process takes well under a second).
+
+    python -m normcheck.kernels.groupnorm      # build now (CI does, before the tests), print where
 """
 from __future__ import annotations
 
@@ -79,3 +81,4 @@ def load():
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise BuildError(f"building normcheck's GroupNorm kernel failed in {directory}: {first}") from e
         return _module
+
