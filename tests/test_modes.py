@@ -153,11 +153,16 @@ class _OnceDifferentiable(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, dy):
-        x, weight, bias = ctx.saved_tensors
-        with torch.enable_grad():
-            leaves = [a.detach().requires_grad_() for a in (x, weight, bias)]
-            y = F.layer_norm(leaves[0], x.shape[-1:], leaves[1], leaves[2], ctx.eps)
-            return (*torch.autograd.grad(y, leaves, dy), None)
+        return (*_layer_norm_grads(ctx, dy), None)
+
+
+def _layer_norm_grads(ctx, dy):
+    """(dx, dγ, dβ) of F.layer_norm at the saved (x, γ, β), through autograd on detached copies."""
+    x, weight, bias = ctx.saved_tensors
+    with torch.enable_grad():
+        leaves = [a.detach().requires_grad_() for a in (x, weight, bias)]
+        y = F.layer_norm(leaves[0], x.shape[-1:], leaves[1], leaves[2], ctx.eps)
+        return torch.autograd.grad(y, leaves, dy)
 
 
 def once_differentiable_layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
@@ -204,11 +209,7 @@ class _DxIntoDy(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy):
-        x, weight, bias = ctx.saved_tensors
-        with torch.enable_grad():
-            leaves = [a.detach().requires_grad_() for a in (x, weight, bias)]
-            y = F.layer_norm(leaves[0], x.shape[-1:], leaves[1], leaves[2], ctx.eps)
-            dx, dw, db = torch.autograd.grad(y, leaves, dy)
+        dx, dw, db = _layer_norm_grads(ctx, dy)
         return dy.copy_(dx), dw, db, None  # the kernel reuses grad_output's buffer for dx
 
 

@@ -35,9 +35,8 @@ _SHOWN = {"groups": ("G={}", object()), "normalized_dims": ("D={}", object()), "
 MODES = ("train", "eval")          # eval: normalise with the running statistics, leave them unchanged
 FROZEN = ("none", "x", "params")   # which inputs do not require grad (their gradients are not asked for)
 ORDERS = (1, 2)                    # 2: also the gradient of ⟨ddx, dx⟩ + ⟨ddγ, dγ⟩ + ⟨ddβ, dβ⟩ (double backward)
-# The first-order gradients, the input each is taken with respect to, and the second-order output of it
+# The first-order gradients and the input each is taken with respect to
 GRADIENTS = {"dx": "x", "dweight": "weight", "dbias": "bias"}
-SECOND_ORDER = {"dx": "d2x", "dweight": "d2weight", "dy": "d2dy"}
 
 
 @dataclass(frozen=True)

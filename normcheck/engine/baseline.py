@@ -10,30 +10,27 @@ import numpy as np
 
 from ..cases import Case, CaseInputs
 from ..numerics.dtypes import accumulation, quantise, weight_sees
-from ..reference.setwise import eval_mode, numpy_arithmetic
-from .expected import as_output, effective_affine, grouped, second_order_outputs
+from ..reference.setwise import eval_mode
+from .expected import Grouped, arithmetic, as_output, effective_affine, grouped, second_order_outputs
 
 _NUMPY = {"f64": np.float64, "f32": np.float32}
 
 
 def baseline_outputs(case: Case, inputs: CaseInputs) -> dict[str, np.ndarray | None]:
-    out = first_order(case, inputs) if case.training else eval_outputs(case, inputs)
+    # (the grouped inputs in the accumulation precision, for eval mode and the second-order formulas)
+    g = grouped(case, inputs, _NUMPY[accumulation(case.dtype)]) if not case.training or case.order == 2 else None
+    out = first_order(case, inputs) if case.training else eval_outputs(case, inputs, g)
     if case.order == 2:  # the second-order formulas in the accumulation precision
-        acc = _NUMPY[accumulation(case.dtype)]
-        ar = numpy_arithmetic(case.view.axes, case.view.channel_sum)
-        second = second_order_outputs(case, grouped(case, inputs, acc), ar)
+        second = second_order_outputs(case, g, arithmetic(case))
         out.update({name: quantise(as_output(case, name, a), case.record.output_dtype(case, name))
                     for name, a in second.items()})
     return out
 
 
-def eval_outputs(case: Case, inputs: CaseInputs) -> dict[str, np.ndarray | None]:
+def eval_outputs(case: Case, inputs: CaseInputs, g: Grouped) -> dict[str, np.ndarray | None]:
     """Eval mode: normalised with the running statistics, which stay as they were."""
     op, view = case.record, case.view
-    acc = _NUMPY[accumulation(case.dtype)]
-    g = grouped(case, inputs, acc)
-    out = eval_mode(g.x, g.dy, g.gamma, g.beta, *g.running, case.eps_value,
-                    numpy_arithmetic(view.axes, view.channel_sum), op.epilogue)
+    out = eval_mode(g.x, g.dy, g.gamma, g.beta, *g.running, case.eps_value, arithmetic(case), op.epilogue)
     return {"y": quantise(view.ungroup(out["y"]), case.dtype), "dx": quantise(view.ungroup(out["dx"]), case.dtype),
             "dweight": quantise(out["dweight"], case.param_dtype) if inputs.weight is not None else None,
             "dbias": quantise(out["dbias"], case.param_dtype) if inputs.bias is not None else None,

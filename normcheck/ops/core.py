@@ -20,7 +20,7 @@ from ..numerics.sets import SetView
 
 ALL_CASES = "all dtypes (f64, f32, f16, bf16, mixed), all memory formats, every rank the op takes"
 CONVENTIONS = ("contract", "direct")
-SECOND_ORDER_OUTPUTS = ("d2x", "d2weight", "d2dy")  # of order-2 cases (normcheck.cases.case.SECOND_ORDER)
+SECOND_ORDER_OUTPUTS = ("d2x", "d2weight", "d2dy")  # of order-2 cases (Case.second_order: those not identically 0)
 X_SHAPED = ("y", "dx", "d2x", "d2dy")  # outputs shaped like x, in its dtype
 
 
