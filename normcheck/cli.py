@@ -57,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     cmp = sub.add_parser("compare", help="compare an implementation with the reference")
     cmp.add_argument("--op", required=True, choices=sorted(OPS))
     cmp.add_argument("--impl", default=None, help="a registered name (see `normcheck list`) or module:attr")
+    cmp.add_argument("--framework", metavar="NAME", help="the contract a module:attr function follows: torch (the "
+                     "default), or jax / tf (the op's array contract, `normcheck list`)")
     cmp.add_argument("--shape", type=_int_list, help="N,C[,D][,H][,W]")
     cmp.add_argument("--dtype", help=f"one of {', '.join(DTYPE_CHOICES)}")
     cmp.add_argument("--memory-format", help=f"X[:DY], each one of {', '.join(FORMATS)}")
@@ -145,18 +147,19 @@ def _positive(text: str) -> int:
 
 
 def build_cases(args, impl=None) -> list[Case]:
-    """The cases to run: a --case token's, explicit ones from case options, or the default sweep; all
-    in the conventions the implementation follows (Impl.follows) or --weight-offset / --casting say."""
+    """The cases to run: a --case token's, explicit ones from case options, or the default sweep (in the layouts
+    the implementation can express, Impl.formats); all in the conventions it follows (Impl.follows) or
+    --weight-offset / --casting say."""
     follows = dict(impl.follows) if impl is not None else {}
     conventions = {**follows, **{k: getattr(args, k) for k in CONVENTIONS if getattr(args, k) is not None}}
-    cases = _build_cases(args, conventions)  # (a value no case can take is refused here)
+    cases = _build_cases(args, conventions, impl.formats if impl is not None else None)  # (refuses what no case takes)
     for name, value in follows.items():
         if conventions[name] != value:
             raise UsageError(f"--{name.replace('_', '-')} {conventions[name]}: {impl.name} follows {name}={value}")
     return cases
 
 
-def _build_cases(args, conventions: dict) -> list[Case]:
+def _build_cases(args, conventions: dict, formats: tuple[str, ...] | None) -> list[Case]:
     given = [k for k in (*_CASE_OPTIONS, "cases", "seed") if _is_given(getattr(args, k))]
     path = {k: getattr(args, k) for k in _PATH_OPTIONS if getattr(args, k) is not None}
     if args.case is not None:
@@ -166,7 +169,8 @@ def _build_cases(args, conventions: dict) -> list[Case]:
     seeds = range(first, first + (args.cases or 1))
     if not explicit:
         cases = [on_path(case, path)
-                 for seed in seeds for case in default_sweep(args.op, seed, tuple(conventions.items()))]
+                 for seed in seeds
+                 for case in default_sweep(args.op, seed, tuple(conventions.items()), formats)]
         if get_op(args.op).distributed and args.backend == "env":  # the launcher fixed the world size
             size = env_world(args.timeout).world_size
             cases = [c for c in cases if len(c.split) == size]
@@ -244,7 +248,7 @@ def run_compare(args, out) -> int:
     for option, path in (("--junit-xml", args.junit_xml), ("--plot", args.plot)):
         if path is not None:
             _check_writable(option, Path(path))
-    impl = resolve_impl(args.op, args.impl, args.backend, limit)
+    impl = resolve_impl(args.op, args.impl, args.backend, limit, args.framework)
     cases = build_cases(args, impl)
     backend = backend_of(impl)
     if backend is not None:
@@ -355,6 +359,7 @@ def run_list(args, out) -> int:
     ops = [get_op(args.op)] if args.op else list(OPS.values())
     if args.json:
         json.dump([{"op": op.name, "description": op.description, "signature": op.signature,
+                    "array_signature": op.array_signature,
                     "impls": [{"name": i.name, "description": i.description, "supports": support_text(i),
                                "known_issues": [{"key": k.key, "summary": k.summary} for k in i.known_issues]}
                               for i in list_impls(op.name)]} for op in ops], out, indent=1)
@@ -363,6 +368,8 @@ def run_list(args, out) -> int:
     for op in ops:
         print(f"{op.name}: {op.description}", file=out)
         print(f"  --impl module:attr contract: {op.signature}", file=out)
+        if op.array_signature:
+            print(f"  --framework jax|tf contract: {op.array_signature}", file=out)
         for impl in list_impls(op.name):
             print(f"  {impl.name:<24} {impl.description}; supports {support_text(impl)}", file=out)
             if impl.known_issues:

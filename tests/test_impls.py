@@ -9,6 +9,7 @@ import pytest
 from normcheck import IMPLS, compare, resolve_impl
 from normcheck.cases.sweep import default_sweep
 from normcheck.engine import FAIL, PASS
+from normcheck.impls.frameworks import IMPLS as OTHER_FRAMEWORKS
 
 # (op, impl) -> (why it fails, the tensors it may fail on (None: any), where it may fail)
 WRONG_BY_DESIGN = {
@@ -20,7 +21,11 @@ WRONG_BY_DESIGN = {
 # (The baseline is left out: judged against itself it passes by construction; tests/test_tolerance.py judges it
 # by the formula bound alone.)
 # The GroupNorm kernel's records at 1 and 3 threads (2 is between them: tests/test_groupnorm_kernel.py runs it).
-JUDGED = {op: [name for name in impls if name != "baseline" and not name.endswith("-t2")] for op, impls in IMPLS.items()}
+# Other frameworks' layers and torch.compile have a template of their own (tests/test_frameworks.py: slices of
+# their sweeps; their whole sweeps are docs/frameworks.md's verdict tables).
+_ELSEWHERE = {(i.op, i.name) for i in OTHER_FRAMEWORKS}
+JUDGED = {op: [name for name in impls if name != "baseline" and not name.endswith("-t2") and (op, name) not in _ELSEWHERE]
+          for op, impls in IMPLS.items()}
 
 
 @pytest.mark.parametrize("op", list(JUDGED))

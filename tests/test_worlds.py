@@ -1,6 +1,7 @@
 """Template over the world catalogue (WORLDS): in every distributed world this machine can host, a
 correct recipe matches the full-batch reference, and a raising, hanging or (where ranks are
-processes) dying rank fails the case with a message naming that rank."""
+processes) dying rank fails the case with a message naming that rank (the torch worlds; those of other
+frameworks' simulated devices: tests/test_frameworks.py)."""
 from __future__ import annotations
 
 import pytest
@@ -10,7 +11,8 @@ from normcheck.engine import FAIL, PASS
 
 FAULTS = "tests._world_faults"
 CASE = Case("syncbn", (8, 3, 5), "f64", split=(3, 2, 3))
-DISTRIBUTED = [w for w in WORLDS.values() if w.distributed]
+# (the worlds of devices simulated by JAX and TensorFlow run those frameworks' code: tests/test_frameworks.py)
+DISTRIBUTED = [w for w in WORLDS.values() if w.distributed and "torch" in w.frameworks]
 
 
 def hosted(world):

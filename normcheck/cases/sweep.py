@@ -41,10 +41,14 @@ SWEEP_LAYOUTS = (
 SIZES = ("small", "large", "huge")
 
 
-def default_sweep(op: str, seed: int = 0, follows=()) -> list[Case]:
-    """The op's sweep; `follows`: (field, value) pairs an implementation fixes (Impl.follows), set on every case."""
+def default_sweep(op: str, seed: int = 0, follows=(), formats: tuple[str, ...] | None = None) -> list[Case]:
+    """The op's sweep; `follows`: (field, value) pairs an implementation fixes (Impl.follows), set on every case;
+    `formats`: the memory formats it can express (Impl.formats): a case in others takes the standard layout."""
     plan = get_op(op).sweep
     cases = grid_sweep(op, plan, seed) if isinstance(plan, GridSweep) else split_sweep(op, seed)
+    if formats is not None:
+        cases = [c if c.x_format in formats and c.dy_format == c.x_format
+                 else c.with_(x_format="contiguous", dy_format="contiguous") for c in cases]
     return [c.with_(**dict(follows)) for c in cases] if follows else cases
 
 

@@ -55,8 +55,11 @@ def load_object(spec: str):
 
 
 def check_arity(name: str, fn: Callable, signature: str) -> None:
-    """UsageError when `fn` cannot be called with the positional arguments `signature` names."""
-    wanted = signature.split("(", 1)[1].split(")", 1)[0].count(",") + 1
+    """UsageError when `fn` cannot be called as `signature` says: its positional arguments, and the keywords
+    named after a bare `*` (an array contract's)."""
+    listed = [p.strip() for p in signature.split("(", 1)[1].split(")", 1)[0].split(",")]
+    wanted = listed.index("*") if "*" in listed else len(listed)
+    keywords = listed[wanted + 1:]
     try:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
@@ -67,6 +70,13 @@ def check_arity(name: str, fn: Callable, signature: str) -> None:
     required = [p for p in positional if p.default is p.empty]
     if len(required) > wanted or len(positional) < wanted:
         raise UsageError(f"{name} takes {len(positional)} positional arguments; the contract is {signature}")
+    named = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    missing = [k for k in keywords if k not in named]
+    if missing and not any(p.kind == p.VAR_KEYWORD for p in params):
+        raise UsageError(f"{name} takes no keyword {missing[0]}; the contract is {signature}")
+    unknown = [p.name for p in params if p.kind == p.KEYWORD_ONLY and p.default is p.empty and p.name not in keywords]
+    if unknown:
+        raise UsageError(f"{name} requires a keyword {unknown[0]} the contract does not pass; the contract is {signature}")
 
 
 def takes_keyword(fn: Callable, name: str) -> bool:

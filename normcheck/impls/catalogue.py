@@ -15,11 +15,14 @@ from typing import Callable
 from ..core.errors import UsageError
 from ..core.loading import absolute_spec, check_arity, load_callable, load_object, spec_of, takes_keyword
 from ..engine.baseline import baseline_outputs
+from ..frameworks import FRAMEWORKS
+from ..frameworks.arrays import formats_of
 from ..kernels.groupnorm.impls import IMPLS as GROUPNORM_KERNEL_IMPLS
 from ..kernels.syncbn.recipes import IMPLS as SYNCBN_RECIPES
 from ..ops import OPS, Impl, get_op
 from ..ops.core import supports_everything
-from ..worlds import BACKENDS, CaseLimit, as_limit, get_world
+from ..worlds import BACKENDS, WORLDS, CaseLimit, as_limit, default_world, get_world
+from .frameworks import IMPLS as FRAMEWORK_IMPLS
 
 BASELINES = tuple(
     Impl("baseline", op.name, "normcheck's same-precision baseline (float32 accumulation)", baseline_outputs,
@@ -36,7 +39,8 @@ def register(impl: Impl) -> Impl:
     return impl
 
 
-for _impl in (*(i for op in OPS.values() for i in op.impls), *BASELINES, *SYNCBN_RECIPES, *GROUPNORM_KERNEL_IMPLS):
+for _impl in (*(i for op in OPS.values() for i in op.impls), *BASELINES, *SYNCBN_RECIPES, *GROUPNORM_KERNEL_IMPLS,
+              *FRAMEWORK_IMPLS):
     register(_impl)
 # What every process that imports normcheck has: a worker rebuilds these records by name.
 _BUILT_IN = {(i.op, i.name): i for ops in IMPLS.values() for i in ops.values()}
@@ -51,7 +55,7 @@ def worlds_of(impl: Impl) -> tuple[str, ...]:
     """The worlds an implementation can run in."""
     if not get_op(impl.op).distributed:
         return ("isolated", "in-process")
-    return impl.worlds or BACKENDS
+    return impl.worlds or tuple(w for w in BACKENDS if impl.framework in WORLDS[w].frameworks)
 
 
 def support_text(impl: Impl) -> str:
@@ -62,10 +66,11 @@ def support_text(impl: Impl) -> str:
 
 
 def resolve_impl(op: str, spec: str | Impl | Callable | None = None, backend: str | None = None,
-                 timeout: CaseLimit | float | None = None) -> Impl:
+                 timeout: CaseLimit | float | None = None, framework: str | None = None) -> Impl:
     """A registered name, a `module:attr` / `path/to/file.py:attr` spec, an Impl or a callable, bound
     to a world: `backend` (the record's own world when None) under `timeout`: seconds per case, a
     CaseLimit, or None (a limit that follows the cases' measured times; normcheck.worlds.limits).
+    `framework`: whose contract a function follows (torch's when None; "jax", "tf": the op's array contract).
     A record already bound stays as it is unless either is given."""
     the_op = get_op(op)
     if spec is None:
@@ -75,7 +80,7 @@ def resolve_impl(op: str, spec: str | Impl | Callable | None = None, backend: st
             return spec
         impl = spec
     elif callable(spec):
-        impl = user_impl(op, spec)
+        impl = user_impl(op, spec, framework or "torch")
     elif spec in IMPLS[op]:
         impl = IMPLS[op][spec]
     elif ":" not in spec:
@@ -85,40 +90,57 @@ def resolve_impl(op: str, spec: str | Impl | Callable | None = None, backend: st
             raise UsageError(f"--impl {spec} is an implementation of {named.op}, not {op}")
         impl = named
     else:
-        impl = user_impl(op, spec)
+        impl = user_impl(op, spec, framework or "torch")
+    if framework is not None and impl.framework != framework:
+        raise UsageError(f"--framework {framework}: {impl.name} is a {FRAMEWORKS.title(impl.framework)} implementation")
     return bind(impl, backend, timeout)
 
 
-def user_impl(op: str, target: str | Callable) -> Impl:
-    """A user's function (or `module:attr` spec) under the op's contract, checked now, in this process.
+def user_impl(op: str, target: str | Callable, framework: str = "torch") -> Impl:
+    """A user's function (or `module:attr` spec) under the op's contract for `framework`, checked now, in this
+    process (loading it imports what it imports: a JAX function's module imports JAX here too).
 
     Ranks in other processes load a function by name, so for a distributed op it must be importable."""
     the_op = get_op(op)
+    why = FRAMEWORKS.missing(framework)
+    if why:
+        raise UsageError(why)
+    signature, _ = the_op.contract(FRAMEWORKS.contract(framework))
     if callable(target):
         fn = target
         name = spec_of(fn) if the_op.distributed else getattr(fn, "__qualname__", repr(fn))
         target = name if the_op.distributed else fn
     else:
         fn, name = load_callable(target), target
-    check_arity(name, fn, the_op.signature)
+    check_arity(name, fn, signature)
     # A contract that adds an argument in eval mode (SyncBN's training=False): a function without it has no
     # eval mode, and its eval cases are SKIP rows saying so
     eval_mode = the_op.eval_keyword is None or takes_keyword(fn, the_op.eval_keyword)
+    arrays = {} if framework == "torch" else {"formats": formats_of(the_op)}
     return Impl(name, op, f"user implementation {name}", target, capabilities="unknown (user code)",
-                modes=("train", "eval") if eval_mode else ("train",))
+                modes=("train", "eval") if eval_mode else ("train",), framework=framework, **arrays)
 
 
 def bind(impl: Impl, backend: str | None = None, timeout: CaseLimit | float | None = None) -> Impl:
     """The record with its world chosen, its time limit and its runner set:
     runner(case, inputs) -> (outputs, path, ops)."""
     op = get_op(impl.op)
-    world = get_world(backend or impl.world or op.world)
+    why = FRAMEWORKS.missing(impl.framework)
+    if why:
+        raise UsageError(why)
+    world = get_world(backend or impl.world or default_world(op.distributed, impl.framework, op.world))
     if world.distributed != op.distributed:
         raise UsageError(f"{op.name} runs in {'a distributed world' if op.distributed else 'one process'}, "
                          f"not the {world.name} world")
+    if impl.framework not in world.frameworks:
+        takers = [w.name for w in WORLDS.values() if w.distributed == op.distributed and impl.framework in w.frameworks]
+        raise UsageError(f"the {world.name} world runs {' and '.join(map(FRAMEWORKS.title, world.frameworks))} "
+                         f"implementations; {impl.name} is a {FRAMEWORKS.title(impl.framework)} one "
+                         f"(its worlds: {', '.join(takers)})")
     limit = as_limit(timeout)
     bound = replace(impl, world=world.name, runner=None, limit=limit)
-    bound = replace(bound, portable=None if op.distributed else portable(bound))
+    # A worker process (the isolated world's, a devices world's) rebuilds the record; gloo ranks load the function
+    bound = replace(bound, portable=portable(bound) if world.ranks in ("worker", "devices", "process") else None)
 
     def runner(case, inputs):
         world.check(case)

@@ -31,6 +31,16 @@ def call(fn, t, case, group=None, world_size=1):
     return fn(t.x, t.running_mean, t.running_var, t.weight, t.bias, case.training, case.momentum, case.eps)
 
 
+ARRAY_SIGNATURE = ("fn(x, weight, bias, running_mean, running_var, *, training, momentum, eps, channel_axis) -> "
+                   "(y, running_mean, running_var)  (the new running statistics as torch defines them: "
+                   "(1 − momentum)·old + momentum·batch, the batch variance unbiased)")
+
+
+def array_call(fn, a, case):
+    return fn(a.x, a.weight, a.bias, a.running_mean, a.running_var, training=case.training, momentum=case.momentum,
+              eps=case.eps, channel_axis=a.channel_axis)
+
+
 def reference_outputs(i) -> dict[str, np.ndarray]:
     """The whole batch on one device (SyncBN's reference too)."""
     c = i.case
@@ -126,6 +136,7 @@ OP = Op(
     description="BatchNorm, one process: per-channel statistics over (N, spatial); running ones in eval mode",
     signature=SIGNATURE, call=call, reference=reference_outputs, view=view, unit="channel",
     outputs=OUTPUTS, required=REQUIRED, saved_stats=("mean", "invstd"), running_stats=True, sweep=SWEEP,
+    array_signature=ARRAY_SIGNATURE, array_call=array_call,
     impls=(
         Impl("torch", "batchnorm", "torch.nn.functional.batch_norm through autograd", F.batch_norm,
              known_issues=TORCH_ISSUES),

@@ -97,6 +97,12 @@ class Impl:
     # when it runs is a SKIP too (frameworks' NotDifferentiable).
     orders: tuple[int, ...] | None = None
     deterministic: bool = True  # the same inputs give bitwise the same outputs (each case is run twice)
+    # The memory formats it can express, x and dy alike (None: every one). Arrays (JAX, TensorFlow) have no
+    # strides: their axis order is their only layout. Its sweeps take the standard layout for the others.
+    formats: tuple[str, ...] | None = None
+    # The torch adapter may watch the aten ops it runs (a TorchDispatchMode, which known issues follow). False for
+    # compiled code: under a dispatch mode torch.compile silently runs the function eagerly.
+    dispatch_mode: bool = True
 
     def __post_init__(self):
         if self.orders is None:
@@ -124,6 +130,9 @@ class Impl:
         """Why this implementation, in its world, skips `case` (None: it takes it)."""
         if self.worlds and self.world not in self.worlds:
             return f"{self.name} runs in the {' or '.join(self.worlds)} world, not {self.world}"
+        if self.formats is not None and (case.x_format not in self.formats or case.dy_format != case.x_format):
+            return (f"{self.name} takes x and dy in one layout, {' or '.join(self.formats)} (the case has "
+                    f"{case.x_format}/{case.dy_format}): its arrays have no strides, only an axis order")
         for name, value in self.follows:
             if getattr(case, name) != value:
                 return f"{self.name} follows {name}={value} (the case has {getattr(case, name)})"
@@ -192,6 +201,11 @@ class Op:
     double_backward: bool = True
     why_once_differentiable: str = ""
     eval_keyword: str | None = None     # the keyword its contract adds in eval mode (SyncBN: training=False)
+    # Its contract for array frameworks (JAX, TensorFlow): pure functions of arrays, the layout's keywords
+    # passed by name (frameworks.arrays.ArrayInputs); None: it has none yet
+    array_signature: str | None = None
+    array_call: Callable | None = None  # array_call(fn, array_inputs, case) -> y, or (y, running_mean, running_var)
+    channels: bool = True               # it has a channel axis a layer may take last (NHWC); False: LayerNorm's rows
 
     def __post_init__(self):
         names = {i.name for i in self.impls}
@@ -218,6 +232,19 @@ class Op:
         if name.startswith("running_"):
             return (case.channels,)
         return self.view(case).param_shape
+
+    def contract(self, kind: str) -> tuple[str, Callable]:
+        """(signature, call) of the op's `--impl` contract of a framework kind: "torch" (tensors, autograd) or
+        "array" (JAX, TensorFlow: pure functions of arrays)."""
+        if kind == "torch":
+            return self.signature, self.call
+        if self.array_signature is None:
+            raise UsageError(f"{self.name} has no array contract yet: its implementations are torch functions")
+        return self.array_signature, self.array_call
+
+    @property
+    def x_shaped(self) -> tuple[str, ...]:
+        return X_SHAPED
 
     @property
     def all_outputs(self) -> tuple[str, ...]:

@@ -48,6 +48,13 @@ def call(fn, t, case, group=None, world_size=1):
     return fn(t.x, case.groups, t.weight, t.bias, case.eps)
 
 
+ARRAY_SIGNATURE = "fn(x, weight, bias, *, num_groups, eps, channel_axis) -> y"
+
+
+def array_call(fn, a, case):
+    return fn(a.x, a.weight, a.bias, num_groups=case.groups, eps=case.eps, channel_axis=a.channel_axis)
+
+
 def reference_outputs(i) -> dict[str, np.ndarray]:
     c = i.case
     fwd = reference.group_norm_forward(i.x, c.groups, i.weight, i.bias, c.eps)
@@ -143,6 +150,7 @@ OP = Op(
     signature=SIGNATURE, call=call, reference=reference_outputs, view=view, unit="group",
     outputs=OUTPUTS, required=REQUIRED, saved_stats=("mean", "rstd"), sweep=SWEEP,
     case_fields={"groups": DEFAULT_GROUPS}, set_dim=1, validate=validate,
+    array_signature=ARRAY_SIGNATURE, array_call=array_call,
     impls=(
         Impl("torch", "groupnorm", "torch.nn.functional.group_norm through autograd", F.group_norm,
              known_issues=TORCH_ISSUES),

@@ -46,6 +46,17 @@ def call(fn, t, case, group=None, world_size=1):
     return fn(t.x, normalized_shape(case), t.weight, t.bias, case.eps)
 
 
+ARRAY_SIGNATURE = "fn(x, weight, bias, *, axes, eps) -> y  (axes: the normalised ones, negative: (-K, ..., -1))"
+
+
+def normalized_axes(case) -> tuple[int, ...]:
+    return tuple(range(-case.normalized_dims, 0))
+
+
+def array_call(fn, a, case):
+    return fn(a.x, a.weight, a.bias, axes=normalized_axes(case), eps=case.eps)
+
+
 def reference_outputs(i) -> dict[str, np.ndarray]:
     c, d = i.case, normalized_shape(i.case)
     fwd = reference.layer_norm_forward(i.x, d, i.weight, i.bias, c.eps)
@@ -108,6 +119,7 @@ OP = Op(
     signature=SIGNATURE, call=call, reference=reference_outputs, view=view, unit="layer",
     outputs=OUTPUTS, required=REQUIRED, saved_stats=("mean", "rstd"), sweep=SWEEP,
     case_fields={"normalized_dims": 1}, set_dim=-1, validate=validate,
+    array_signature=ARRAY_SIGNATURE, array_call=array_call, channels=False,
     min_set_size=1,  # a hidden size of 1 is a layer too: x̂ = 0, y = β, dx = 0
     impls=(
         Impl("torch", "layernorm", "torch.nn.functional.layer_norm through autograd", F.layer_norm,

@@ -12,7 +12,7 @@ from ..core.errors import UsageError
 from ..numerics.dtypes import CASTINGS, accumulation, weight_sees
 from .batchnorm import drop_none
 from .core import GridSweep, Impl, Op
-from .layernorm import normalized_shape, validate as validate_dims, view
+from .layernorm import normalized_axes, normalized_shape, validate as validate_dims, view
 
 SIGNATURE = "fn(input, normalized_shape, weight, eps) -> Tensor  (torch.nn.functional.rms_norm; eps may be None)"
 OUTPUTS = ("y", "rstd", "dx", "dweight")
@@ -49,6 +49,13 @@ def call(fn, t, case, group=None, world_size=1):
     return fn(t.x, normalized_shape(case), t.weight, case.eps)
 
 
+ARRAY_SIGNATURE = "fn(x, weight, *, axes, eps) -> y  (axes: the normalised ones, (-K, ..., -1); eps: a number)"
+
+
+def array_call(fn, a, case):
+    return fn(a.x, a.weight, axes=normalized_axes(case), eps=case.eps_value)
+
+
 def reference_outputs(i) -> dict[str, np.ndarray]:
     c, d = i.case, normalized_shape(i.case)
     convention = dict(eps=c.eps_value, offset=c.weight_offset, rounding=lambda a: weight_sees(a, c.casting, c.dtype))
@@ -83,6 +90,7 @@ OP = Op(
     outputs=OUTPUTS, required=REQUIRED, saved_stats=("rstd",), sweep=SWEEP,
     case_fields={"normalized_dims": 1, **TORCHS}, set_dim=-1, validate=validate,
     params=("weight",), centred=False, eps_none=default_eps, min_set_size=1,
+    array_signature=ARRAY_SIGNATURE, array_call=array_call, channels=False,
     impls=(
         Impl("torch", "rmsnorm", "torch.nn.functional.rms_norm through autograd (composite ops on CPU)", rms_norm,
              follows=TORCHS),

@@ -23,6 +23,18 @@ def call(fn, t, case, group, world_size):
     return fn(*args) if case.training else fn(*args, **{EVAL_KEYWORD: False})
 
 
+ARRAY_SIGNATURE = ("fn(x, weight, bias, running_mean, running_var, *, training, momentum, eps, channel_axis, mask, "
+                   "axis_name) -> (y, running_mean, running_var)  (one device's rows, called on every device of the "
+                   "world: mask is None, or a boolean per row (False: padding to the largest share); axis_name: the "
+                   "device axis to reduce over, None where the framework's replica context reduces; running "
+                   "statistics as for batchnorm)")
+
+
+def array_call(fn, a, case):
+    return fn(a.x, a.weight, a.bias, a.running_mean, a.running_var, training=case.training, momentum=case.momentum,
+              eps=case.eps, channel_axis=a.channel_axis, mask=a.mask, axis_name=a.axis_name)
+
+
 def sync_batch_norm(input, weight, bias, running_mean, running_var, eps, momentum, process_group, world_size,
                     training=True):
     """What torch.nn.SyncBatchNorm.forward runs: its SyncBatchNorm Function in training; in eval mode
@@ -71,6 +83,7 @@ OP = Op(
     outputs=batchnorm.OUTPUTS, required=REQUIRED, saved_stats=("mean", "invstd"), running_stats=True,
     distributed=True, world="gloo", sweep=SplitSweep(), double_backward=False,
     why_once_differentiable=WHY_ONCE, eval_keyword=EVAL_KEYWORD,
+    array_signature=ARRAY_SIGNATURE, array_call=array_call,
     impls=(
         # It calls torch.distributed itself: a real process group, on normcheck's CPU primitives.
         Impl("torch", "syncbn", "torch.nn.SyncBatchNorm's forward as torch ships it (its SyncBatchNorm Function, "

@@ -8,6 +8,8 @@
 * env        — the process group of a launcher (torchrun): this process is one of the ranks.
 * lockstep-cuda, lockstep-cuda-normcheck — the lockstep world with every rank's tensors on one
   CUDA device, on torch's CUDA SyncBN primitives or normcheck's.
+* jax-devices, tf-devices — every rank a device simulated in one JAX or TensorFlow program (a worker
+  process): shard_map over XLA's host devices; MirroredStrategy over logical CPU devices.
 
 Every distributed world runs the framework adapter's run_rank on each rank and assembles the
 per-rank outputs (core.assemble) into the outputs compared with the full-batch reference; failures
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 from ..core.errors import UsageError
 from . import inprocess
+from .devices import MAX_DEVICES, run_devices
 from .core import DEFAULT_TIMEOUT, World, assemble, distributed
 from .limits import CaseLimit, as_limit
 from .cuda import cuda_missing, cuda_primitives
@@ -24,12 +27,13 @@ from .env import close_env_world, env_ranks, env_world
 from .gloo import gloo_ranks
 from .lockstep import MAX_WORLD_SIZE, lockstep_ranks
 
+_EVERY = ("torch", "numpy", "jax", "tf")
 _CUDA = "the lockstep world with every rank's tensors on one CUDA device"
 
 WORLDS: dict[str, World] = {w.name: w for w in (
     World("isolated", "a worker process of its own (single-process ops)", False, inprocess.run_isolated,
-          ranks="worker"),
-    World("in-process", "this process (single-process ops)", False, inprocess.run_here),
+          ranks="worker", frameworks=_EVERY),
+    World("in-process", "this process (single-process ops)", False, inprocess.run_here, frameworks=_EVERY),
     World("lockstep", "threads of this process meeting at barriers", True, distributed(lockstep_ranks()),
           ranks="threads", max_size=MAX_WORLD_SIZE),
     World("gloo", "real torch.distributed over gloo on localhost, one persistent process per rank", True,
@@ -42,10 +46,24 @@ WORLDS: dict[str, World] = {w.name: w for w in (
     World("lockstep-cuda-normcheck", f"{_CUDA}, on normcheck's CUDA SyncBN kernels", True,
           distributed(lockstep_ranks(cuda_primitives("normcheck"))), ranks="threads", max_size=MAX_WORLD_SIZE,
           device="cuda", available=lambda: cuda_missing("lockstep-cuda-normcheck")),
+    World("jax-devices", "JAX's host platform split into CPU devices, shard_map over them in a worker process (one "
+          "traced program for every device: a raising or hanging program fails the case, naming no device)", True,
+          run_devices, ranks="devices", max_size=MAX_DEVICES, frameworks=("jax",)),
+    World("tf-devices", "TensorFlow's CPU split into logical devices, MirroredStrategy over them in a worker process "
+          "(a replica that raises is named)", True, run_devices, ranks="devices", max_size=MAX_DEVICES,
+          frameworks=("tf",)),
 )}
 
 # The worlds a split case can run in: the CLI's --backend choices.
 BACKENDS = tuple(name for name, w in WORLDS.items() if w.distributed)
+
+
+def default_world(distributed: bool, framework: str, preferred: str) -> str:
+    """`preferred` (an op's default world) if it runs `framework`'s implementations, else the first world that does."""
+    if framework in WORLDS[preferred].frameworks:
+        return preferred
+    return next((w.name for w in WORLDS.values() if w.distributed == distributed and framework in w.frameworks),
+                preferred)
 
 
 def get_world(name: str) -> World:
@@ -54,4 +72,4 @@ def get_world(name: str) -> World:
     return WORLDS[name]
 
 
-__all__ = ["BACKENDS", "DEFAULT_TIMEOUT", "CaseLimit", "WORLDS", "as_limit", "World", "assemble", "close_env_world", "env_world", "get_world"]
+__all__ = ["BACKENDS", "default_world", "DEFAULT_TIMEOUT", "CaseLimit", "WORLDS", "as_limit", "World", "assemble", "close_env_world", "env_world", "get_world"]

@@ -25,7 +25,7 @@ class World:
     "processes" it starts; "launcher": the
     processes a launcher started, this one among them); max_size: the largest world it can hold
     (None: the launcher decides); device: where the ranks' tensors live; available(): why this
-    machine cannot host it (None: it can)."""
+    machine cannot host it (None: it can); frameworks: whose implementations it runs."""
     name: str
     description: str
     distributed: bool
@@ -34,6 +34,7 @@ class World:
     max_size: int | None = None
     device: str = "cpu"
     available: Callable[[], "str | None"] = lambda: None
+    frameworks: tuple[str, ...] = ("torch",)  # the frameworks whose implementations it runs
 
     def check(self, case) -> None:
         """One-line UsageError when `case` cannot run in this world."""

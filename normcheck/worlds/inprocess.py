@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from ..core.errors import ImplError, NotDifferentiable, RaisedElsewhere, UsageError
-from ..frameworks import FRAMEWORKS
+from ..frameworks import run_case
 from .limits import CaseLimit
 from .workers import WorkerPool
 
@@ -21,7 +21,7 @@ def run_here(impl, case, inputs, limit: CaseLimit):
     """The in-process world's run (the limit measures the case; nothing here can stop it)."""
     if impl.prepare is not None:
         impl.prepare()  # outside the case's time (idempotent: a build is cached)
-    return limit.run(case, lambda timeout: FRAMEWORKS[impl.framework].run(case.record, impl, case, inputs))
+    return limit.run(case, lambda timeout: run_case(impl, case, inputs))
 
 
 def run_isolated(impl, case, inputs, limit: CaseLimit):

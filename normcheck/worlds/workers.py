@@ -53,7 +53,7 @@ from ..core.errors import CaseTimeout, ImplError, NotDifferentiable, UsageError
 from ..core.forkserver import context, main_hidden
 from ..core.loading import load_callable
 from ..core.text import clip, exception_text, raised_at, rank_list
-from ..frameworks import FRAMEWORKS
+from ..frameworks import run_case
 from ..frameworks.torch import run_rank
 from ..kernels.syncbn import cpu_primitives
 from .core import RankOutputs
@@ -148,7 +148,7 @@ def _run_job(job, case, rank: int, group, size: int, fns: dict):
     _, portable, inputs = job
     try:
         impl = portable()
-        return ("outputs", FRAMEWORKS[impl.framework].run(case.record, impl, case, inputs))
+        return ("outputs", run_case(impl, case, inputs))
     except UsageError as e:
         return ("usage", str(e))
     except NotDifferentiable as e:  # (an ImplError that is a SKIP, not a failure)

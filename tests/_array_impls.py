@@ -1,0 +1,187 @@
+"""Textbook implementations under the ops' array contracts, written once over an array namespace (jax.numpy or
+tf.experimental.numpy): two-pass statistics in float32 (float64 for f64), results rounded once to the input
+dtype. Correct, and written in a style normcheck's frameworks never saw: the adapters and the device worlds
+must pass them. Their mutants below must fail.
+
+Loaded by name in the implementation's worker process (`tests._array_impls:jax_layer_norm`).
+"""
+from __future__ import annotations
+
+import math
+
+
+def _namespace(framework: str):
+    if framework == "jax":
+        import jax.numpy as xp
+    else:
+        import tensorflow.experimental.numpy as xp
+    return xp
+
+
+def _acc(xp, x):
+    return xp.float64 if x.dtype == xp.float64 else xp.float32
+
+
+def _affine(xp, y, weight, bias, shape):
+    if weight is not None:
+        y = y * xp.reshape(xp.asarray(weight, y.dtype), shape)
+    if bias is not None:
+        y = y + xp.reshape(xp.asarray(bias, y.dtype), shape)
+    return y
+
+
+def _param_shape(ndim: int, axis: int, size: int) -> list[int]:
+    shape = [1] * ndim
+    shape[axis] = size
+    return shape
+
+
+def batch_norm(framework, x, weight, bias, running_mean, running_var, *, training, momentum, eps, channel_axis,
+               total=None, centre=None):
+    xp = _namespace(framework)
+    dt = _acc(xp, x)
+    xf = xp.asarray(x, dt)
+    axis = channel_axis % xf.ndim
+    axes = tuple(a for a in range(xf.ndim) if a != axis)
+    shape = _param_shape(xf.ndim, axis, xf.shape[axis])
+    if training:
+        n = math.prod(xf.shape[a] for a in axes) if total is None else total
+        mean, sq = (centre or _local_moments)(xp, xf, axes, n)
+        var = sq / n
+        rm = (1 - momentum) * xp.asarray(running_mean, dt) + momentum * xp.reshape(mean, (-1,))
+        rv = (1 - momentum) * xp.asarray(running_var, dt) + momentum * xp.reshape(var * (n / (n - 1)), (-1,))
+    else:
+        mean, var = xp.reshape(xp.asarray(running_mean, dt), shape), xp.reshape(xp.asarray(running_var, dt), shape)
+        rm, rv = running_mean, running_var
+    y = _affine(xp, (xf - mean) / xp.sqrt(var + eps), weight, bias, shape)
+    return xp.asarray(y, x.dtype), xp.asarray(rm, running_mean.dtype), xp.asarray(rv, running_var.dtype)
+
+
+def _local_moments(xp, xf, axes, n):
+    mean = xp.sum(xf, axis=axes, keepdims=True) / n
+    return mean, xp.sum((xf - mean) ** 2, axis=axes, keepdims=True)
+
+
+def group_norm(framework, x, weight, bias, *, num_groups, eps, channel_axis):
+    xp = _namespace(framework)
+    dt = _acc(xp, x)
+    axis = channel_axis % x.ndim
+    xf = xp.moveaxis(xp.asarray(x, dt), axis, 1)
+    n, c = xf.shape[0], xf.shape[1]
+    grouped = xp.reshape(xf, (n, num_groups, -1))
+    mean = xp.mean(grouped, axis=2, keepdims=True)
+    var = xp.mean((grouped - mean) ** 2, axis=2, keepdims=True)
+    y = xp.reshape((grouped - mean) / xp.sqrt(var + eps), xf.shape)
+    y = _affine(xp, y, weight, bias, _param_shape(xf.ndim, 1, c))
+    return xp.asarray(xp.moveaxis(y, 1, axis), x.dtype)
+
+
+def layer_norm(framework, x, weight, bias, *, axes, eps):
+    xp = _namespace(framework)
+    xf = xp.asarray(x, _acc(xp, x))
+    mean = xp.mean(xf, axis=axes, keepdims=True)
+    var = xp.mean((xf - mean) ** 2, axis=axes, keepdims=True)
+    y = _affine(xp, (xf - mean) / xp.sqrt(var + eps), weight, bias, xf.shape[len(xf.shape) - len(axes):])
+    return xp.asarray(y, x.dtype)
+
+
+def rms_norm(framework, x, weight, *, axes, eps):
+    xp = _namespace(framework)
+    xf = xp.asarray(x, _acc(xp, x))
+    y = xf / xp.sqrt(xp.mean(xf * xf, axis=axes, keepdims=True) + eps)
+    return xp.asarray(_affine(xp, y, weight, None, xf.shape[len(xf.shape) - len(axes):]), x.dtype)
+
+
+def jax_sync_batch_norm(x, weight, bias, running_mean, running_var, *, training, momentum, eps, channel_axis, mask,
+                        axis_name):
+    """SyncBN on one device: masked sums and counts all-reduced with lax.psum, then the two-pass variance."""
+    import jax
+    import jax.numpy as jnp
+
+    m = jnp.asarray(mask, x.dtype if x.dtype == jnp.float64 else jnp.float32)
+    axes = tuple(a for a in range(x.ndim) if a != channel_axis % x.ndim)
+    count = jax.lax.psum(jnp.sum(jnp.broadcast_to(m, x.shape), axis=axes, keepdims=True), axis_name)
+
+    def centre(xp, xf, axes, n):
+        mean = jax.lax.psum(jnp.sum(xf * m, axis=axes, keepdims=True), axis_name) / count
+        return mean, jax.lax.psum(jnp.sum(((xf - mean) * m) ** 2, axis=axes, keepdims=True), axis_name)
+
+    return batch_norm("jax", x, weight, bias, running_mean, running_var, training=training, momentum=momentum,
+                      eps=eps, channel_axis=channel_axis, total=count, centre=centre)
+
+
+def _bound(framework: str, fn):
+    def bound(*args, **kwargs):
+        return fn(framework, *args, **kwargs)
+
+    bound.__name__ = f"{framework}_{fn.__name__}"
+    return bound
+
+
+jax_batch_norm, tf_batch_norm = _bound("jax", batch_norm), _bound("tf", batch_norm)
+jax_group_norm, tf_group_norm = _bound("jax", group_norm), _bound("tf", group_norm)
+jax_layer_norm, tf_layer_norm = _bound("jax", layer_norm), _bound("tf", layer_norm)
+jax_rms_norm, tf_rms_norm = _bound("jax", rms_norm), _bound("tf", rms_norm)
+
+
+# ----------------------------------------------------------------------------- mutants: each must fail
+def jax_layer_norm_frozen_variance(x, weight, bias, *, axes, eps):
+    """The variance taken as a constant in backward (stop_gradient): dx misses the term through σ²."""
+    import jax
+    import jax.numpy as jnp
+
+    xf = jnp.asarray(x, jnp.float64 if x.dtype == jnp.float64 else jnp.float32)
+    mean = jnp.mean(xf, axis=axes, keepdims=True)
+    var = jax.lax.stop_gradient(jnp.mean((xf - mean) ** 2, axis=axes, keepdims=True))
+    y = _affine(jnp, (xf - mean) / jnp.sqrt(var + eps), weight, bias, xf.shape[len(xf.shape) - len(axes):])
+    return jnp.asarray(y, x.dtype)
+
+
+def jax_sync_batch_norm_ignoring_mask(x, weight, bias, running_mean, running_var, *, training, momentum, eps,
+                                      channel_axis, mask, axis_name):
+    """Counts the padding rows as data: wrong wherever a device holds fewer rows than the largest share."""
+    return jax_sync_batch_norm(x, weight, bias, running_mean, running_var, training=training, momentum=momentum,
+                               eps=eps, channel_axis=channel_axis, mask=mask | True, axis_name=axis_name)
+
+
+def tf_batch_norm_biased_running_var(x, weight, bias, running_mean, running_var, *, training, momentum, eps,
+                                     channel_axis):
+    """The running variance from the biased batch variance (as Keras and flax do)."""
+    y, rm, rv = tf_batch_norm(x, weight, bias, running_mean, running_var, training=training, momentum=momentum,
+                              eps=eps, channel_axis=channel_axis)
+    if not training:
+        return y, rm, rv
+    n = math.prod(x.shape) // x.shape[channel_axis]
+    import tensorflow as tf
+
+    old = tf.cast(running_var, tf.float64)
+    batch = (tf.cast(rv, tf.float64) - (1 - momentum) * old) / momentum * (n - 1) / n
+    return y, rm, tf.cast((1 - momentum) * old + momentum * batch, running_var.dtype)
+
+
+def jax_layer_norm_wrong_signature(x, weight, bias, eps):
+    """Takes eps positionally and no axes: the contract passes axes= and eps= by keyword."""
+    return x
+
+
+# ----------------------------------------------------------------------------- faults in a world of devices
+def tf_sync_raises_on_replica1(x, weight, bias, running_mean, running_var, *, training, momentum, eps, channel_axis,
+                               mask, axis_name):
+    import tensorflow as tf
+
+    if int(tf.distribute.get_replica_context().replica_id_in_sync_group) == 1:
+        raise ValueError("replica 1 refuses on purpose")
+    return tf_batch_norm(x, weight, bias, running_mean, running_var, training=training, momentum=momentum, eps=eps,
+                         channel_axis=channel_axis)
+
+
+def jax_sync_raises(x, weight, bias, running_mean, running_var, *, training, momentum, eps, channel_axis, mask,
+                    axis_name):
+    raise ValueError("the device program refuses on purpose")
+
+
+def jax_sync_hangs(x, weight, bias, running_mean, running_var, *, training, momentum, eps, channel_axis, mask,
+                   axis_name):
+    import time
+
+    time.sleep(3600)

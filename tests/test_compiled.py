@@ -1,0 +1,32 @@
+"""torch.compile records: the compiled code is what is judged (not eager code under the compiled name), compiled
+once per guard set and reused; and what Inductor's code gets wrong is recorded and reproduced. The whole sweeps:
+docs/frameworks.md (scripts/framework_verdicts.py --framework compile)."""
+from __future__ import annotations
+
+import torch
+from torch._dynamo.utils import counters
+
+from normcheck import Case, compare, resolve_impl
+from normcheck.engine import PASS, SKIP
+
+LN = "layernorm"
+
+
+def test_a_compiled_record_judges_compiled_code_and_reuses_it_across_shapes():
+    impl = resolve_impl(LN, "torch-compile", backend="in-process")  # (here: the compile counters are this process's)
+    before = counters["stats"]["unique_graphs"]
+    first = compare(LN, impl, Case(LN, (3, 5, 7), "f32", normalized_dims=1))
+    compiled = counters["stats"]["unique_graphs"]
+    second = compare(LN, impl, Case(LN, (4, 6, 9), "f32", normalized_dims=1, seed=1))  # other sizes, same guards
+    assert first.verdict == second.verdict == PASS
+    assert compiled > before  # it compiled (a dispatch mode would have made torch.compile run eagerly)
+    assert counters["stats"]["unique_graphs"] == compiled  # and reused: dynamic shapes, nothing recompiled
+    from normcheck.impls.compiled import layer_norm
+
+    x = torch.randn(2, 3, 4, requires_grad=True)
+    assert type(layer_norm(x, (4,), None, None, 1e-5).grad_fn).__name__ == "CompiledFunctionBackward"
+
+
+def test_a_compiled_record_is_once_differentiable_by_declaration():
+    report = compare(LN, "torch-compile", Case(LN, (3, 5, 7), "f32", normalized_dims=1, order=2))
+    assert report.verdict == SKIP and "only once differentiable" in report.message
