@@ -1,4 +1,4 @@
-"""`normcheck doctor`: what this machine can run -- torch, CUDA, nvcc, and normcheck's kernels.
+"""`normcheck doctor`: what this machine can run -- torch, CUDA, nvcc, normcheck's kernels, JAX and TensorFlow.
 
 `collect_facts()` only looks (no build, no kernel launch); `run_doctor(args, out)` prints them.
 """
@@ -10,6 +10,7 @@ from typing import TextIO
 
 import torch
 
+from .frameworks import FRAMEWORKS
 from .kernels.groupnorm import loader as groupnorm
 from .kernels.syncbn.cuda import loader as cuda
 
@@ -28,6 +29,7 @@ class Facts:
     cuda_library_built: bool
     groupnorm_dir: Path
     groupnorm_built: bool
+    frameworks: tuple[tuple[str, str], ...] = ()  # (framework, its packages' versions, or why it cannot run here)
 
 
 def collect_facts() -> Facts:
@@ -48,6 +50,8 @@ def collect_facts() -> Facts:
         cuda_library_built=library is not None and library.is_file(),
         groupnorm_dir=gn_dir,
         groupnorm_built=any(gn_dir.glob(f"normcheck_groupnorm_{gn_dir.name}*.so")),
+        frameworks=tuple((FRAMEWORKS.title(name), FRAMEWORKS.missing(name) or ", ".join(
+            f"{package} {v}" for package, v in FRAMEWORKS.versions(name).items())) for name in ("jax", "tf")),
     )
 
 
@@ -72,6 +76,7 @@ def report_lines(f: Facts) -> list[str]:
         lines.append(f"GroupNorm kernel: built ({f.groupnorm_dir})")
     else:
         lines.append("GroupNorm kernel: not built (it builds on first use of a cl-* GroupNorm implementation, ~30 s)")
+    lines += [f"{title}: {text}" for title, text in f.frameworks]
     return lines
 
 

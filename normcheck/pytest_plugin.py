@@ -1,6 +1,6 @@
 """pytest plugin: gate your own normalization kernel in CI with one option set.
 
-    pytest --normcheck-op syncbn --normcheck-impl mypkg.sync:sync_bn [--normcheck-backend gloo]
+    pytest --normcheck-op syncbn --normcheck-impl mypkg.sync:sync_bn [--normcheck-backend gloo] [--normcheck-framework jax]
            [--normcheck-profile ci|dev|thorough] [--normcheck-mode eval] [--normcheck-frozen x|params]
            [--normcheck-order 2]
 
@@ -50,6 +50,9 @@ def pytest_addoption(parser):
     group.addoption("--normcheck-impl", metavar="MODULE:ATTR",
                     help="the implementation under test: module:attr, path/to/file.py:attr or a registered "
                          "name (default: torch's own)")
+    group.addoption("--normcheck-framework", metavar="NAME",
+                    help="the contract a module:attr function follows: torch (default), jax or tf (the op's array "
+                         "contract)")
     group.addoption("--normcheck-backend", metavar="BACKEND",
                     help="syncbn: where ranks run, lockstep or gloo (default: gloo for your code)")
     group.addoption("--normcheck-profile", metavar="PROFILE", default="ci",
@@ -66,7 +69,7 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     if config.getoption("normcheck_op") is None:
-        for name in ("impl", "backend"):
+        for name in ("impl", "backend", "framework"):
             if config.getoption(f"normcheck_{name}") is not None:
                 raise pytest.UsageError(f"--normcheck-{name} needs --normcheck-op")
         return
@@ -149,7 +152,8 @@ def _options(config) -> Options:
 
     timeout = config.getoption("normcheck_timeout")
     try:
-        impl = resolve_impl(op, config.getoption("normcheck_impl"), backend, CaseLimit(timeout, "--normcheck-timeout"))
+        impl = resolve_impl(op, config.getoption("normcheck_impl"), backend, CaseLimit(timeout, "--normcheck-timeout"),
+                            config.getoption("normcheck_framework"))
     except UsageError as e:
         raise pytest.UsageError(str(e).replace("--impl ", "--normcheck-impl ", 1)) from None
     path = {name: config.getoption(f"normcheck_{name}") for name in ("mode", "frozen", "order")
@@ -168,7 +172,7 @@ def failure_message(report, backend: str | None, impl_spec: str | None = None, t
     from normcheck.outputs.replay import replay_command
 
     return (f"{report.verdict} {report.case.label}: {report.summary()}\n"
-            f"replay: {replay_command(report.op, impl_spec or report.impl, report.case, backend, timeout)}")
+            f"replay: {replay_command(report.op, impl_spec or report.impl, report.case, backend, timeout, report.framework)}")
 
 
 @pytest.fixture(scope="session")

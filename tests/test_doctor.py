@@ -79,5 +79,17 @@ def test_cli_doctor_prints_the_facts():
     lines = run.stdout.splitlines()
     assert lines[0].startswith(f"torch: {torch.__version__}")
     assert [line.split(":")[0] for line in lines] == ["torch", "CUDA visible", "nvcc", "CUDA library",
-                                                      "GroupNorm kernel"]
+                                                      "GroupNorm kernel", "JAX", "TensorFlow"]
     assert lines[1].startswith("CUDA visible: " + ("yes" if torch.cuda.is_available() else "no"))
+
+
+def test_framework_facts_name_the_installed_versions_or_the_extra():
+    from importlib.util import find_spec
+
+    lines = report_lines(collect_facts())
+    for title, packages, extra in (("JAX", ("jax", "flax"), "jax"), ("TensorFlow", ("tensorflow", "keras"), "tf")):
+        [line] = [line for line in lines if line.startswith(f"{title}: ")]
+        if all(find_spec(p) for p in packages):
+            assert all(f"{p} " in line for p in packages) and "none" not in line
+        else:
+            assert f'pip install -e ".[{extra}]"' in line

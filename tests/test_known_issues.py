@@ -129,3 +129,14 @@ def test_known_issues_do_not_cover_the_plain_cases():
         if impl.framework == "torch":  # (flax's fast variance is wrong on any set with |mean| ≫ std)
             assert impl.applicable_issues(plain) == []
     assert compare("groupnorm", "torch", plain).verdict != KNOWN
+
+
+def test_an_out_of_bounds_read_of_an_expanded_dy_explains_a_second_run_with_other_bits():
+    # aten.native_group_norm_backward reads an expanded dy (one sample's storage) as if laid out like x: what it
+    # reads past the storage's end changes between runs (seen in the gate: 2x8x2048 f32 sliced:expanded)
+    message = ("not deterministic: a second run on the same inputs gave other bits for dweight (an Impl record may "
+               "declare deterministic=False)")
+    assert gn.NATIVE_DY_LAYOUT.signature.explains_message(message)
+    assert not gn.NATIVE_DY_LAYOUT.signature.explains_message(message.replace("for dweight", "for y"))
+    assert gn.NATIVE_DY_LAYOUT.applies(Case("groupnorm", (2, 8, 2048), "f32", groups=2, x_format="sliced",
+                                            dy_format="expanded"))

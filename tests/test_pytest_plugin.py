@@ -147,6 +147,9 @@ def test_without_normcheck_op_the_plugin_adds_nothing(pytester):
     (["--normcheck-op", "groupnorm", "--normcheck-mode", "eval"], "--mode eval applies to the ops with running statistics"),
     (["--normcheck-op", "batchnorm", "--normcheck-order", "3"], "order must be 1 or 2"),
     (["--normcheck-op", "batchnorm", "--normcheck-frozen", "gamma"], "unknown frozen 'gamma'"),
+    (["--normcheck-op", "layernorm", "--normcheck-impl", "json:dumps", "--normcheck-framework", "mxnet"],
+     "unknown framework 'mxnet'; choose one of torch, numpy, jax, tf"),
+    (["--normcheck-framework", "jax"], "--normcheck-framework needs --normcheck-op"),
 ])
 def test_bad_options_are_one_line_usage_errors(pytester, args, message):
     result = pytester.runpytest_inprocess(*args)

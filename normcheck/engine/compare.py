@@ -41,7 +41,7 @@ def judge(case: Case, impl: Impl, constants: Constants = CONSTANTS) -> Report:
             others = [k for k in op.known_issues if k not in own and k.applies(case)]
             verdict, message = attribute(own, others, tensors, message)
         return Report(op.name, impl.name, case, verdict, list(tensors), message, time.perf_counter() - start, path,
-                      stack, time_limit)
+                      stack, time_limit, impl.framework)
 
     reason = impl.unsupported(case)
     if reason:

@@ -71,6 +71,7 @@ class Report:
     path: str = ""             # which code path the implementation reports it took (if it does)
     traceback: str = ""        # the whole stack, when the implementation raised (here or in its worker)
     time_limit: float | None = None  # the seconds the case was allowed (None: not bound to a limit)
+    framework: str = "torch"   # whose contract the implementation follows (a replay line of a JAX function says so)
 
     @property
     def passed(self) -> bool:

@@ -17,6 +17,7 @@ imports no JAX or TensorFlow, and a framework that is not installed is a one-lin
 from __future__ import annotations
 
 import importlib
+from importlib.metadata import PackageNotFoundError, version
 from importlib.util import find_spec
 
 from ..core.errors import UsageError
@@ -57,6 +58,10 @@ class Frameworks:
                     f"(or pip install \"normcheck[{extra}]\")")
         return None
 
+    def versions(self, name: str) -> dict[str, str]:
+        """The installed version of each package `name`'s extra brings ("none" when absent)."""
+        return {package: _version(package) for package in _ADAPTERS[name][2]}
+
     def __getitem__(self, name: str):
         why = self.missing(name)
         if why:
@@ -65,6 +70,15 @@ class Frameworks:
 
 
 FRAMEWORKS = Frameworks()
+
+
+def _version(package: str) -> str:
+    for distribution in (package, f"{package}-cpu"):  # (TensorFlow's CPU wheel has a name of its own)
+        try:
+            return version(distribution)
+        except PackageNotFoundError:
+            continue
+    return "none"
 
 
 def run_case(impl, case, inputs):

@@ -92,3 +92,21 @@ def nnx_layer_norm(x, weight, bias, *, axes, eps):
                           feature_axes=axes, rngs=nnx.Rngs(0))
     _set(layer, scale=weight, bias=bias)
     return layer(x)
+
+
+def nnx_group_norm(x, weight, bias, *, num_groups, eps, channel_axis):
+    """flax.nnx.GroupNorm (channels last: an NCHW input is moved to NHWC and back)."""
+    axis = channel_axis % x.ndim
+    layer = nnx.GroupNorm(x.shape[axis], num_groups=num_groups, epsilon=eps, dtype=x.dtype,
+                          param_dtype=_param_dtype(x, weight, bias), use_scale=weight is not None,
+                          use_bias=bias is not None, rngs=nnx.Rngs(0))
+    _set(layer, scale=weight, bias=bias)
+    return _channels_last(layer, x, channel_axis)
+
+
+def nnx_rms_norm(x, weight, *, axes, eps):
+    """flax.nnx.RMSNorm over the last K axes."""
+    layer = nnx.RMSNorm(math.prod(x.shape[axes[0]:]), epsilon=eps, dtype=x.dtype, param_dtype=_param_dtype(x, weight),
+                        use_scale=weight is not None, reduction_axes=axes, feature_axes=axes, rngs=nnx.Rngs(0))
+    _set(layer, scale=weight)
+    return layer(x)

@@ -8,10 +8,13 @@ from ..engine import Report
 from ..worlds import DEFAULT_TIMEOUT
 
 
-def replay_command(op: str, impl: str, case, backend: str | None = None, timeout: float | None = None) -> str:
-    """The command line that re-runs exactly this case with this implementation, in the same world
-    with the same per-case timeout (when it is not the default)."""
+def replay_command(op: str, impl: str, case, backend: str | None = None, timeout: float | None = None,
+                   framework: str = "torch") -> str:
+    """The command line that re-runs exactly this case with this implementation (a function: under its framework's
+    contract), in the same world with the same per-case timeout (when it is not the default)."""
     parts = ["normcheck compare", f"--op {op}", f"--impl {shlex.quote(impl)}", f"--case {encode_case(case)}"]
+    if framework != "torch" and ":" in impl:
+        parts.append(f"--framework {framework}")
     if backend is not None:
         parts.append(f"--backend {backend}")
     if timeout is not None and timeout != DEFAULT_TIMEOUT:
@@ -20,4 +23,4 @@ def replay_command(op: str, impl: str, case, backend: str | None = None, timeout
 
 
 def report_replay(r: Report, backend: str | None = None, timeout: float | None = None) -> str:
-    return replay_command(r.op, r.impl, r.case, backend, timeout)
+    return replay_command(r.op, r.impl, r.case, backend, timeout, r.framework)

@@ -27,7 +27,7 @@ def pytest_generate_tests(metafunc):
     if "sweep_case" in metafunc.fixturenames:
         options = metafunc.config.stash[OPTIONS]
         sweep = [on_path(c, options.path)  # in the conventions it follows, on the path asked for
-                 for c in default_sweep(options.op, follows=options.impl.follows)]
+                 for c in default_sweep(options.op, follows=options.impl.follows, formats=options.impl.formats)]
         metafunc.parametrize("sweep_case", sweep, ids=[f"{c.label} seed={c.seed}" for c in sweep])
 
 
