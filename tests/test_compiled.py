@@ -29,9 +29,16 @@ def test_a_compiled_record_judges_compiled_code_and_reuses_it_across_shapes():
     assert type(layer_norm(x, (4,), None, None, 1e-5).grad_fn).__name__ == "CompiledFunctionBackward"
 
 
-def test_a_compiled_record_is_once_differentiable_by_declaration():
-    report = compare(LN, "torch-compile", Case(LN, (3, 5, 7), "f32", normalized_dims=1, order=2))
+def test_a_compiled_record_is_once_differentiable_by_declaration_and_a_compiled_function_says_so_itself():
+    case = Case(LN, (3, 5, 7), "f32", normalized_dims=1, order=2)
+    report = compare(LN, "torch-compile", case)
     assert report.verdict == SKIP and "only once differentiable" in report.message
+    from normcheck.impls.compiled import layer_norm
+
+    # the same compiled function given as user code (order 2 allowed; recognised as compiled, so no dispatch mode
+    # makes it run eagerly): torch's own refusal becomes the SKIP reason
+    report = compare(LN, resolve_impl(LN, layer_norm, backend="in-process"), case)
+    assert report.verdict == SKIP and "aot_autograd does not currently support double backward" in report.message
 
 
 def test_inductors_half_precision_backward_reproduces_where_eager_code_passes():

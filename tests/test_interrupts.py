@@ -100,7 +100,7 @@ def test_a_signal_during_a_gated_pytest_run_keeps_the_junit_report_and_leaves_no
         seen |= descendants(proc.pid)
         time.sleep(0.2)
     assert len(seen) >= 2, "the isolated worker never started"
-    time.sleep(8.0)  # the first 36 cases (f64, f32) pass in a few seconds; then case 37 hangs
+    time.sleep(10.0)  # the first 36 cases (f64, f32) pass in a few seconds (more on a loaded machine); then case 37 hangs
     seen |= descendants(proc.pid)
     sent = time.monotonic()
     proc.send_signal(sig)
@@ -110,6 +110,6 @@ def test_a_signal_during_a_gated_pytest_run_keeps_the_junit_report_and_leaves_no
     assert "Traceback" not in out + err
     cases = ET.parse(junit).getroot().iter("testcase")
     ran = [c for c in cases if (c.get("name") or "").startswith("test_default_sweep")]
-    assert len(ran) >= 20 and not any(c.find("failure") is not None or c.find("error") is not None for c in ran)
+    assert len(ran) >= 10 and not any(c.find("failure") is not None or c.find("error") is not None for c in ran)
     time.sleep(2.0)
     assert not [p for p in seen if alive(p)], "processes of the run outlived it"

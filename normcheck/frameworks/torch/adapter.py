@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import sys
 from functools import partial
 
 import numpy as np
@@ -93,9 +94,10 @@ def double_backward(case, t: TorchInputs, leaves: dict[str, torch.Tensor], grads
 # an op whose derivative is not implemented)
 _REFUSING_NODES = {"Error", "DelayedError", "NotImplemented"}
 # What torch says when a backward has no derivative of its own (a once_differentiable Function, an op
-# without a double-backward formula)
+# without a double-backward formula, a compiled backward)
 _NOT_TWICE = re.compile(r"once_differentiable|not implemented|does not require grad|is not differentiable twice"
-                        r"|derivative for .* is not implemented", re.I)
+                        r"|derivative for .* is not implemented"
+                        r"|does not currently support double backward", re.I)  # (torch.compile's AOTAutograd)
 
 
 def to_numpy(op, case, outputs: Outputs, x_shape: tuple[int, ...]) -> dict[str, np.ndarray]:
@@ -128,6 +130,14 @@ class OpRecorder(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+def compiled(fn) -> bool:
+    """`fn` is what torch.compile returned (a function or a module): under a dispatch mode it would silently run
+    eagerly, so no aten ops are watched for it (Impl.dispatch_mode says the same of code that calls compiled code)."""
+    if "torch._dynamo" not in sys.modules:  # (nothing was compiled; and asking would import dynamo, ~1 s)
+        return False
+    return hasattr(fn, "_torchdynamo_orig_callable") or isinstance(fn, torch._dynamo.eval_frame.OptimizedModule)
+
+
 def _guarded_run(t: TorchInputs, produce) -> Outputs:
     before = t.snapshot()
     outputs = produce()
@@ -147,7 +157,7 @@ def run(op, impl, case, inputs) -> tuple[dict[str, np.ndarray], str, frozenset[s
     fn = impl.callable()
     call = (fn, case, t) if impl.convention == "direct" else (differentiate, op, fn, case, t)
     recorder = OpRecorder()
-    with recorder if impl.dispatch_mode else contextlib.nullcontext():
+    with recorder if impl.dispatch_mode and not compiled(fn) else contextlib.nullcontext():
         outputs = _guarded_run(t, partial(with_threads, impl.threads, *call))
     return to_numpy(op, case, outputs, tuple(t.x.shape)), impl.reported_path(case), frozenset(recorder.ops)
 
