@@ -22,7 +22,7 @@ all occur. The op's record gives the shapes per reduction size and rank, and its
 """
 from __future__ import annotations
 
-from ..numerics.formats import FORMAT_RANK
+from ..numerics.formats import FORMAT_RANK, expressible
 from ..numerics.profiles import PROFILES
 from ..ops import GridSweep, get_op
 from .case import Case
@@ -47,7 +47,7 @@ def default_sweep(op: str, seed: int = 0, follows=(), formats: tuple[str, ...] |
     plan = get_op(op).sweep
     cases = grid_sweep(op, plan, seed) if isinstance(plan, GridSweep) else split_sweep(op, seed)
     if formats is not None:
-        cases = [c if c.x_format in formats and c.dy_format == c.x_format
+        cases = [c if expressible(formats, c.x_format, c.dy_format)
                  else c.with_(x_format="contiguous", dy_format="contiguous") for c in cases]
     return [c.with_(**dict(follows)) for c in cases] if follows else cases
 

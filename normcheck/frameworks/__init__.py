@@ -35,11 +35,6 @@ _ADAPTERS = {
 class Frameworks:
     """The adapters by framework name (`FRAMEWORKS["jax"]`), each imported on first use."""
 
-    names = tuple(_ADAPTERS)
-
-    def __contains__(self, name) -> bool:
-        return name in _ADAPTERS
-
     def title(self, name: str) -> str:
         return _ADAPTERS[name][1]
 

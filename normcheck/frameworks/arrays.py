@@ -43,6 +43,11 @@ def channels_last(case) -> bool:
     return case.x_format in CHANNELS_LAST
 
 
+def channel_axis(case) -> int:
+    """Where the layer finds the channels: last for a channels-last case (NHWC), else axis 1."""
+    return len(case.shape) - 1 if channels_last(case) else 1
+
+
 @dataclass
 class ArrayInputs:
     """What an implementation under an op's array contract receives (framework arrays), and the contract's
@@ -81,6 +86,16 @@ def master_arrays(inputs, rows: slice | None = None) -> dict[str, np.ndarray | N
 
 def _ordered(a: np.ndarray, case) -> np.ndarray:
     return np.moveaxis(a, 1, -1) if channels_last(case) else a
+
+
+def forward(op, fn, case, x, weight, bias, running_mean, running_var, mask=None, axis_name=None):
+    """y and {running_mean, running_var} of `fn` (framework arrays in, the same out) under the op's array contract,
+    y checked for x's shape and the case's dtype."""
+    result = op.contract("array")[1](fn, ArrayInputs(x, weight, bias, running_mean, running_var, channel_axis(case),
+                                                     mask, axis_name), case)
+    y, stats = split_result(op, result)
+    check_array("y", y, x.shape, case.dtype)
+    return y, stats
 
 
 def split_result(op, result):

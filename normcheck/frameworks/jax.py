@@ -13,8 +13,7 @@ from functools import lru_cache
 import jax
 
 from ..core.errors import UsageError
-from .arrays import (COTANGENT_OF, INPUT_OF, SIMULATED_DEVICES, ArrayInputs, channels_last, check_array,
-                     master_arrays, split_result, to_outputs)
+from .arrays import COTANGENT_OF, INPUT_OF, SIMULATED_DEVICES, forward, master_arrays, to_outputs
 
 
 jax.config.update("jax_enable_x64", True)  # f64 cases are f64 (JAX's default would make them f32)
@@ -91,24 +90,19 @@ def _step(fn, case, devices: bool = False):
     op = case.record
     mesh = Mesh(np.array(jax.devices("cpu")[:len(case.split)]), (AXIS,)) if devices else None
     ndim = len(case.shape)
-    channel_axis = ndim - 1 if channels_last(case) else 1
     leaves_of = [g for g in INPUT_OF if g in case.grads]
 
     def step(x, dy, weight, bias, running_mean, running_var, ddx, ddweight, ddbias, mask):
         given = {"x": x, "weight": weight, "bias": bias}
 
-        def forward(leaves):
+        def primal(leaves):
             a = {**given, **{INPUT_OF[g]: v for g, v in leaves.items()}}
             row_mask = None if mask is None else mask.reshape((-1,) + (1,) * (ndim - 1))
-            result = op.contract("array")[1](fn, ArrayInputs(
-                a["x"], a["weight"], a["bias"], running_mean, running_var, channel_axis, row_mask,
-                AXIS if mesh is not None else None), case)
-            y, stats = split_result(op, result)
-            check_array("y", y, x.shape, case.dtype)
-            return y, stats
+            return forward(op, fn, case, a["x"], a["weight"], a["bias"], running_mean, running_var, row_mask,
+                           AXIS if mesh is not None else None)
 
         def first(leaves, dy):
-            y, pullback, stats = jax.vjp(forward, leaves, has_aux=True)
+            y, pullback, stats = jax.vjp(primal, leaves, has_aux=True)
             return pullback(dy)[0], (y, stats)
 
         leaves = {g: given[INPUT_OF[g]] for g in leaves_of}

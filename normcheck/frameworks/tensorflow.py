@@ -20,8 +20,7 @@ import tensorflow as tf  # noqa: E402
 
 from ..core.errors import ImplError, UsageError  # noqa: E402
 from ..core.text import exception_text, raised_at  # noqa: E402
-from .arrays import (COTANGENT_OF, INPUT_OF, SIMULATED_DEVICES, ArrayInputs, channels_last,  # noqa: E402
-                     check_array, master_arrays, split_result, to_outputs)
+from .arrays import COTANGENT_OF, INPUT_OF, SIMULATED_DEVICES, forward, master_arrays, to_outputs  # noqa: E402
 
 try:
     tf.config.set_logical_device_configuration(tf.config.list_physical_devices("CPU")[0],
@@ -95,12 +94,7 @@ def _step(op, fn, case, t: dict) -> dict:
             outer.watch([*leaves.values(), dy])
         with tf.GradientTape() as tape:
             tape.watch(list(leaves.values()))
-            given = {name: t.get(name) for name in ("x", "weight", "bias")}
-            result = op.contract("array")[1](fn, ArrayInputs(
-                given["x"], given["weight"], given["bias"], t["running_mean"], t["running_var"],
-                len(case.shape) - 1 if channels_last(case) else 1), case)
-            y, stats = split_result(op, result)
-            check_array("y", y, x.shape, case.dtype)
+            y, stats = forward(op, fn, case, x, t.get("weight"), t.get("bias"), t["running_mean"], t["running_var"])
         grads = tape.gradient(y, list(leaves.values()), output_gradients=dy)
     out = {"y": y, **stats}
     for name, grad in zip(leaves, grads):

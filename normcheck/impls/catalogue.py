@@ -133,10 +133,9 @@ def bind(impl: Impl, backend: str | None = None, timeout: CaseLimit | float | No
         raise UsageError(f"{op.name} runs in {'a distributed world' if op.distributed else 'one process'}, "
                          f"not the {world.name} world")
     if impl.framework not in world.frameworks:
-        takers = [w.name for w in WORLDS.values() if w.distributed == op.distributed and impl.framework in w.frameworks]
         raise UsageError(f"the {world.name} world runs {' and '.join(map(FRAMEWORKS.title, world.frameworks))} "
                          f"implementations; {impl.name} is a {FRAMEWORKS.title(impl.framework)} one "
-                         f"(its worlds: {', '.join(takers)})")
+                         f"(its worlds: {', '.join(worlds_of(impl))})")
     limit = as_limit(timeout)
     bound = replace(impl, world=world.name, runner=None, limit=limit)
     # A worker process (the isolated world's, a devices world's) rebuilds the record; gloo ranks load the function

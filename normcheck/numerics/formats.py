@@ -34,3 +34,8 @@ def check_format(name: str, ndim: int, tensor: str = "x") -> None:
 def formats_for(rank: int, tensor: str = "x") -> list[str]:
     """The formats `tensor` ("x" or "dy") of `rank` dimensions can take."""
     return [f for f in FORMATS if FORMAT_RANK.get(f, rank) == rank and (tensor == "dy" or f not in DY_ONLY)]
+
+
+def expressible(formats: tuple[str, ...] | None, x_format: str, dy_format: str) -> bool:
+    """x and dy can be laid out as asked by code that expresses only `formats`, one for both (None: any)."""
+    return formats is None or (x_format in formats and dy_format == x_format)

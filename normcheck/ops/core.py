@@ -16,6 +16,7 @@ import numpy as np
 
 from ..core.errors import UsageError
 from ..core.loading import load_callable, spec_of
+from ..numerics.formats import expressible
 from ..numerics.sets import SetView
 
 ALL_CASES = "all dtypes (f64, f32, f16, bf16, mixed), all memory formats, every rank the op takes"
@@ -130,7 +131,7 @@ class Impl:
         """Why this implementation, in its world, skips `case` (None: it takes it)."""
         if self.worlds and self.world not in self.worlds:
             return f"{self.name} runs in the {' or '.join(self.worlds)} world, not {self.world}"
-        if self.formats is not None and (case.x_format not in self.formats or case.dy_format != case.x_format):
+        if not expressible(self.formats, case.x_format, case.dy_format):
             return (f"{self.name} takes x and dy in one layout, {' or '.join(self.formats)} (the case has "
                     f"{case.x_format}/{case.dy_format}): its arrays have no strides, only an axis order")
         for name, value in self.follows:

@@ -81,4 +81,3 @@ def load():
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise BuildError(f"building normcheck's GroupNorm kernel failed in {directory}: {first}") from e
         return _module
-
