@@ -24,6 +24,7 @@ from .numerics.dtypes import CASTINGS, DTYPE_CHOICES, parse_dtype
 from .numerics.formats import FORMATS
 from .numerics.profiles import PROFILES
 from .ops import OPS, get_op
+from .outputs.coverage import coverage_document, coverage_text
 from .outputs.json_report import run_document
 from .outputs.junit import write_junit
 from .outputs.plot import require_matplotlib, write_plot
@@ -104,6 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
     lst = sub.add_parser("list", help="list ops and implementations")
     lst.add_argument("--op", choices=sorted(OPS))
     lst.add_argument("--json", action="store_true")
+    lst.add_argument("--coverage", action="store_true",
+                     help="with --op: what its default sweep covers (each factor value and pair of values, with "
+                          "how many cases cover it)")
 
     sub.add_parser("doctor", help="what this machine can run: torch, CUDA, nvcc, normcheck's kernels")
     return parser
@@ -356,6 +360,12 @@ def _serve_as_peer(args, impl, cases) -> int:
 
 
 def run_list(args, out) -> int:
+    if args.coverage:
+        if not args.op:
+            raise UsageError("--coverage needs --op OP (the op whose default sweep it describes)")
+        doc = coverage_document(args.op)
+        print(json.dumps(doc, indent=1, ensure_ascii=False) if args.json else coverage_text(doc), file=out)
+        return 0
     ops = [get_op(args.op)] if args.op else list(OPS.values())
     if args.json:
         json.dump([{"op": op.name, "description": op.description, "signature": op.signature,

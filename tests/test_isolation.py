@@ -18,6 +18,7 @@ from normcheck.core.errors import UsageError
 from normcheck.engine import FAIL, PASS
 from normcheck.worlds import CaseLimit
 from normcheck.worlds.limits import DEFAULT_TIMEOUT, FLOOR, MULTIPLE
+from normcheck.cases.sweep import default_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 FAULTS = "tests._solo_faults"
@@ -85,7 +86,8 @@ def test_the_cli_reports_a_dying_implementation_and_goes_on():
     document = json.loads(done.stdout)
     died = [c for c in document["cases"] if c["verdict"] == FAIL]
     assert died and all(c["case"]["dtype"] == "f16" and c["message"] == "died (exit code 3)" for c in died)
-    assert document["summary"]["total"] == 108 and document["summary"]["pass"] > 60
+    total = len(default_sweep("batchnorm"))
+    assert document["summary"]["total"] == total and document["summary"]["pass"] > total // 2
     assert document["time_limit"]["rule"] == "adaptive"
     assert document["cases"][0]["time_limit_s"] == DEFAULT_TIMEOUT
 

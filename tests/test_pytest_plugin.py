@@ -74,7 +74,10 @@ def test_the_suite_runs_beside_the_users_tests_and_passes_a_correct_kernel(proje
                      f"--junitxml={project / 'out.xml'}")
     results = outcomes(project / "out.xml")
     sweep = [n for n in results if n.startswith("test_default_sweep[")]
-    assert len(sweep) == len(default_sweep("batchnorm")) and all(results[n] == "passed" for n in sweep)
+    assert len(sweep) == len(default_sweep("batchnorm"))
+    # It calls F.batch_norm, so torch's double backward of a bias without a weight is its known issue there: xfail
+    known = [n for n in sweep if results[n] != "passed"]
+    assert all(results[n] == "skipped" and "bias-only" in n and "order=2" in n for n in known) and len(known) < 5
     assert results["test_generated_cases"] == "passed"
     assert "normcheck: batchnorm / mybn:bn, hypothesis profile ci" in proc.stdout
     # The fixtures: the user's own tests ran, and the failing one says how to replay its case ...
@@ -163,4 +166,4 @@ def test_a_gate_that_tested_nothing_fails(tmp_path):
     proc = pytest_in(tmp_path, "--normcheck-op", "syncbn", "--normcheck-impl", "torch", "--normcheck-backend",
                      "lockstep", "-k", "sweep or tested")
     assert proc.returncode == 1
-    assert "nothing was tested: all 30 cases of the default sweep were skipped by torch" in proc.stdout
+    assert f"nothing was tested: all {len(default_sweep('syncbn'))} cases of the default sweep were skipped by torch" in proc.stdout

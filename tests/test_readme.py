@@ -67,6 +67,19 @@ def test_readme_sample_is_what_the_command_prints(command, lines, tmp_path):
     assert not stale, f"README shows lines `{command}` does not print:\n" + "\n".join(stale)
 
 
+# "`normcheck compare --op OP` ... N cases" in one paragraph of prose
+SWEEP_CLAIM = re.compile(r"`normcheck compare --op (\w+)`((?:(?!\n\n).)*?)\b(\d+)\s+cases", re.S)
+
+
+def test_readmes_sweep_sizes_are_the_sweeps():
+    """What README says of a sweep's size in prose is what the default sweep has (its samples are checked above)."""
+    from normcheck.cases.sweep import default_sweep
+
+    claims = [(op, int(n)) for op, _, n in SWEEP_CLAIM.findall(README.read_text())]
+    assert {op for op, _ in claims} >= {"batchnorm", "layernorm", "rmsnorm", "instancenorm"}
+    assert [(op, n) for op, n in claims if n != len(default_sweep(op))] == []
+
+
 if __name__ == "__main__":  # print what each README command prints now
     import tempfile
 

@@ -31,6 +31,7 @@ CONVENTIONS = ("weight_offset", "casting")
 AFFINE_CHOICES = ("both", "none")  # with the op's parameter names, what --affine takes
 _SHOWN = {"groups": ("G={}", object()), "normalized_dims": ("D={}", object()), "weight_offset": ("w+{:g}", 0.0),
           "casting": ("cast={}", "end")}
+DEFAULT_EPS, DEFAULT_MOMENTUM = 1e-5, 0.1  # what a label leaves unsaid
 # The path through the layer a case takes, beyond the training-mode forward and one backward:
 MODES = ("train", "eval")          # eval: normalise with the running statistics, leave them unchanged
 FROZEN = ("none", "x", "params")   # which inputs do not require grad (their gradients are not asked for)
@@ -48,8 +49,8 @@ class Case:
     x_format: str = "contiguous"
     dy_format: str | None = None  # None: same as x_format
     profile: str = "normal"
-    eps: float | None = 1e-5      # None: the op's default for the input dtype (Op.eps_none), if it has one
-    momentum: float = 0.1
+    eps: float | None = DEFAULT_EPS  # None: the op's default for the input dtype (Op.eps_none), if it has one
+    momentum: float = DEFAULT_MOMENTUM
     affine: bool | str = True     # True: every parameter the op takes; False: none; "weight" / "bias": that one only
     groups: int | None = None     # ops whose record takes groups (GroupNorm)
     seed: int = 0
@@ -227,8 +228,10 @@ class Case:
         own = [shown.format(getattr(self, name)) for name, (shown, quiet) in _SHOWN.items()
                if getattr(self, name) is not None and getattr(self, name) != quiet]
         parts[1:1] = own
-        if self.eps is None:
-            parts.append("eps=None")
+        if self.eps != DEFAULT_EPS:  # (None: the op's default for the dtype)
+            parts.append(f"eps={self.eps:g}" if self.eps is not None else "eps=None")
+        if self.momentum != DEFAULT_MOMENTUM and self.record.running_stats:
+            parts.append(f"momentum={self.momentum:g}")
         if self.split is not None:
             parts.append("split=" + ",".join(map(str, self.split)))
         if not self.affine:

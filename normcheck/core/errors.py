@@ -23,9 +23,10 @@ class RaisedElsewhere(ImplError):
     """The implementation raised in another process: the message is the exception's one line (and where
     it was raised), `stack` its formatted traceback (for --traceback)."""
 
-    def __init__(self, message: str, stack: str = ""):
+    def __init__(self, message: str, stack: str = "", ops_called=frozenset()):
         super().__init__(message)
         self.stack = stack
+        self.ops_called = frozenset(ops_called)  # the kernels (aten ops) it ran before it raised
 
 
 class NotDifferentiable(ImplError):

@@ -37,9 +37,7 @@ def judge(case: Case, impl: Impl, constants: Constants = CONSTANTS) -> Report:
 
     def report(verdict: str, tensors=(), message: str = "") -> Report:
         if verdict == FAIL:
-            own = impl.applicable_issues(case, ops, op.known_issues)
-            others = [k for k in op.known_issues if k not in own and k.applies(case)]
-            verdict, message = attribute(own, others, tensors, message)
+            verdict, message = attribute(impl.applicable_issues(case, ops, op.known_issues), tensors, message)
         return Report(op.name, impl.name, case, verdict, list(tensors), message, time.perf_counter() - start, path,
                       stack, time_limit, impl.framework)
 
@@ -61,11 +59,13 @@ def judge(case: Case, impl: Impl, constants: Constants = CONSTANTS) -> Report:
         return report(SKIP, message=f"not supported: {e}")
     except ImplError as e:
         stack = getattr(e, "stack", "")  # RaisedElsewhere: an exception in the implementation's worker
+        ops = getattr(e, "ops_called", ops)
         return report(FAIL, message=str(e))
     except UsageError:
         raise  # bad input is never a finding (nor a known issue)
     except Exception as e:  # the implementation raised: that is a finding, not a crash of ours
         stack = "".join(traceback.format_exception(e))
+        ops = getattr(e, "ops_called", ops)
         return report(FAIL, message=exception_text(e) + raised_at(e))
 
     ref, bounds, baseline = expectations(case, constants)
@@ -107,19 +107,15 @@ def expectations(case: Case, constants: Constants) -> tuple[dict, dict, dict]:
     return expected_outputs(case, inputs), element_bounds(case, inputs, constants), baseline
 
 
-def attribute(own, others, tensors, message: str) -> tuple[str, str]:
-    """(verdict, message) of a failure. `own`: the known issues of the code that ran (the record's, and
-    those of torch kernels it called); `others`: its op's other known issues; only those applying to
-    the case. KNOWN when `own` explain it (every failing tensor, or the message it failed with);
-    otherwise FAIL, saying which known issue it looks like or was near."""
+def attribute(own, tensors, message: str) -> tuple[str, str]:
+    """(verdict, message) of a failure. `own`: the known issues of the code that ran, applying to the case (the
+    record's, and those of the torch kernels the run called: an issue of a kernel the implementation never ran
+    is never named). KNOWN when they explain it (every failing tensor, or the message it failed with);
+    otherwise FAIL, saying which of them it was near."""
     failure = message or worst_failure(tensors)
     keys, unexplained = _explained(own, tensors, message)
     if own and not unexplained:
         return KNOWN, f"known issue {', '.join(keys)}: {failure}"
-    like, rest = _explained(others, tensors, message)
-    if others and not rest:
-        return FAIL, (f"{failure} (the signature of known issue {', '.join(like)} of torch's implementation: "
-                      "if this code calls it, that is the cause)")
     if own:
         return FAIL, f"{failure} (near known issue {own[0].key}, which does not explain {', '.join(unexplained)})"
     return FAIL, failure

@@ -118,8 +118,12 @@ def element_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) -> 
     batch_terms = case.training
     gbar = mean(g) if op.centred and batch_terms else np.zeros_like(mu)  # no mean subtracted, no ḡ term in dx
     h = mean(g * xhat) if batch_terms else np.zeros_like(mu)
-    d_gbar = ua * rho(size) * mean(np.abs(g)) + mean(d_g) if op.centred and batch_terms else np.zeros_like(mu)
-    d_h = (ua * rho(size) * mean(np.abs(g * xhat)) + mean(np.abs(g) * d_xhat) + mean(d_g * np.abs(xhat))
+    def sum_growth(terms):  # ρ(M) of a set's sum; M·u where its terms are all equal (correlated errors)
+        return np.where(terms.max(axis=axes, keepdims=True) == terms.min(axis=axes, keepdims=True), float(size),
+                        rho(size))
+
+    d_gbar = ua * sum_growth(g) * mean(np.abs(g)) + mean(d_g) if op.centred and batch_terms else np.zeros_like(mu)
+    d_h = (ua * sum_growth(g * xhat) * mean(np.abs(g * xhat)) + mean(np.abs(g) * d_xhat) + mean(d_g * np.abs(xhat))
            if batch_terms else np.zeros_like(mu))
     dx = r * (g - gbar - xhat * h)
 

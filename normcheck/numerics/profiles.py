@@ -87,6 +87,21 @@ def sparse_dy(sets, size, dtype, eps, rng, centred=True):
     return x, dy
 
 
+def tiny(sets, size, dtype, eps, rng, centred=True):
+    """Rows of magnitude 1e-3 to 1e-2 (near √eps for eps = 1e-5): the statistic and eps are the same size, so
+    a kernel that drops, replaces or hard-codes eps shows; mean and spread scale together."""
+    scale = 10 ** _per_set(rng, sets, -3, -2)
+    x, dy = normal(sets, size, dtype, eps, rng)
+    return scale * x, dy
+
+
+def big(sets, size, dtype, eps, rng, centred=True):
+    """|x| in the hundreds to thousands about a mean in [-1, 1]: x² passes f16's largest value (65504), so
+    squares or sums of squares kept in f16 overflow although x, x̂ and every output are representable."""
+    x = _per_set(rng, sets, -1, 1) + _per_set(rng, sets, 300, 3000) * rng.standard_normal((sets, size))
+    return np.clip(x, -6e4, 6e4), rng.standard_normal((sets, size))
+
+
 PROFILES: dict[str, Profile] = {
     "normal": normal,
     "offset": offset,
@@ -94,4 +109,6 @@ PROFILES: dict[str, Profile] = {
     "heavy_tailed": heavy_tailed,
     "exact": exact,
     "sparse_dy": sparse_dy,
+    "tiny": tiny,
+    "big": big,
 }

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from ..core.errors import UsageError
 from . import batchnorm, groupnorm, instancenorm, layernorm, rmsnorm, syncbn, syncbn_silu
-from .core import ALL_CASES, GridSweep, Impl, KnownIssue, Op, Signature, SplitSweep
+from .core import ALL_CASES, Impl, KnownIssue, Op, Signature
+from .design import Design, Exclusion, Factor, Level
 
 RECORDED_WITH_TORCH = "2.13"  # the torch the known issues were recorded (and are reproduced) with
 
@@ -29,5 +30,5 @@ def get_op(name: str) -> Op:
     return OPS[name]
 
 
-__all__ = ["ALL_CASES", "GridSweep", "Impl", "KnownIssue", "OPS", "Op", "RECORDED_WITH_TORCH", "Signature", "SplitSweep",
-           "get_op"]
+__all__ = ["ALL_CASES", "Design", "Exclusion", "Factor", "Impl", "KnownIssue", "Level", "OPS", "Op", "RECORDED_WITH_TORCH",
+           "Signature", "get_op"]

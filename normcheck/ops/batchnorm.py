@@ -8,19 +8,42 @@ import torch.nn.functional as F
 from .. import reference
 from ..frameworks.torch import grad_mask
 from ..numerics.sets import SetView
-from .core import GridSweep, Impl, KnownIssue, Op, Signature
+from .core import Impl, KnownIssue, Op, Signature
+from .design import (EPS_ZERO_ONLY_IN_EVAL, MOMENTUM, Design, Factor, at_most, channel_factor,
+                     eps_factor, levels, nc_spatial)
 
 SIGNATURE = ("fn(input, running_mean, running_var, weight, bias, training, momentum, eps) -> Tensor"
              "  (torch.nn.functional.batch_norm)")
 OUTPUTS = ("y", "mean", "invstd", "running_mean", "running_var", "dx", "dweight", "dbias")
 REQUIRED = ("y", "dx", "dweight", "dbias", "running_mean", "running_var")
 
-# Sets of 8, 8192 and 65536 elements per channel, by input rank.
-SWEEP = GridSweep(shapes={
-    "small": {2: (8, 3), 3: (2, 3, 4), 4: (2, 3, 2, 2), 5: (2, 3, 2, 2, 1)},
-    "large": {2: (8192, 3), 3: (16, 3, 512), 4: (8, 3, 32, 32), 5: (4, 3, 8, 16, 16)},
-    "huge": {2: (65536, 3), 3: (64, 3, 1024), 4: (16, 3, 64, 64), 5: (16, 3, 4, 32, 32)},
-})
+MAX_ELEMENTS = 1_100_000  # a case of at most this many elements takes well under a second
+
+
+def _shape(v: dict) -> dict:
+    """`set` elements per channel: a 2-D input's rows, else a batch of 2 (1 when odd) times the spatial size."""
+    m, c, rank = v["set"], v["channels"], v["rank"]
+    n = m if rank == 2 else (2 if m % 2 == 0 else 1)
+    return {"shape": nc_spatial(n, c, m // n, rank)}
+
+
+SWEEP = Design(
+    factors=(
+        Factor("set", levels(
+            2, "the smallest set: the unbiased variance divides by 1",
+            7, "a prime: no block or vector width divides it",
+            1025, "one past 1024: a block's worth of elements and a tail",
+            8193, "one past 8192: kernels that switch strategy on the reduction length",
+            65536, "long reductions: error growth of sums, stagnation, cancellation",
+        ), read=lambda c: c.view.set_size, usual=2),
+        channel_factor(1, 3, 8, 16, 64, 65),
+        eps_factor(0.0, 1e-10, 1e-5, 1e-2),
+        MOMENTUM,
+    ),
+    shape=_shape,
+    exclusions=(at_most(MAX_ELEMENTS, "set", "channels", "a case of over 1.1M elements takes seconds"),
+                EPS_ZERO_ONLY_IN_EVAL),
+)
 
 
 def view(case) -> SetView:

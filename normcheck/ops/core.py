@@ -18,6 +18,7 @@ from ..core.errors import UsageError
 from ..core.loading import load_callable, spec_of
 from ..numerics.formats import expressible
 from ..numerics.sets import SetView
+from .design import Design
 
 ALL_CASES = "all dtypes (f64, f32, f16, bf16, mixed), all memory formats, every rank the op takes"
 CONVENTIONS = ("contract", "direct")
@@ -154,24 +155,6 @@ class Impl:
 
 
 @dataclass(frozen=True)
-class GridSweep:
-    """Every dtype × value profile × reduction size once, layouts rotated (normcheck.cases.sweep).
-
-    `shapes`: reduction size ("small", "large", "huge") -> input rank -> shape;
-    `fields(size, rank)`: the op's own case fields for that shape (GroupNorm: its groups);
-    `variants`: case fields rotated through the grid (case i gets variants[i % len]; 4 of them cover
-    every dtype and profile, as the grid has 18 cases per dtype and 3 per profile)."""
-    shapes: dict[str, dict[int, tuple[int, ...]]]
-    fields: Callable[[str, int], dict] = lambda size, rank: {}
-    variants: tuple[dict, ...] = ({},)
-
-
-@dataclass(frozen=True)
-class SplitSweep:
-    """Every world split × dtype, layouts and profiles rotated (normcheck.cases.sweep)."""
-
-
-@dataclass(frozen=True)
 class Op:
     name: str
     description: str
@@ -182,7 +165,7 @@ class Op:
     unit: str                           # what reports break ratios down by: "channel" or "group"
     outputs: tuple[str, ...]            # every output the reference defines
     required: tuple[str, ...]           # outputs every implementation must produce (dweight/dbias if affine)
-    sweep: GridSweep | SplitSweep
+    sweep: Design                       # its factors and how they make a shape (normcheck.ops.design)
     saved_stats: tuple[str, ...] = ()   # outputs that may come back in any float dtype
     running_stats: bool = False         # a training step updates running_mean/running_var
     distributed: bool = False           # cases split the batch over the ranks of a world

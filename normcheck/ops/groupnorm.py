@@ -12,7 +12,9 @@ from ..core.errors import UsageError
 from ..frameworks.torch import grad_mask
 from ..numerics.sets import SetView
 from .batchnorm import drop_none
-from .core import GridSweep, Impl, KnownIssue, Op, Signature
+from .core import Impl, KnownIssue, Op, Signature
+from .design import (SPATIAL_NEEDS_RANK, Design, Exclusion, Factor, at_most, channel_factor, eps_factor,
+                     levels, nc_spatial)
 
 SIGNATURE = "fn(input, num_groups, weight, bias, eps) -> Tensor  (torch.nn.functional.group_norm)"
 OUTPUTS = ("y", "mean", "rstd", "dx", "dweight", "dbias")
@@ -20,17 +22,68 @@ REQUIRED = ("y", "dx", "dweight", "dbias")
 DEFAULT_GROUPS = 3  # for cases built from options without --groups
 
 
-def _sweep_fields(size: str, rank: int) -> dict:
-    # small sets: C/G = 2 (2-D: 8); larger ones: C/G = 4 (2-D: the whole row is one group pair)
-    return {"groups": ({"small": 6, "large": 2, "huge": 2} if rank == 2 else {"small": 3, "large": 2, "huge": 2})[size]}
+MAX_ELEMENTS = 1_200_000  # a case of at most this many elements takes well under a second
 
 
-# Sets of 8, 8192 (HxW = 2048: kernels that switch strategy on size) and 65536 elements, by input rank.
-SWEEP = GridSweep(shapes={
-    "small": {2: (3, 48), 3: (3, 6, 4), 4: (2, 6, 2, 2), 5: (2, 6, 2, 2, 1)},
-    "large": {2: (2, 16384), 3: (2, 8, 2048), 4: (2, 8, 32, 64), 5: (2, 8, 8, 16, 16)},
-    "huge": {2: (2, 131072), 3: (2, 8, 16384), 4: (2, 8, 128, 128), 5: (2, 8, 16, 32, 32)},
-}, fields=_sweep_fields)
+def _prime_divisor(c: int) -> int | None:
+    """The smallest odd prime dividing C other than C itself (a group count that is neither 1, 2 nor C)."""
+    return next((p for p in range(3, c) if c % p == 0 and all(p % q for q in range(2, p))), None)
+
+
+GROUPS = {"1": lambda c: 1, "C": lambda c: c, "2": lambda c: 2 if c % 2 == 0 and c > 2 else None, "prime": _prime_divisor}
+
+
+def _label(g: int, c: int) -> str:
+    return "1" if g == 1 else "C" if g == c else "2" if g == 2 else "prime"
+
+
+def _groups_exist(c: int, label: str) -> bool:
+    """C has a group count of that kind (C = 1 has only G = 1; an odd prime G needs a C it divides)."""
+    g = GROUPS[label](c)
+    return g is not None and _label(g, c) == label
+
+
+def _shape(v: dict) -> dict:
+    c = v["channels"]
+    return {"shape": nc_spatial(v["batch"], c, v["spatial"], v["rank"]), "groups": GROUPS[v["groups"]](c)}
+
+
+SWEEP = Design(
+    factors=(
+        channel_factor(1, 3, 8, 12, 16, 64, 65),
+        Factor("groups", levels(
+            "1", "G = 1: one set per sample over every channel (LayerNorm2d's path)",
+            "C", "G = C: one channel per group (InstanceNorm's path)",
+            "2", "two groups of many channels: γ varies inside a group",
+            "prime", "an odd prime number of groups (C/G not a power of two)",
+        ), read=lambda case: _label(case.groups, case.channels), usual=2),
+        Factor("spatial", levels(
+            1, "no spatial extent: sets are channels only",
+            7, "a few pixels: fewer than a vector",
+            2047, "one below 2048, where torch's channels-last backward switches strategy",
+            2048, "2048: the other strategy",
+            2049, "one past 2048",
+            16384, "long per-group reductions",
+        ), read=lambda c: c.numel // (c.shape[0] * c.shape[1]), usual=1),
+        Factor("batch", levels(
+            1, "one sample: fewer (sample, group) sets than threads",
+            2, "two samples",
+            3, "an odd batch",
+        ), read=lambda c: c.shape[0], usual=1),
+        eps_factor(0.0, 1e-10, 1e-5, 1e-2),
+    ),
+    shape=_shape,
+    exclusions=(
+        Exclusion(("channels", "groups"), _groups_exist, "G = 2 needs an even C > 2, an odd prime G a C it divides; C = 1 is G = 1"),
+        Exclusion(("groups", "spatial"), lambda g, s: not (g == "C" and s == 1), "a set of one value (G = C, no pixels)"),
+        Exclusion(("channels", "spatial"), lambda c, s: c * s > 1, "a set of one value (one channel, no pixels)"),
+        # (a 2-D input has no pixels: the same two sets of one value)
+        Exclusion(("rank", "channels"), lambda rank, c: rank > 2 or c > 1, "a 2-D input of one channel: sets of one value"),
+        Exclusion(("rank", "groups"), lambda rank, g: rank > 2 or g != "C", "a 2-D input with G = C: sets of one value"),
+        SPATIAL_NEEDS_RANK,
+        at_most(MAX_ELEMENTS // 3, "channels", "spatial", "a case of over 1.2M elements takes seconds"),
+    ),
+)
 
 
 def view(case) -> SetView:
@@ -83,11 +136,12 @@ def native_layouts(case) -> str | None:
 CHANNELS_LAST_VARIANCE = KnownIssue(
     "torch-gn-channels-last-variance",
     "torch CPU group_norm on channels_last input computes the variance as E[x²] − E[x]²: catastrophic "
-    "cancellation when |mean| ≫ std (f32 dx off by 1e7×, f64 off by ~1e-8 relative); small sets hit it "
-    "by chance in any profile",
+    "cancellation when |mean| ≫ std (f32 dx off by 1e7×, f64 off by ~1e-8 relative), and a variance that comes "
+    "out negative gives NaN (f32, |mean| ~ 5e3, G = C = 3, 3x683 pixels: y NaN in 6147 of 12294 elements); small "
+    "sets hit it by chance in any profile",
     lambda c: c.x_format in ("channels_last", "channels_last_3d"),
     # not dbias = Σ dy, which no variance enters; the second derivatives are taken from the same statistics
-    Signature(("y", "mean", "rstd", "dx", "dweight", "d2x", "d2weight", "d2dy")),
+    Signature(("y", "mean", "rstd", "dx", "dweight", "d2x", "d2weight", "d2dy"), nonfinite=True),
     code=("aten.native_group_norm",),
 )
 
@@ -135,9 +189,11 @@ CREATE_GRAPH_HALF_PARAM_GRADS = KnownIssue(
     "torch-gn-create-graph-half-param-grads",
     "torch's group_norm backward under create_graph (grad mode on: a double backward follows) is a composite in "
     "the input dtype (infinitely_differentiable_native_group_norm_backward): the first-order dweight and dbias of "
-    "f16/bf16 input, also with f32 parameters, are summed at input precision (bf16/f32 dbias 2179072 for 2170610)",
+    "f16/bf16 input, also with f32 parameters, are summed at input precision (bf16/f32 dbias 2179072 for 2170610); "
+    "in plain f16 its intermediates overflow for |x| in the thousands, so dx and the second derivatives come back "
+    "NaN although every exact one is representable (3x3x16384 G=3 f16, |mean| ~ 5e3)",
     lambda c: c.order == 2 and c.dtype in ("f16", "bf16"),
-    Signature(("dx", "dweight", "dbias"), max_ratio=1e4, nonfinite=True),
+    Signature(("dx", "dweight", "dbias", "d2x", "d2weight", "d2dy"), max_ratio=1e4, nonfinite=True),
     code=("aten.native_group_norm",),
 )
 

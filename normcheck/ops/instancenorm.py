@@ -8,21 +8,38 @@ import torch.nn.functional as F
 from .. import reference
 from ..numerics.sets import SetView
 from .batchnorm import DOUBLE_BACKWARD_BIAS_WITHOUT_WEIGHT, F16_DOUBLE_BACKWARD, call, drop_none  # F.instance_norm's arguments are F.batch_norm's (use_input_stats: True)
-from .core import GridSweep, Impl, KnownIssue, Op, Signature
+from .core import Impl, KnownIssue, Op, Signature
+from .design import MOMENTUM, Design, Factor, at_most, channel_factor, eps_factor, levels, nc_spatial
 
 SIGNATURE = ("fn(input, running_mean, running_var, weight, bias, use_input_stats, momentum, eps) -> Tensor"
              "  (torch.nn.functional.instance_norm)")
 OUTPUTS = ("y", "running_mean", "running_var", "dx", "dweight", "dbias")
 REQUIRED = ("y", "dx", "dweight", "dbias", "running_mean", "running_var")
 
-# Sets are one instance's spatial values: 7 (and 6: instance-unbiased variance is 1/(S − 1) off),
-# past 8192 (8193, 91x91, 5x41x41) and past 65536 (65537, 256x257, 16x64x65). No 2-D input: an
-# instance needs spatial dims. Batches of 1 to 4: the running statistics average over them.
-SWEEP = GridSweep(shapes={
-    "small": {3: (4, 3, 7), 4: (2, 3, 3, 3), 5: (3, 3, 2, 1, 3)},
-    "large": {3: (2, 3, 8193), 4: (2, 3, 91, 91), 5: (2, 3, 5, 41, 41)},
-    "huge": {3: (1, 3, 65537), 4: (2, 3, 256, 257), 5: (1, 3, 16, 64, 65)},
-})
+MAX_ELEMENTS = 1_100_000  # a case of at most this many elements takes well under a second
+
+# Sets are one instance's spatial values; the running statistics average over the batch.
+SWEEP = Design(
+    factors=(
+        Factor("spatial", levels(
+            3, "a few values: the instance-unbiased variance is 1/(S − 1) off",
+            7, "a prime below a vector's width",
+            2047, "one below 2048",
+            8193, "one past 8192: kernels that switch strategy on the reduction length",
+            65537, "past 65536: long reductions",
+        ), read=lambda c: c.view.set_size, usual=1),
+        channel_factor(1, 3, 8, 16, 65),
+        Factor("batch", levels(
+            1, "a batch of one: the (1, N·C, ...) view is x itself",
+            3, "three instances: sums over the batch whose order matters",
+            4, "running statistics averaged over four instances",
+        ), read=lambda c: c.shape[0], usual=1),
+        eps_factor(0.0, 1e-10, 1e-5, 1e-2),
+        MOMENTUM,
+    ),
+    shape=lambda v: {"shape": nc_spatial(v["batch"], v["channels"], v["spatial"], v["rank"])},
+    exclusions=(at_most(MAX_ELEMENTS // 4, "spatial", "channels", "a case of over 1.1M elements takes seconds"),),
+)
 
 
 def view(case) -> SetView:

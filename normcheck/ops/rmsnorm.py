@@ -11,24 +11,23 @@ from .. import reference
 from ..core.errors import UsageError
 from ..numerics.dtypes import CASTINGS, accumulation, weight_sees
 from .batchnorm import drop_none
-from .core import GridSweep, Impl, Op
-from .layernorm import normalized_axes, normalized_shape, validate as validate_dims, view
+from .core import Impl, Op
+from .design import Design, Factor, eps_factor, levels
+from .layernorm import DIMS, HIDDEN, ROW_EXCLUSIONS, ROWS, normalized_axes, normalized_shape, rows_shape, view
+from .layernorm import validate as validate_dims
 
 SIGNATURE = "fn(input, normalized_shape, weight, eps) -> Tensor  (torch.nn.functional.rms_norm; eps may be None)"
 OUTPUTS = ("y", "rstd", "dx", "dweight")
 REQUIRED = ("y", "dx", "dweight")
 
-# LayerNorm's reduction sizes (rows of 6 up to 65537 rows; hidden sizes past 8192 and 40009; 1 to 3
-# normalised dims), plus the two ends LayerNorm cannot have: a hidden size of 1 (7x5x1: x̂ = ±1 and
-# the backward cancels exactly) and a single row of 40009 (the weight gradient is one row's products).
-SWEEP = GridSweep(shapes={
-    "small": {2: (65537, 6), 3: (7, 5, 1), 4: (3, 4, 2, 3), 5: (2, 3, 2, 2, 3)},
-    "large": {2: (3, 8193), 3: (1, 3, 8193), 4: (2, 3, 40, 51), 5: (2, 2, 3, 17, 31)},
-    "huge": {2: (1, 40009), 3: (1, 2, 40009), 4: (3, 5, 96, 97), 5: (2, 2, 4, 32, 33)},
-}, fields=lambda size, rank: {"normalized_dims": {2: 1, 3: 1, 4: 2, 5: 3}[rank]},
-    # eps=None (the dtype's default), γ ≈ 0 (with an offset: w + offset rounds in a low-precision
-    # weight) and a large eps (where eps sits in the formula shows) rotate through the grid.
-    variants=({}, {"eps": None}, {"gamma_scale": 1e-3}, {"eps": 1e-2}))
+# LayerNorm's rows and hidden sizes; eps=None (the dtype's default) and γ ≈ 0 (with an offset, w + offset
+# rounds in a low-precision weight) besides.
+SWEEP = Design(
+    factors=(ROWS, HIDDEN, DIMS, eps_factor(None, 0.0, 1e-10, 1e-6, 1e-2),
+             Factor("gamma_scale", levels(1.0, "γ of size 1", 1e-3, "γ ≈ 0: w + offset rounds in a low-precision weight"),
+                    read=lambda c: c.gamma_scale, fields=lambda v: {"gamma_scale": v})),
+    shape=rows_shape, exclusions=ROW_EXCLUSIONS,
+)
 
 
 def default_eps(dtype: str) -> float:

@@ -39,7 +39,7 @@ def run_isolated(impl, case, inputs, limit: CaseLimit):
         raise UsageError(details[0])
     if kind == "not-differentiable":
         raise NotDifferentiable(details[0])
-    if kind == "raised":
+    if kind in ("raised", "impl"):  # (an ImplError of the interface checks keeps its message as it is)
         raise RaisedElsewhere(*details)
     raise ImplError(details[0])
 

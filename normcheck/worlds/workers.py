@@ -154,9 +154,14 @@ def _run_job(job, case, rank: int, group, size: int, fns: dict):
     except NotDifferentiable as e:  # (an ImplError that is a SKIP, not a failure)
         return ("not-differentiable", str(e))
     except ImplError as e:
-        return ("impl", str(e))
+        return ("impl", str(e), "", _ops_called(e))
     except BaseException as e:  # noqa: BLE001 - SystemExit from an implementation is a failure too
-        return ("raised", exception_text(e) + raised_at(e), "".join(traceback.format_exception(e)))
+        return ("raised", exception_text(e) + raised_at(e), "".join(traceback.format_exception(e)), _ops_called(e))
+
+
+def _ops_called(e: BaseException) -> tuple[str, ...]:
+    """The kernels the implementation ran before it raised (the torch adapter records them)."""
+    return tuple(sorted(getattr(e, "ops_called", ())))
 
 
 def _worker_main(rank: int, size: int, port: int | None, gloo_timeout: float, conn, ctrl, stderr_path: str) -> None:

@@ -11,7 +11,9 @@ BUGS = ("unbiased_normalise", "naive_variance", "low_precision_accumulation", "d
         "ignore_strides", "gamma_outside_group_sums", "bf16_moments", "eps_outside_sqrt",
         "interleaved_groups", "modifies_input", "dweight_missing_invstd",
         "constant_stats_double_backward", "overwrites_dy", "frozen_x_fast_path", "frozen_params_fast_path",
-        "nondeterministic_sum")
+        "nondeterministic_sum",
+        # on the paths kernels dispatch on: one set, a long set, channel lanes, G = 1 and G = C, eps, momentum
+        "g1_per_pixel", "gc_drops_bias", "long_set_halves")
 MUTANTS = {bug: named(group_norm, bug) for bug in BUGS}
 textbook = group_norm()
 CORRECT = {"textbook": textbook}

@@ -13,7 +13,9 @@ BUGS = ("unbiased_normalise", "naive_variance", "low_precision_accumulation", "d
         "ignore_strides", "bf16_moments", "eps_outside_sqrt", "modifies_input", "dweight_missing_invstd",
         "low_precision_param_sums", "ignore_storage_offset",
         "constant_stats_double_backward", "overwrites_dy", "frozen_x_fast_path", "frozen_params_fast_path",
-        "nondeterministic_sum")
+        "nondeterministic_sum",
+        # on the paths kernels dispatch on: one set, a long set, channel lanes, G = 1 and G = C, eps, momentum
+        "one_set_blocks", "long_set_halves", "hard_coded_eps")
 MUTANTS = {bug: named(layer_norm, bug) for bug in BUGS}
 textbook = layer_norm()
 CORRECT = {"textbook": textbook}

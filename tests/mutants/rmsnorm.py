@@ -43,9 +43,12 @@ class Bugs:
     constant_stats_double_backward: bool = False  # backward from the forward's x̂ and rstd: constants to a 2nd derivative
     overwrites_dy: bool = False            # backward writes dx into grad_output's buffer
     frozen_x_fast_path: bool = False       # with x frozen, a fast path computes dweight = Σ dy·x
+    one_row_blocks: bool = False           # one row: the mean of squares of blocks of 1024 averaged unweighted
+    eps_or_default: bool = False           # eps = eps or 1e-6: eps = 0 (and None) become 1e-6
 
 
 ROW_BLOCK = 64  # rows per partial sum of the bf16-partials mutant
+BLOCK = 1024  # elements per block of the one-row mutant
 
 
 def _normalise(x, weight, dims: int, eps, bugs: Bugs):
@@ -61,6 +64,8 @@ def _normalise(x, weight, dims: int, eps, bugs: Bugs):
         xs = xs - xs.mean(dim=1, keepdim=True)
     if bugs.low_precision_squares:  # squared in the input dtype, summed like a 16-lane kernel in it
         ms = _sum((xs.to(low) * xs.to(low)).to(acc), (1,), None, low, in_low=True) / reduce
+    elif bugs.one_row_blocks and xs.shape[0] == 1 and reduce > BLOCK:  # a decode path splitting the row
+        ms = torch.stack([(b * b).mean(dim=1) for b in xs.split(BLOCK, dim=1)], dim=1).mean(dim=1, keepdim=True)
     else:
         ms = (xs * xs).mean(dim=1, keepdim=True)
     rstd = 1 / (ms.sqrt() + eps) if bugs.eps_outside_sqrt else (ms + eps).rsqrt()
@@ -122,6 +127,7 @@ class _RMSNorm(torch.autograd.Function):
 def rms_norm(bugs: Bugs = Bugs()):
     """F.rms_norm's signature, with `bugs` switched on."""
     def rms_norm(input, normalized_shape, weight=None, eps=None):
+        eps = (eps or 1e-6) if bugs.eps_or_default else eps
         return _RMSNorm.apply(input, weight, len(normalized_shape), eps, bugs)
     return rms_norm
 
@@ -140,7 +146,7 @@ GEMMA, LLAMA = Bugs(offset=1.0), Bugs(before_weight=True)
 # Bugs of the convention-free formula, in torch's convention; and those of a convention, under it.
 PLAIN = ("low_precision_squares", "bf16_rstd", "eps_outside_sqrt", "eps_of_input_dtype", "bf16_dweight_partials",
          "drop_xhat_term", "centres", "last_dim_only", "ignore_strides", "ignore_storage_offset",
-         "constant_stats_double_backward", "overwrites_dy", "frozen_x_fast_path")
+         "constant_stats_double_backward", "overwrites_dy", "frozen_x_fast_path", "one_row_blocks", "eps_or_default")
 CONVENTION_BUGS = {"forgets_offset": GEMMA, "offset_only_forward": GEMMA, "dweight_unrounded_xhat": LLAMA}
 assert set(PLAIN) | set(CONVENTION_BUGS) == {f.name for f in fields(Bugs)} - {"offset", "before_weight"}
 

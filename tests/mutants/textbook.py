@@ -11,6 +11,9 @@ from normcheck.frameworks.torch import accumulation_dtype
 from normcheck.numerics.sets import SetView
 
 LANES = 16  # the vector width of the emulated low-precision kernel
+BLOCK = 1024  # elements per block of the split-statistics mutants
+LONG_SET = 8192  # sets longer than this take the two-halves path of its mutant
+CHANNEL_LANES = 8  # the channel vector of the channels-last lane mutant
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,15 @@ class Bugs:
     frozen_x_fast_path: bool = False        # with x frozen, a fast path computes dγ = Σ dy·(x − μ)
     frozen_params_fast_path: bool = False   # with γ frozen, a fast path computes dx as if γ were 1
     nondeterministic_sum: bool = False      # dγ, dβ summed over the batch in an order that varies per call
+    # Bugs on the paths kernels dispatch on
+    one_set_blocks: bool = False            # one set (a single row or channel): blocks' statistics averaged unweighted
+    long_set_halves: bool = False           # sets past 8192 values: two halves' variances averaged, no between term
+    channels_last_lane_sums: bool = False   # BN channels-last: an 8-wide channel loop sums across its lanes
+    eval_hard_coded_eps: bool = False       # BN eval mode (a frozen BatchNorm) normalises with eps = 1e-5
+    fixed_momentum: bool = False            # running statistics updated with momentum 0.1 whatever is passed
+    hard_coded_eps: bool = False            # eps = 1e-5 whatever is passed
+    g1_per_pixel: bool = False              # GN with G = 1 normalises each pixel over the channels
+    gc_drops_bias: bool = False             # GN with G = C forgets β in the forward
 
 
 def _read(t: torch.Tensor, bugs: Bugs) -> torch.Tensor:
@@ -83,17 +95,46 @@ def _statistics(xs, view: SetView, eps, bugs: Bugs, low, running):
     elif bugs.per_sample_variance and view.across_batch:
         mu = xs.mean(dim=(2, 3), keepdim=True).mean(dim=0, keepdim=True)
         var = ((xs - xs.mean(dim=(2, 3), keepdim=True)) ** 2).mean(dim=(2, 3), keepdim=True).mean(dim=0, keepdim=True)
+    elif (bugs.one_set_blocks and view.set_count == 1 and count > BLOCK) or (bugs.long_set_halves and count > LONG_SET):
+        mu, var = _split_statistics(xs, view, BLOCK if bugs.one_set_blocks else (count + 1) // 2)
     else:
         mu = _sum(xs, axes, bugs, low) / count
         if bugs.naive_variance:
             var = _sum(xs * xs, axes, bugs, low) / count - mu * mu
         else:
             var = _sum((xs - mu) ** 2, axes, bugs, low) / count
+    if bugs.channels_last_lane_sums and view.across_batch:
+        mu, var = _lanes_mixed(mu), _lanes_mixed(var)
     norm_var = var * count / (count - 1) if bugs.unbiased_normalise and running is None else var
     invstd = 1 / (norm_var.clamp_min(0).sqrt() + eps) if bugs.eps_outside_sqrt else (norm_var.clamp_min(0) + eps).rsqrt()
     if bugs.bf16_moments:
         mu, invstd = mu.to(torch.bfloat16).to(xs.dtype), invstd.to(torch.bfloat16).to(xs.dtype)
     return mu, var, invstd
+
+
+def _split_statistics(xs, view: SetView, block: int):
+    """(μ, σ²) of each set from blocks of `block` values: the blocks' means and variances averaged with equal
+    weights (the last, shorter block counts as much as a whole one), with the spread of the block means."""
+    n, k = xs.shape[0], xs.shape[1]
+    sets = xs.permute(1, 0, 2, 3).reshape(k, -1) if view.across_batch else xs.reshape(n * k, -1)
+    blocks = sets.split(block, dim=1)
+    means = torch.stack([b.mean(dim=1) for b in blocks], dim=1)
+    variances = torch.stack([b.var(dim=1, unbiased=False) for b in blocks], dim=1)
+    mu = means.mean(dim=1)
+    var = variances.mean(dim=1) + ((means - mu[:, None]) ** 2).mean(dim=1)
+    shape = (1, k, 1, 1) if view.across_batch else (n, k, 1, 1)
+    return mu.reshape(shape), var.reshape(shape)
+
+
+def _lanes_mixed(stat):
+    """Per-channel statistics (1, C, 1, 1) where each whole vector of 8 channels got its vector's mean (a
+    horizontal add across lanes); the channels of the scalar tail are right."""
+    c = stat.shape[1]
+    whole = c - c % CHANNEL_LANES
+    if not whole:
+        return stat
+    lanes = stat[:, :whole].reshape(1, -1, CHANNEL_LANES, 1, 1).mean(dim=2, keepdim=True).expand(-1, -1, CHANNEL_LANES, 1, 1)
+    return torch.cat([lanes.reshape(1, whole, 1, 1), stat[:, whole:]], dim=1)
 
 
 class _Norm(torch.autograd.Function):
@@ -151,9 +192,12 @@ class _Norm(torch.autograd.Function):
         wdt, bdt = ctx.param_dtypes
 
         def param_sum(a):  # over N and S: (N, K, L, S) -> the parameter's shape
-            if bugs.nondeterministic_sum:  # the batch summed in an order that changes from call to call
-                a = a[torch.randperm(a.shape[0])]
-                return a.cumsum(0)[-1].sum(dim=-1).reshape(view.param_shape)
+            if bugs.nondeterministic_sum:  # per-sample partial sums added in an order that changes from call to call
+                partials = a.sum(dim=-1)[torch.randperm(a.shape[0])]  # (as atomics from one block per sample)
+                total = partials[0]
+                for p in partials[1:]:  # one add at a time in the accumulation dtype (cumsum would add in f64)
+                    total = total + p
+                return total.reshape(view.param_shape)
             return _sum(a, (0, 3), bugs, low, bugs.low_precision_param_sums).reshape(view.param_shape)
 
         dweight = param_sum(dys * xterm).to(wdt) if wdt is not None else None
@@ -165,9 +209,15 @@ def _batch_norm(bugs: Bugs):
     def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=True, momentum=0.1, eps=1e-5):
         stats = {}
         running = _eval_statistics(training, running_mean, running_var, bugs)
-        y = _Norm.apply(input, weight, bias, SetView.per_channel(tuple(input.shape)), eps, bugs, stats, running)
+        if bugs.eval_hard_coded_eps and not training:
+            eps = 1e-5
+        if bugs.fixed_momentum:
+            momentum = 0.1
+        channels_last = input.dim() == 4 and input.is_contiguous(memory_format=torch.channels_last) and not input.is_contiguous()
+        path_bugs = bugs if channels_last else replace(bugs, channels_last_lane_sums=False)
+        y = _Norm.apply(input, weight, bias, SetView.per_channel(tuple(input.shape)), eps, path_bugs, stats, running)
         if running is None or bugs.eval_updates_running_stats:
-            batch = stats if running is None else _batch_stats(input, SetView.per_channel(tuple(input.shape)), bugs)
+            batch = stats if running is None else _batch_stats(input, SetView.per_channel(tuple(input.shape)), path_bugs)
             mean, var, count = batch["mean"].reshape(-1), batch["var"].reshape(-1), batch["count"]
             _update_running(running_mean, running_var, mean, var, count, bugs, momentum)
         return y
@@ -228,12 +278,19 @@ def _group_norm(bugs: Bugs):
                 input[:, order], num_groups,
                 None if weight is None else weight[order], None if bias is None else bias[order], eps)
             return permuted[:, inverse]
-        return _Norm.apply(input, weight, bias, SetView.per_group(tuple(input.shape), num_groups), eps, bugs, {})
+        if bugs.g1_per_pixel and num_groups == 1:  # LayerNorm over C at every pixel: (N, *spatial, C)
+            moved = input.movedim(1, -1)
+            return _layer_norm(bugs)(moved, (c,), weight, bias, eps).movedim(-1, 1)
+        y = _Norm.apply(input, weight, bias, SetView.per_group(tuple(input.shape), num_groups), eps, bugs, {})
+        if bugs.gc_drops_bias and num_groups == c and bias is not None:  # β left out of y (its gradient is still Σ dy)
+            y = y - bias.detach().reshape(1, c, *[1] * (input.dim() - 2)).to(y.dtype)
+        return y
     return group_norm
 
 
 def _layer_norm(bugs: Bugs):
     def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+        eps = 1e-5 if bugs.hard_coded_eps else eps
         view = SetView.last_dims(tuple(input.shape), len(normalized_shape))
         return _Norm.apply(input, weight, bias, view, eps, bugs, {})
     return layer_norm

@@ -157,8 +157,12 @@ def run(op, impl, case, inputs) -> tuple[dict[str, np.ndarray], str, frozenset[s
     fn = impl.callable()
     call = (fn, case, t) if impl.convention == "direct" else (differentiate, op, fn, case, t)
     recorder = OpRecorder()
-    with recorder if impl.dispatch_mode and not compiled(fn) else contextlib.nullcontext():
-        outputs = _guarded_run(t, partial(with_threads, impl.threads, *call))
+    try:
+        with recorder if impl.dispatch_mode and not compiled(fn) else contextlib.nullcontext():
+            outputs = _guarded_run(t, partial(with_threads, impl.threads, *call))
+    except BaseException as e:  # the kernels it ran before it raised: a known issue of theirs may explain it
+        e.ops_called = frozenset(recorder.ops)
+        raise
     return to_numpy(op, case, outputs, tuple(t.x.shape)), impl.reported_path(case), frozenset(recorder.ops)
 
 

@@ -1,0 +1,238 @@
+"""Sweeps as designs over declared factors: the record types, and the vocabulary every op shares.
+
+A `Factor` is one thing kernels dispatch on (rows, hidden size, channels, groups, eps, a dtype, a layout,
+a path through the layer), with the `Level`s that sit on its dispatch boundaries, each with a one-line
+why. An op's `Design` lists its own factors (its geometry, eps, momentum, ...) and how their values make a
+shape; the shared factors below (dtype, layout, value profile, rank, the path) come from the op's record
+(its ranks, parameters, modes, orders), and an op's own factor of the same name replaces a shared one.
+`Exclusion`s are the pairs of values that cannot meet (a layout that needs a rank, eps = 0 with a set of
+zero variance, a case too large for a second): normcheck.cases.sweep covers every other pair.
+
+Every factor reads its value back off a built case (`read`), so coverage is measured on the cases the
+sweep makes, never taken from the plan.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from math import prod
+from typing import Any, Callable
+
+from ..numerics.formats import FORMAT_RANK
+
+Case = Any  # cases.Case (a layer above: records only read its fields)
+
+
+@dataclass(frozen=True)
+class Level:
+    value: Any
+    why: str
+
+
+@dataclass(frozen=True)
+class Factor:
+    """`read(case)`: the value a case has; `fields(value)`: the case fields a value sets (None: a geometry
+    factor, which the op's `Design.shape` turns into a shape with the others); `show(value)`: its label;
+    `usual`: the index of the level that fills a case where the design leaves the factor free (the common
+    value, not an edge: otherwise most cases would have one row, or eps = 0)."""
+    name: str
+    levels: tuple[Level, ...]
+    read: Callable[[Case], Any]
+    fields: Callable[[Any], dict] | None = None
+    show: Callable[[Any], str] = str
+    usual: int = 0
+
+    def __post_init__(self):
+        values = [lv.value for lv in self.levels]
+        if not values or len(set(map(repr, values))) != len(values):
+            raise ValueError(f"factor {self.name}: levels must be given, each once")
+        if not 0 <= self.usual < len(values):
+            raise ValueError(f"factor {self.name}: its usual level must be one of its levels")
+
+    def with_usual(self, value) -> "Factor":
+        return replace(self, usual=self.values.index(value))
+
+    @property
+    def values(self) -> tuple:
+        return tuple(lv.value for lv in self.levels)
+
+
+@dataclass(frozen=True)
+class Exclusion:
+    """Values of two factors that cannot meet in one case: `allowed(a, b)` False for them, and why."""
+    factors: tuple[str, str]
+    allowed: Callable[[Any, Any], bool]
+    why: str
+
+
+@dataclass(frozen=True)
+class Design:
+    """An op's own factors; `shape(row)`: a case's {factor: value} -> the case fields its geometry makes
+    ({"shape": ..., and op fields such as groups}); `exclusions`: pairs of values that cannot meet."""
+    factors: tuple[Factor, ...]
+    shape: Callable[[dict], dict]
+    exclusions: tuple[Exclusion, ...] = ()
+
+
+def levels(*pairs) -> tuple[Level, ...]:
+    """levels(value, why, value, why, ...)."""
+    return tuple(Level(v, why) for v, why in zip(pairs[::2], pairs[1::2]))
+
+
+def joined(value) -> str:
+    return "/".join(map(str, value)) if isinstance(value, tuple) else str(value)
+
+
+def spread(total: int, dims: int) -> tuple[int, ...]:
+    """`total` as `dims` sizes whose product it is, as even as its divisors allow, largest last
+    (2048 over 3 dims: 8x16x16; a prime: 1x...x p)."""
+    sizes = []
+    for d in range(dims, 1, -1):
+        target = total ** (1 / d)
+        divisors = {k for i in range(1, int(total ** 0.5) + 1) if total % i == 0 for k in (i, total // i)}
+        size = min(divisors, key=lambda k: (abs(k - target), k))
+        sizes.append(size)
+        total //= size
+    return tuple(sorted(sizes + [total]))
+
+
+# ----------------------------------------------------------------------------- the shared factors
+DTYPE = Factor("dtype", levels(
+    ("f64", "f64"), "float64 kernels: the reference's own precision, where only wrong math shows",
+    ("f32", "f32"), "float32 accumulation and moments",
+    ("f16", "f16"), "half storage: sums and intermediates that must not stay in f16 (overflow past 65504)",
+    ("bf16", "bf16"), "bfloat16 storage: 8 significant bits, sums that must be kept in f32",
+    ("f16", "f32"), "mixed precision: f16 input with f32 parameters, a dispatch of its own",
+    ("bf16", "f32"), "mixed precision: bf16 input with f32 parameters",
+), read=lambda c: (c.dtype, c.param_dtype), fields=lambda v: {"dtype": v[0], "param_dtype": v[1]}, show=joined)
+
+LAYOUT = Factor("layout", levels(
+    ("contiguous", "contiguous"), "the standard layout",
+    ("channels_last", "channels_last"), "NHWC: channel loops innermost, the vectorised path",
+    ("channels_last_3d", "channels_last_3d"), "NDHWC",
+    ("strided", "strided"), "a non-dense view: kernels that assume density",
+    ("channels_last", "contiguous"), "x and dy in different formats: kernels that read dy with x's strides",
+    ("contiguous", "channels_last"), "the other way round",
+    ("sliced", "expanded"), "x at a storage offset; dy with stride 0 along the batch (y.sum()'s gradient)",
+    ("transposed", "sliced"), "x dense with its last two dims swapped; dy at a storage offset",
+), read=lambda c: (c.x_format, c.dy_format), fields=lambda v: {"x_format": v[0], "dy_format": v[1]},
+    show=lambda v: v[0] if v[0] == v[1] else f"{v[0]}:{v[1]}")
+
+PROFILE = Factor("profile", levels(
+    "normal", "well-conditioned data",
+    "offset", "|mean| ≫ std: cancellation in one-pass variances and in Σ dy·(x − mean)",
+    "near_constant", "variance ≈ eps (or exactly 0): eps handling",
+    "heavy_tailed", "a few huge elements dominate every sum",
+    "exact", "small integers whose sums are exact: any error is the kernel's",
+    "sparse_dy", "mostly-zero dy, some sets none at all",
+    "tiny", "rows of magnitude near √eps: where eps and the statistic are the same size",
+    "big", "|x| in the thousands about a small mean: squares past 65504 overflow f16",
+), read=lambda c: c.profile, fields=lambda v: {"profile": v})
+
+MODES = levels("train", "batch statistics, the running ones updated",
+               "eval", "the running statistics normalise, and come back unchanged")
+ORDERS = levels(1, "the backward", 2, "the double backward: derivatives of the statistics only it takes")
+
+
+def rank_factor(ranks: tuple[int, ...]) -> Factor:
+    why = {2: "(N, C): no spatial dims", 3: "one spatial dim", 4: "2-D images (channels_last)",
+           5: "3-D volumes (channels_last_3d)"}
+    return Factor("rank", levels(*[x for r in ranks for x in (r, why[r])]), read=lambda c: len(c.shape))
+
+
+def path_factor(params: tuple[str, ...]) -> Factor:
+    """Which inputs exist and require grad: every output_mask of a native backward (all, only the
+    parameters', only dx, each parameter alone with dx and without)."""
+    pairs = [((True, "none"), "every input requires grad"),
+             ((True, "x"), "x frozen: only the parameters' gradients"),
+             ((True, "params"), "the parameters frozen: only dx"),
+             ((False, "none"), "no parameters at all")]
+    if len(params) > 1:
+        pairs += [((name, frozen), f"{name} alone" + (", x frozen" if frozen == "x" else ""))
+                  for frozen in ("none", "x") for name in params]
+    return Factor("path", tuple(Level(v, why) for v, why in pairs), read=lambda c: (c.affine, c.frozen),
+                  fields=lambda v: {"affine": v[0], "frozen": v[1]}, show=_show_path)
+
+
+def _show_path(v) -> str:
+    params = {True: "all parameters", False: "no parameters"}.get(v[0], f"{v[0]} only")
+    return params + ("" if v[1] == "none" else f", {v[1]} frozen")
+
+
+# The layout's rank, and parameters that exist only in the affine part
+LAYOUT_NEEDS_RANK = Exclusion(
+    ("layout", "rank"), lambda layout, rank: all(FORMAT_RANK.get(f, rank) == rank for f in layout),
+    "channels_last needs a 4-D input, channels_last_3d a 5-D one")
+NO_MIXED_WITHOUT_PARAMETERS = Exclusion(
+    ("path", "dtype"), lambda path, dtype: path[0] is not False or dtype[0] == dtype[1],
+    "without parameters (and running statistics) nothing is in the parameter dtype")
+# eps = 0 divides by the statistic itself: only data whose every set has a positive one
+ZERO_EPS_PROFILES = ("near_constant", "exact")
+EPS_ZERO_NEEDS_SPREAD = Exclusion(
+    ("eps", "profile"), lambda eps, profile: eps != 0 or profile not in ZERO_EPS_PROFILES,
+    "eps = 0 with sets of zero variance (near_constant, exact) divides by zero")
+
+
+# near_constant sets are scaled to eps: with a tiny eps they are constant in half precision, rstd = eps^-1/2 = 1e5,
+# and the exact dx (∝ rstd) is past f16's largest value: no f16 kernel can return it
+EPS_TINY_NOT_NEAR_CONSTANT = Exclusion(
+    ("eps", "profile"), lambda eps, profile: not (eps is not None and 0 < eps < 1e-8 and profile == "near_constant"),
+    "near_constant sets with a tiny eps have rstd ~ 1e5: exact gradients past f16's range")
+
+
+def eps_factor(*values) -> Factor:
+    why = {None: "eps=None: the dtype's default", 0.0: "eps = 0: `eps or default` turns it into the default",
+           1e-10: "tiny: eps is negligible (a kernel that ignores the argument shows)",
+           1e-6: "another common default", 1e-5: "the usual default", 1e-2: "large: where eps enters the formula shows"}
+    usual = next((i for i, v in enumerate(values) if v in (1e-5, None)), 0)  # the usual default fills free slots
+    return Factor("eps", levels(*[x for v in values for x in (v, why[v])]), read=lambda c: c.eps,
+                  fields=lambda v: {"eps": v}, usual=usual)
+
+
+MOMENTUM = Factor("momentum", levels(
+    0.0, "momentum 0: the running statistics stay as they were",
+    0.1, "the default",
+    1.0, "momentum 1: replaced by the batch's (the first step of a cumulative average, momentum=None)",
+), read=lambda c: c.momentum, fields=lambda v: {"momentum": v}, usual=1)
+
+
+def shared_factors(op) -> tuple[Factor, ...]:
+    """The factors every op has, from its record: dtype, layout, profile, rank, path, and mode and order where
+    it has eval mode and a double backward."""
+    factors = [DTYPE, LAYOUT, PROFILE, rank_factor(op.ranks), path_factor(op.params)]
+    if op.running_stats:
+        factors.append(Factor("mode", MODES, read=lambda c: c.mode, fields=lambda v: {"mode": v}))
+    if op.double_backward:
+        factors.append(Factor("order", ORDERS, read=lambda c: c.order, fields=lambda v: {"order": v}))
+    return tuple(factors)
+
+
+def shared_exclusions(op) -> tuple[Exclusion, ...]:
+    """Those of the shared factors, and of eps with the profiles (an op without an eps factor drops them)."""
+    return ((LAYOUT_NEEDS_RANK, EPS_ZERO_NEEDS_SPREAD, EPS_TINY_NOT_NEAR_CONSTANT)
+            + (() if op.running_stats else (NO_MIXED_WITHOUT_PARAMETERS,)))
+
+
+# ----------------------------------------------------------------------------- shared geometry
+def channel_factor(*values) -> Factor:
+    why = {1: "one channel: loops over channels of length 1", 3: "fewer channels than a vector's lanes",
+           8: "one 8-lane vector", 12: "4 channels per group of 3", 16: "one 16-lane vector",
+           64: "many whole vectors", 65: "one past a vector multiple: the scalar tail"}
+    return Factor("channels", levels(*[x for v in values for x in (v, why[v])]), read=lambda c: c.channels,
+                  usual=values.index(3) if 3 in values else 0)
+
+
+def nc_spatial(n: int, c: int, spatial: int, rank: int) -> tuple[int, ...]:
+    """(N, C, *spatial dims) with `spatial` elements per (sample, channel), spread over rank − 2 dims."""
+    return (n, c) + (spread(spatial, rank - 2) if rank > 2 else ())
+
+
+def at_most(limit: int, a: str, b: str, why: str) -> Exclusion:
+    """The product of two factors' values (the elements of a case, with the others small) at most `limit`."""
+    return Exclusion((a, b), lambda u, v: u * v <= limit, why)
+
+
+SPATIAL_NEEDS_RANK = Exclusion(("rank", "spatial"), lambda rank, spatial: rank > 2 or spatial == 1,
+                               "a 2-D (N, C) input has no spatial dims")
+# torch refuses eps = 0 when it normalises with the batch's variance ("eps must be positive during training")
+EPS_ZERO_ONLY_IN_EVAL = Exclusion(("eps", "mode"), lambda eps, mode: eps != 0 or mode == "eval",
+                                  "BatchNorm's training forward takes eps > 0 (the running variance in eval mode: any)")
