@@ -265,8 +265,11 @@ def run_compare(args, out) -> int:
     timeout = args.timeout
     colour, seeds = wants_colour(out), (args.cases or 1) > 1
     stopped = ""  # why the run ended before its last case
+    # What code run in this process prints never mixes with a JSON document on stdout (workers write theirs to a
+    # file of their own)
+    keep_stdout = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
     with Progress(len(cases), f"{args.op} / {impl.name}", wants_progress(quiet=args.json)) as progress, \
-            _interruptible() as interrupted:
+            _interruptible() as interrupted, keep_stdout:
         for case in cases:
             try:
                 report = judge(case, impl)
@@ -387,10 +390,26 @@ def run_list(args, out) -> int:
     return 0
 
 
+# Options whose value may start with "-" (a negative number): argparse would read "-4,3,5" as an option
+_NUMERIC_VALUES = ("--shape", "--split", "--eps", "--momentum", "--weight-offset")
+
+
+def _joined(argv: list[str]) -> list[str]:
+    """`--shape -4,3,5` as `--shape=-4,3,5`, so that a negative value gets its own clear error, not argparse's
+    "expected one argument"."""
+    out = []
+    for arg in argv:
+        if out and out[-1] in _NUMERIC_VALUES and arg[:1] == "-" and arg[1:2].isdigit():
+            out[-1] = f"{out[-1]}={arg}"
+        else:
+            out.append(arg)
+    return out
+
+
 def main(argv: list[str] | None = None, out=None) -> int:
     out = out or sys.stdout
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser().parse_args(_joined(sys.argv[1:] if argv is None else list(argv)))
         try:
             return {"compare": run_compare, "list": run_list, "doctor": run_doctor}[args.command](args, out)
         finally:

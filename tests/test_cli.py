@@ -104,6 +104,11 @@ def test_user_impl_module_is_importable_from_the_current_directory(tmp_path):
     assert proc.returncode == 0, proc.stderr
 
 
+def test_eps_zero_is_legal_where_the_op_takes_it():
+    assert main(["compare", "--op", "batchnorm", "--shape", "4,3", "--eps", "0", "--mode", "eval"]) == 0
+    assert main(["compare", "--op", "layernorm", "--shape", "4,3", "--eps", "0"]) == 0
+
+
 @pytest.mark.parametrize("argv, message", [
     (["compare", "--op", "groupnorm", "--shape", "2,6,4", "--groups", "4"], "not divisible by groups"),
     (["compare", "--op", "batchnorm", "--shape", "2,6,x"], "not a comma-separated list"),
@@ -132,6 +137,13 @@ def test_user_impl_module_is_importable_from_the_current_directory(tmp_path):
     (["compare", "--op", "batchnorm", "--order", "3"], "invalid choice: 3"),
     (["compare", "--op", "batchnorm", "--frozen", "params", "--affine", "none"], "no parameters to freeze"),
     (["compare", "--op", "batchnorm", "--case", TOKEN, "--order", "2"], "--case names the whole case; drop --order"),
+    # values that used to get through: a traceback, a FAIL row blaming torch, or argparse's puzzle
+    (["compare", "--op", "batchnorm", "--shape", "100000,1000,1000", "--dtype", "f16"],
+     "shape 100000x1000x1000 has 100,000,000,000 elements: judging it needs about"),
+    (["compare", "--op", "batchnorm", "--shape", "4,3", "--momentum", "nan"], "momentum must be a number from 0 to 1, got nan"),
+    (["compare", "--op", "batchnorm", "--shape", "4,3", "--momentum", "2"], "momentum must be a number from 0 to 1, got 2.0"),
+    (["compare", "--op", "batchnorm", "--shape", "4,3", "--eps", "0"], "batchnorm takes eps > 0 in train mode"),
+    (["compare", "--op", "batchnorm", "--shape", "-4,3,5"], "shape -4x3x5 has a negative size"),
 ])
 def test_usage_errors_are_one_line_and_exit_2(argv, message, capsys):
     code = main(argv, io.StringIO())
@@ -163,3 +175,11 @@ def test_path_options_put_the_whole_sweep_or_an_explicit_case_on_that_path():
     case = json.loads(out)["cases"][0]
     assert code == 0 and (case["case"]["frozen"], case["case"]["order"]) == ("params", 2)
     assert [t["name"] for t in case["tensors"]] == ["y", "dx", "d2x", "d2dy"]  # no dγ, dβ: the parameters are frozen
+
+
+def test_what_an_implementation_prints_never_breaks_the_json_document():
+    done = subprocess.run([sys.executable, "-m", "normcheck", "compare", "--op", "batchnorm", "--impl",
+                           "tests._wrapping_impls:prints_while_it_runs", "--shape", "4,3", "--json"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["summary"]["pass"] == 1 and "debug: in my batch_norm" not in done.stdout

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from dataclasses import replace
 
 from normcheck import Case, compare, get_op, resolve_impl
-from normcheck.engine import FAIL, KNOWN
+from normcheck.engine import FAIL, KNOWN, PASS
 from normcheck.impls import IMPLS
 from normcheck.ops import RECORDED_WITH_TORCH, batchnorm as bn, groupnorm as gn, instancenorm as inorm, layernorm as ln, syncbn
 
@@ -124,6 +124,28 @@ def test_a_hand_written_kernel_is_never_told_a_torch_issue_it_does_not_run():
     assert report.verdict == FAIL and report.worst.name in ("dweight", "dbias")
     assert "known issue" not in report.message and "torch-ln" not in report.message
     assert compare("layernorm", "torch", case).verdict == KNOWN
+
+
+@pytest.mark.parametrize("impl, case", [
+    ("tests._wrapping_impls:detached_input", Case("batchnorm", (2, 3, 2, 2), "f32", x_format="channels_last")),
+    ("tests._wrapping_impls:f16_dx_plus_dy", Case("batchnorm", (8, 3, 32, 32), "f16", profile="offset")),
+    ("tests._wrapping_impls:f16_dx_plus_dy", Case("batchnorm", (8, 3, 32, 32), "f16", x_format="channels_last")),
+], ids=["dx-zero-channels-last-f32", "f16-dx-plus-dy-offset", "f16-dx-plus-dy-channels-last"])
+def test_a_bug_of_code_that_calls_torch_is_not_excused_by_torchs_known_issue(impl, case):
+    """Code that calls F.batch_norm and breaks the result fails where a known issue of F.batch_norm's kernels would
+    have explained it by signature: torch's own record, run on the case, does not fail it alike."""
+    report = compare("batchnorm", impl, case)
+    assert report.verdict == FAIL and "known issue torch-bn-" in report.message  # (named as what it resembles)
+    assert compare("batchnorm", "torch", case).verdict != FAIL
+    if compare("batchnorm", "torch", case).verdict == PASS:  # then its signature would have excused it: says why not
+        assert "does not reproduce it on this case" in report.message and "budgets from torch's output" in report.message
+
+
+def test_code_that_reproduces_torchs_issue_exactly_is_known_and_says_torch_fails_alike():
+    case = Case("batchnorm", (8, 3, 32, 32), "f16", profile="offset")
+    report = compare("batchnorm", USER_BN, case)
+    assert report.verdict == KNOWN and report.message.startswith("known issue torch-bn-f16-intermediates")
+    assert report.message.endswith("(torch's own `torch` record fails this case alike)")
 
 
 def test_torch_code_that_raises_in_a_kernel_with_a_known_issue_is_known_by_the_kernel_it_ran():

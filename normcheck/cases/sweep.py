@@ -21,7 +21,7 @@ from covertable import make
 from ..numerics.formats import expressible
 from ..ops import get_op
 from ..ops.design import Exclusion, Factor, shared_exclusions, shared_factors
-from .case import Case
+from .case import DEFAULT_EPS, Case
 
 
 def factors(op: str) -> tuple[Factor, ...]:
@@ -92,7 +92,9 @@ def coverage(op: str, cases=None) -> tuple[dict, dict]:
 
 def on_path(case: Case, path: dict) -> Case:
     """A sweep case on the path a run asks for (--mode, --frozen, --order); freezing x or the parameters needs
-    parameters, so a case without them takes both."""
+    parameters, so a case without them takes both; a mode that refuses eps = 0 takes the default eps."""
     if path.get("frozen", "none") != "none" and not case.affine:
         case = case.with_(affine=True)
+    if case.eps == 0 and path.get("mode", case.mode) not in case.record.eps_zero:
+        case = case.with_(eps=DEFAULT_EPS)
     return case.with_(**path) if path else case

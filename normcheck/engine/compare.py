@@ -37,7 +37,12 @@ def judge(case: Case, impl: Impl, constants: Constants = CONSTANTS) -> Report:
 
     def report(verdict: str, tensors=(), message: str = "") -> Report:
         if verdict == FAIL:
-            verdict, message = attribute(impl.applicable_issues(case, ops, op.known_issues), tensors, message)
+            issues = impl.applicable_issues(case, ops, op.known_issues)
+            raw, (verdict, message) = message, attribute(issues, tensors, message)
+            own = [k for k in issues if k in impl.known_issues]
+            followed = [k for k in issues if k not in own]  # torch's, followed into code that ran its kernels
+            if verdict == KNOWN and followed and attribute(own, tensors, raw)[0] != KNOWN:
+                verdict, message = reproduced(case, impl, followed, tensors, raw, outputs, constants)
         return Report(op.name, impl.name, case, verdict, list(tensors), message, time.perf_counter() - start, path,
                       stack, time_limit, impl.framework)
 
@@ -46,6 +51,7 @@ def judge(case: Case, impl: Impl, constants: Constants = CONSTANTS) -> Report:
         return report(SKIP, message=f"not supported: {reason}")
 
     inputs = case_inputs(case)
+    outputs = {}
     try:
         outputs, path, ops = impl.runner(case, inputs)
         for name in (*op.required, *case.second_order):
@@ -68,6 +74,19 @@ def judge(case: Case, impl: Impl, constants: Constants = CONSTANTS) -> Report:
         ops = getattr(e, "ops_called", ops)
         return report(FAIL, message=exception_text(e) + raised_at(e))
 
+    tensors = tensor_reports(case, outputs, constants)
+    verdicts = {t.verdict for t in tensors}
+    verdict = FAIL if FAIL in verdicts else MISTRUSTED if MISTRUSTED in verdicts else PASS
+    differ = [name for name in outputs if not _same_bits(outputs[name], again.get(name))]
+    if differ and verdict != FAIL:
+        return report(FAIL, tensors, f"not deterministic: a second run on the same inputs gave other bits for "
+                                     f"{', '.join(differ)} (an Impl record may declare deterministic=False)")
+    return report(verdict, tensors)
+
+
+def tensor_reports(case: Case, outputs: dict, constants: Constants = CONSTANTS) -> list:
+    """Every output the reference defines, against it: ratios, worst elements, the budget's slack."""
+    op = case.record
     ref, bounds, baseline = expectations(case, constants)
     tensors = []
     for name, got in outputs.items():
@@ -81,13 +100,59 @@ def judge(case: Case, impl: Impl, constants: Constants = CONSTANTS) -> Report:
         if case.split is not None and base_name in ("y", "dx") and tensor.worst_index:
             tensor = replace(tensor, rank=_rank_of_row(case.split, tensor.worst_index[0]))
         tensors.append(tensor)
-    verdicts = {t.verdict for t in tensors}
-    verdict = FAIL if FAIL in verdicts else MISTRUSTED if MISTRUSTED in verdicts else PASS
-    differ = [name for name in outputs if not _same_bits(outputs[name], again.get(name))]
-    if differ and verdict != FAIL:
-        return report(FAIL, tensors, f"not deterministic: a second run on the same inputs gave other bits for "
-                                     f"{', '.join(differ)} (an Impl record may declare deterministic=False)")
-    return report(verdict, tensors)
+    return tensors
+
+
+# A failure within this factor of torch's own on the same tensor is "comparable": torch's kernel explains it
+COMPARABLE = 4.0
+
+
+def reproduced(case: Case, impl: Impl, followed, tensors, message: str, outputs: dict,
+               constants: Constants = CONSTANTS) -> tuple[str, str]:
+    """(verdict, message) of a failure that a known issue of torch's kernels would explain, in code that called
+    those kernels: KNOWN only when torch's own record, run on the same case, reproduces it — every failing tensor
+    within the case's rounding of torch's output, or failing there too by a comparable amount (a raise: torch's
+    record raises what the signature names). Otherwise FAIL, saying how far it is from torch's output."""
+    failure = message or worst_failure(tensors)
+    known = attribute(followed, tensors, message)[1]
+    issue = next(k for k in followed if _explained([k], tensors, message)[0])
+    witness = impl.witness(issue, case) if impl.witness is not None else None
+    if witness is None:
+        return FAIL, f"{failure} (resembles known issue {issue.key}; no record of torch's that has it takes this case)"
+    why = _not_reproduced(case, witness, issue, tensors, message, outputs, constants)
+    if why is None:
+        return KNOWN, f"{known} (torch's own `{witness.name}` record fails this case alike)"
+    return FAIL, (f"{failure} (resembles known issue {issue.key}, but torch's own `{witness.name}` record does not "
+                  f"reproduce it on this case: {why})")
+
+
+def _not_reproduced(case, witness: Impl, issue, tensors, message: str, outputs: dict, constants) -> str | None:
+    """None when `witness` (torch's record) fails the case as the implementation did; else why not, in a clause."""
+    try:
+        theirs = witness.runner(case, case_inputs(case))[0]
+    except Exception as e:  # noqa: BLE001 - torch's record raising is data here
+        raised = exception_text(e)
+        if message and issue.signature.explains_message(raised):
+            return None
+        return f"it raised {raised}" if not message else f"it raised {raised}, not what this code raised"
+    if message:
+        return "it runs the case without raising"
+    op = case.record
+    ref, bounds, baseline = expectations(case, constants)
+    their_ratios = {t.name: t for t in tensor_reports(case, theirs, constants)}
+    for t in (t for t in tensors if t.verdict == FAIL):
+        name = t.name.split("[")[0]
+        if name not in theirs:
+            return f"it returns no {name}"
+        allowed = allowance(ref[name], bounds[name], baseline.get(name), constants)
+        apart = float(np.max(budget_ratio(outputs[t.name], theirs[name], allowed, None, op.output_dtype(case, name),
+                                          constants), initial=0.0))
+        theirs_t = their_ratios[name]
+        if apart <= 1 or (theirs_t.verdict == FAIL and t.max_ratio <= COMPARABLE * theirs_t.max_ratio):
+            continue
+        return (f"{t.name} is {apart:.3g} budgets from torch's output (torch's own {name}: "
+                f"{theirs_t.verdict}, ratio {theirs_t.max_ratio:.3g})")
+    return None
 
 
 # One case's inputs and expectations are kept until the next case: implementations judged one after another on

@@ -90,6 +90,9 @@ class Impl:
     # Set by binding: a picklable callable that rebuilds this record in a worker process (None: it cannot)
     portable: Callable[[], "Impl"] | None = field(default=None, compare=False, repr=False)
     limit: Any = field(default=None, compare=False, repr=False)  # the bound run's CaseLimit
+    # Set by binding: issue -> the bound record of torch's that a known issue is recorded on and that takes the
+    # case (None: none), whose outputs tell whether a failure of code that called torch's kernel is torch's
+    witness: Callable[[KnownIssue, Any], "Impl | None"] | None = field(default=None, compare=False, repr=False)
     # The case fields whose meaning the implementation fixes (RMSNorm: its weight offset and casting
     # chain): every case it is judged on has them. Pairs (field, value); a dict is accepted.
     follows: tuple[tuple[str, Any], ...] = ()
@@ -179,6 +182,7 @@ class Op:
     params: tuple[str, ...] = ("weight", "bias")  # the affine parameters it takes (RMSNorm: no bias)
     centred: bool = True                # statistics about the set's mean (False: RMSNorm's mean of squares)
     eps_none: Callable[[str], float] | None = None  # what eps=None means for an input dtype (None: not allowed)
+    eps_zero: tuple[str, ...] = ("train", "eval")  # the modes in which eps = 0 is legal (BatchNorm: eval only)
     min_set_size: int = 2               # fewest values a set may have (BatchNorm's running variance needs 2)
     ranks: tuple[int, ...] = (2, 3, 4, 5)  # the input ranks it takes (InstanceNorm: none without spatial dims)
     # Its order-2 cases (the double backward) are judged; else every implementation skips them, saying why

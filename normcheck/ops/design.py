@@ -128,6 +128,7 @@ PROFILE = Factor("profile", levels(
     "big", "|x| in the thousands about a small mean: squares past 65504 overflow f16",
 ), read=lambda c: c.profile, fields=lambda v: {"profile": v})
 
+MODES_OF = ("train", "eval")
 MODES = levels("train", "batch statistics, the running ones updated",
                "eval", "the running statistics normalise, and come back unchanged")
 ORDERS = levels(1, "the backward", 2, "the double backward: derivatives of the statistics only it takes")
@@ -208,8 +209,11 @@ def shared_factors(op) -> tuple[Factor, ...]:
 
 def shared_exclusions(op) -> tuple[Exclusion, ...]:
     """Those of the shared factors, and of eps with the profiles (an op without an eps factor drops them)."""
+    zero_eps = Exclusion(("eps", "mode"), lambda eps, mode: eps != 0 or mode in op.eps_zero,
+                         f"{op.name} takes eps = 0 in {' and '.join(op.eps_zero)} mode only")
     return ((LAYOUT_NEEDS_RANK, EPS_ZERO_NEEDS_SPREAD, EPS_TINY_NOT_NEAR_CONSTANT)
-            + (() if op.running_stats else (NO_MIXED_WITHOUT_PARAMETERS,)))
+            + (() if op.running_stats else (NO_MIXED_WITHOUT_PARAMETERS,))
+            + ((zero_eps,) if op.running_stats and set(MODES_OF) - set(op.eps_zero) else ()))
 
 
 # ----------------------------------------------------------------------------- shared geometry
@@ -233,6 +237,3 @@ def at_most(limit: int, a: str, b: str, why: str) -> Exclusion:
 
 SPATIAL_NEEDS_RANK = Exclusion(("rank", "spatial"), lambda rank, spatial: rank > 2 or spatial == 1,
                                "a 2-D (N, C) input has no spatial dims")
-# torch refuses eps = 0 when it normalises with the batch's variance ("eps must be positive during training")
-EPS_ZERO_ONLY_IN_EVAL = Exclusion(("eps", "mode"), lambda eps, mode: eps != 0 or mode == "eval",
-                                  "BatchNorm's training forward takes eps > 0 (the running variance in eval mode: any)")

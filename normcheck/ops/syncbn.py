@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from . import batchnorm
 from .core import Impl, KnownIssue, Op, Signature
-from .design import (DTYPE, EPS_ZERO_ONLY_IN_EVAL, LAYOUT, MOMENTUM, PROFILE, Design, Factor, channel_factor, eps_factor, levels,
+from .design import (DTYPE, LAYOUT, MOMENTUM, PROFILE, Design, Factor, channel_factor, eps_factor, levels,
                      nc_spatial, rank_factor)
 
 SIGNATURE = ("fn(input, weight, bias, running_mean, running_var, eps, momentum, process_group, world_size)"
@@ -45,7 +45,6 @@ SWEEP = Design(
         MOMENTUM,
     ),
     shape=lambda v: {"shape": nc_spatial(sum(v["split"]), v["channels"], v["spatial"], v["rank"])},
-    exclusions=(EPS_ZERO_ONLY_IN_EVAL,),
 )
 
 
@@ -115,7 +114,7 @@ OP = Op(
     description="SyncBatchNorm: BatchNorm statistics over the batch split across ranks (empty ranks allowed)",
     signature=SIGNATURE, call=call, reference=batchnorm.reference_outputs, view=batchnorm.view, unit="channel",
     outputs=batchnorm.OUTPUTS, required=REQUIRED, saved_stats=("mean", "invstd"), running_stats=True,
-    distributed=True, world="gloo", sweep=SWEEP, double_backward=False,
+    distributed=True, world="gloo", sweep=SWEEP, double_backward=False, eps_zero=batchnorm.EPS_ZERO_MODES,
     why_once_differentiable=WHY_ONCE, eval_keyword=EVAL_KEYWORD,
     array_signature=ARRAY_SIGNATURE, array_call=array_call,
     impls=(

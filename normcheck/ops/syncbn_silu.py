@@ -32,7 +32,7 @@ OP = Op(
     " -> SiLU(SyncBN(input))",
     call=syncbn.call, reference=reference_outputs, view=batchnorm.view, unit="channel",
     outputs=("y", "running_mean", "running_var", "dx", "dweight", "dbias"), required=syncbn.REQUIRED,
-    running_stats=True, distributed=True, world="gloo", sweep=SWEEP, epilogue=reference.SILU,
+    running_stats=True, distributed=True, world="gloo", sweep=SWEEP, eps_zero=batchnorm.EPS_ZERO_MODES, epilogue=reference.SILU,
     double_backward=False, why_once_differentiable=syncbn.WHY_ONCE, eval_keyword=syncbn.EVAL_KEYWORD,
     default_impl="fused-silu",  # torch ships no fused BN + SiLU
 )

@@ -168,9 +168,11 @@ def _worker_main(rank: int, size: int, port: int | None, gloo_timeout: float, co
     """A worker: join the gloo process group on `port` (None: a single-process worker, no group),
     then serve (seq, case, job, parent's sys.path) messages until told to stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it kills us
-    # What a dying worker prints (a C++ abort message, say) goes to a file the parent quotes in its
-    # failure message, instead of interleaving with the report on the terminal.
-    os.dup2(os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), 2)
+    # What a worker prints (an implementation's debug output, a dying worker's C++ abort message) goes to a file the
+    # parent quotes in its failure message, instead of interleaving with the report (or a JSON document) on stdout.
+    printed = os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(printed, 2)
+    os.dup2(printed, 1)
     group = None
     try:
         import torch
