@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 import time
+from importlib import metadata
 from pathlib import Path
 from textwrap import indent
 
@@ -51,8 +52,16 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+def _version() -> str:
+    try:
+        return metadata.version("normcheck")
+    except metadata.PackageNotFoundError:  # a checkout on sys.path that pip never installed
+        return "(not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="normcheck", description="Check normalization-layer gradients against a float64 reference.")
+    parser.add_argument("--version", action="version", version=f"normcheck {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     cmp = sub.add_parser("compare", help="compare an implementation with the reference")
@@ -299,7 +308,8 @@ def run_compare(args, out) -> int:
     else:
         print(summary_line(args.op, impl.name, reports, elapsed), file=out)
     if args.junit_xml:
-        write_junit(args.junit_xml, args.op, impl.name, backend, reports, elapsed, args.strict, timeout)
+        write_junit(args.junit_xml, args.op, impl.name, backend, reports, elapsed, args.strict, timeout,
+                    stopped if stopped.startswith("interrupted") else "", len(cases))
     if args.plot:
         write_plot(args.plot, f"{args.op} / {impl.name}", reports)
     if untested:

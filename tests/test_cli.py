@@ -183,3 +183,18 @@ def test_what_an_implementation_prints_never_breaks_the_json_document():
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["summary"]["pass"] == 1 and "debug: in my batch_norm" not in done.stdout
+
+
+def test_version_and_a_name_registered_for_another_op(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out.startswith("normcheck ")
+    assert main(["compare", "--op", "batchnorm", "--impl", "torch19", "--shape", "4,3"]) == 2
+    assert "(torch19 is an implementation of syncbn)" in capsys.readouterr().err
+
+
+def test_the_python_api_takes_a_layernorm_case_over_its_last_dim_as_the_cli_does():
+    from normcheck import Case
+
+    assert Case("layernorm", (4, 6)).normalized_dims == 1 == Case("rmsnorm", (4, 6)).normalized_dims
+    assert Case("layernorm", (4, 6, 5), normalized_dims=2).view.set_size == 30

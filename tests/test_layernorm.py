@@ -68,8 +68,8 @@ def test_torchs_half_precision_parameter_gradients_are_a_known_issue_with_number
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--normalized-dims", "0"], "layernorm needs --normalized-dims K with 1 <= K <= 3"),
-    (["--normalized-dims", "4"], "layernorm needs --normalized-dims K with 1 <= K <= 3"),
+    (["--normalized-dims", "0"], "layernorm needs normalized_dims K (--normalized-dims) with 1 <= K <= 3"),
+    (["--normalized-dims", "4"], "layernorm needs normalized_dims K (--normalized-dims) with 1 <= K <= 3"),
     (["--groups", "2"], "--groups applies to groupnorm only, not layernorm"),
 ])
 def test_bad_layernorm_options_are_one_line_exit_2(argv, message, capsys):

@@ -122,6 +122,21 @@ def test_junit_xml_has_a_testcase_per_case_and_failures_carry_the_replay_line(tm
         assert decode_case(token).seed == int(case.get("name").rsplit("=", 1)[1])
 
 
+def test_an_interrupted_runs_junit_xml_says_so_with_the_planned_total(tmp_path):
+    from normcheck import Case, compare
+    from normcheck.outputs.junit import write_junit
+
+    reports = [compare("batchnorm", "torch", Case("batchnorm", (4, 3), "f64", seed=s)) for s in range(2)]
+    path = tmp_path / "stopped.xml"
+    write_junit(str(path), "batchnorm", "torch", None, reports, 1.0, stopped="interrupted by SIGINT", planned=75)
+    suite = ET.parse(path).getroot().find("testsuite")
+    assert suite.get("tests") == "3" and suite.get("errors") == "1" and suite.get("failures") == "0"
+    error = suite.findall("testcase")[-1].find("error")
+    assert error is not None and error.get("message") == "interrupted by SIGINT: 2 of 75 cases ran"
+    write_junit(str(path), "batchnorm", "torch", None, reports, 1.0)  # a run that ended: nothing added
+    assert ET.parse(path).getroot().find("testsuite").get("errors") == "0"
+
+
 def test_junit_xml_skips_unsupported_cases_and_known_issues_unless_strict(tmp_path):
     run("compare", "--op", "syncbn", "--impl", "torch", "--backend", "lockstep", "--split", "2,1",
         "--junit-xml", str(tmp_path / "skip.xml"))
@@ -165,3 +180,13 @@ def test_plot_without_matplotlib_is_one_line_naming_the_extra(monkeypatch, capsy
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and 'pip install "normcheck[plot]"' in err
     assert not (tmp_path / "x.png").exists()
+
+
+def test_a_failing_rows_got_and_expected_never_print_alike():
+    """An f64 error of a few ulps can be thousands of budgets: the row prints enough digits to show it."""
+    from normcheck.engine.report import TensorReport, worst_failure
+
+    t = TensorReport("dx", 1.0, 5e3, (0, 1), 0.12345678901234, 0.12345678901299, 0, "FAIL")
+    line = worst_failure([t])
+    got, expected = line.split("(got ")[1].split(", error")[0].split(", expected ")
+    assert got != expected and float(got) == pytest.approx(t.got, rel=1e-12)

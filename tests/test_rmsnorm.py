@@ -105,7 +105,7 @@ def test_a_users_convention_is_given_on_the_command_line(capsys):
     (["--op", "rmsnorm", "--weight-offset", "inf"], "the weight offset must be a finite number"),
     (["--op", "layernorm", "--eps", "none"], "layernorm needs a number for eps (eps=None is for rmsnorm only)"),
     (["--op", "rmsnorm", "--eps", "tiny"], "'tiny' is not a number or none"),
-    (["--op", "rmsnorm", "--normalized-dims", "4"], "rmsnorm needs --normalized-dims K with 1 <= K <= 3"),
+    (["--op", "rmsnorm", "--normalized-dims", "4"], "rmsnorm needs normalized_dims K (--normalized-dims) with 1 <= K <= 3"),
 ])
 def test_bad_rmsnorm_options_are_one_line_exit_2(argv, message, capsys):
     assert main(["compare", "--shape", "4,6,5", *argv]) == 2

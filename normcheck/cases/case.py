@@ -27,8 +27,10 @@ from ..ops import OPS, Op, get_op
 # only when the value is not the quiet one (the convention most code follows).
 OP_FIELDS = ("groups", "normalized_dims", "weight_offset", "casting")
 # The conventions among them (how the layer is defined, not its geometry): a case that leaves one None
-# gets the op's default (its case_fields value).
+# gets the op's default (its case_fields value); so does normalized_dims (1: the last dim, as F.layer_norm's
+# usual call and the CLI take it). GroupNorm's groups have no default: a count that divides C is the caller's.
 CONVENTIONS = ("weight_offset", "casting")
+DEFAULTED = CONVENTIONS + ("normalized_dims",)
 AFFINE_CHOICES = ("both", "none")  # with the op's parameter names, what --affine takes
 _SHOWN = {"groups": ("G={}", object()), "normalized_dims": ("D={}", object()), "weight_offset": ("w+{:g}", 0.0),
           "casting": ("cast={}", "end")}
@@ -74,7 +76,7 @@ class Case:
             # No parameter tensor at all: nothing is in the parameter dtype, so "mixed" means nothing
             # (torch keeps such a case's saved statistics in the input dtype, as for a plain one).
             object.__setattr__(self, "param_dtype", self.dtype)
-        for name in CONVENTIONS:
+        for name in DEFAULTED:
             if getattr(self, name) is None and self.op in OPS and name in OPS[self.op].case_fields:
                 object.__setattr__(self, name, OPS[self.op].case_fields[name])
         if self.split is not None:

@@ -124,8 +124,18 @@ def worst_failure(tensors) -> str:
     nan = f", {t.nonfinite_mismatches} NaN/Inf mismatches" if t.nonfinite_mismatches else ""
     error = abs(t.got - t.expected)
     where = f" on rank {t.rank}" if t.rank is not None else ""
+    got, expected = _distinct(t.got, t.expected)
     return (f"{t.name}{where}: ratio {t.max_ratio:.3g} at {list(t.worst_index)} "
-            f"(got {t.got:.10g}, expected {t.expected:.10g}, error {error:.3g}){nan}")
+            f"(got {got}, expected {expected}, error {error:.3g}){nan}")
+
+
+def _distinct(a: float, b: float) -> tuple[str, str]:
+    """a and b with 10 significant digits, or as many more as it takes to tell them apart (up to 17)."""
+    for digits in range(10, 18):
+        sa, sb = f"{a:.{digits}g}", f"{b:.{digits}g}"
+        if sa != sb or a == b:
+            return sa, sb
+    return sa, sb
 
 
 def unit_ratios(ratio: np.ndarray, units: int) -> np.ndarray:

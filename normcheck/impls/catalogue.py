@@ -84,7 +84,10 @@ def resolve_impl(op: str, spec: str | Impl | Callable | None = None, backend: st
     elif spec in IMPLS[op]:
         impl = IMPLS[op][spec]
     elif ":" not in spec:
-        raise UsageError(f"unknown implementation {spec!r} for {op}; use one of {', '.join(IMPLS[op])} or module:attr")
+        elsewhere = [other for other, impls in IMPLS.items() if spec in impls]
+        where = f" ({spec} is an implementation of {' and '.join(elsewhere)})" if elsewhere else ""
+        raise UsageError(f"unknown implementation {spec!r} for {op}{where}; use one of {', '.join(IMPLS[op])} or "
+                         "module:attr")
     elif isinstance(named := load_object(spec), Impl):  # a module may publish a whole record
         if named.op != op:
             raise UsageError(f"--impl {spec} is an implementation of {named.op}, not {op}")

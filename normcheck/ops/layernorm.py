@@ -75,7 +75,8 @@ def view(case) -> SetView:
 def validate(case) -> None:
     k = case.normalized_dims
     if k is None or not 1 <= k <= len(case.shape):
-        raise UsageError(f"{case.op} needs --normalized-dims K with 1 <= K <= {len(case.shape)} (the input's dims)")
+        raise UsageError(f"{case.op} needs normalized_dims K (--normalized-dims) with 1 <= K <= {len(case.shape)} "
+                         "(the input's dims)")
 
 
 def call(fn, t, case, group=None, world_size=1):

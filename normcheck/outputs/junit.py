@@ -13,16 +13,18 @@ from .replay import report_replay
 
 
 def write_junit(path: str, op: str, impl: str, backend: str | None, reports: list[Report], seconds: float,
-                strict: bool = False, timeout: float | None = None) -> None:
+                strict: bool = False, timeout: float | None = None, stopped: str = "", planned: int | None = None) -> None:
+    """`stopped`: why the run ended before its last case (an interrupt): then one more testcase, an error saying
+    so with the planned total, so that the file never reads as a complete, green run."""
     suite_name = f"normcheck.{op}.{impl}"
     failing = {FAIL, KNOWN} if strict else {FAIL}
     skipping = {SKIP} if strict else {SKIP, KNOWN}
     failed = [r for r in reports if r.verdict in failing]
     skipped = [r for r in reports if r.verdict in skipping]
-    root = ET.Element("testsuites", name="normcheck", tests=str(len(reports)), failures=str(len(failed)),
-                      errors="0", skipped=str(len(skipped)), time=f"{seconds:.3f}")
-    suite = ET.SubElement(root, "testsuite", name=suite_name, tests=str(len(reports)), failures=str(len(failed)),
-                          errors="0", skipped=str(len(skipped)), time=f"{seconds:.3f}")
+    counts = dict(tests=str(len(reports) + bool(stopped)), failures=str(len(failed)), errors=str(int(bool(stopped))),
+                  skipped=str(len(skipped)), time=f"{seconds:.3f}")
+    root = ET.Element("testsuites", name="normcheck", **counts)
+    suite = ET.SubElement(root, "testsuite", name=suite_name, **counts)
     for r in reports:
         # The seed is in the name: with --cases K the same label occurs K times.
         case = ET.SubElement(suite, "testcase", classname=suite_name, name=f"{r.case.label} seed={r.case.seed}",
@@ -36,5 +38,9 @@ def write_junit(path: str, op: str, impl: str, backend: str | None, reports: lis
                           message=r.summary())
         elif r.verdict == MISTRUSTED:
             ET.SubElement(case, "system-out").text = f"MISTRUSTED: {r.summary()}\nreplay: {replay}\n"
+    if stopped:
+        case = ET.SubElement(suite, "testcase", classname=suite_name, name="the run", time="0")
+        ET.SubElement(case, "error", type="interrupted",
+                      message=f"{stopped}: {len(reports)} of {planned if planned is not None else '?'} cases ran")
     ET.indent(root)
     ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)

@@ -53,7 +53,7 @@ from ..core.errors import CaseTimeout, ImplError, NotDifferentiable, UsageError
 from ..core.forkserver import context, main_hidden
 from ..core.loading import load_callable
 from ..core.text import clip, exception_text, raised_at, rank_list
-from ..frameworks import run_case
+from ..frameworks import FRAMEWORKS, run_case
 from ..frameworks.torch import run_rank
 from ..kernels.syncbn import cpu_primitives
 from .core import RankOutputs
@@ -135,6 +135,7 @@ def _run_job(job, case, rank: int, group, size: int, fns: dict):
             fns[what] = load_callable(what)
         else:
             impl = what()
+            FRAMEWORKS[impl.framework]  # the framework's own import (JAX's, TensorFlow's: seconds), not a case's
             impl.callable()
             if impl.prepare is not None:
                 impl.prepare()
