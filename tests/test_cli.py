@@ -198,3 +198,20 @@ def test_the_python_api_takes_a_layernorm_case_over_its_last_dim_as_the_cli_does
 
     assert Case("layernorm", (4, 6)).normalized_dims == 1 == Case("rmsnorm", (4, 6)).normalized_dims
     assert Case("layernorm", (4, 6, 5), normalized_dims=2).view.set_size == 30
+
+
+@pytest.mark.parametrize("op", ["batchnorm", "syncbn"])
+def test_list_coverage_prints_every_value_and_pair_with_its_cases(op, capsys):
+    from normcheck.cases.sweep import default_sweep, factors
+
+    assert main(["list", "--op", op, "--coverage"]) == 0
+    text = capsys.readouterr().out
+    first = text.splitlines()[0]
+    assert first.startswith(f"{op}: {len(default_sweep(op))} cases") and first.endswith("every allowed pair covered")
+    assert all(f"  {f.name}\n" in text for f in factors(op)) and "excluded pairs:" in text
+    assert main(["list", "--op", op, "--coverage", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["missing"] == [] and doc["cases"] == len(default_sweep(op))
+    assert all(v["cases"] > 0 and v["why"] for f in doc["factors"] for v in f["values"])
+    assert main(["list", "--coverage"]) == 2
+    assert "--coverage needs --op OP" in capsys.readouterr().err

@@ -48,8 +48,11 @@ class Factor:
         if not 0 <= self.usual < len(values):
             raise ValueError(f"factor {self.name}: its usual level must be one of its levels")
 
-    def with_usual(self, value) -> "Factor":
-        return replace(self, usual=self.values.index(value))
+    def without(self, *values) -> "Factor":
+        """The factor without those values (an op for which they make no sense), its usual level kept."""
+        kept = tuple(lv for lv in self.levels if lv.value not in values)
+        usual = self.values[self.usual]
+        return replace(self, levels=kept, usual=next((i for i, lv in enumerate(kept) if lv.value == usual), 0))
 
     @property
     def values(self) -> tuple:
@@ -223,6 +226,11 @@ def channel_factor(*values) -> Factor:
            64: "many whole vectors", 65: "one past a vector multiple: the scalar tail"}
     return Factor("channels", levels(*[x for v in values for x in (v, why[v])]), read=lambda c: c.channels,
                   usual=values.index(3) if 3 in values else 0)
+
+
+def spatial_size(case) -> int:
+    """Elements per (sample, channel) of an (N, C, *spatial) case: what a spatial factor reads back."""
+    return case.numel // (case.shape[0] * case.shape[1])
 
 
 def nc_spatial(n: int, c: int, spatial: int, rank: int) -> tuple[int, ...]:

@@ -14,7 +14,7 @@ from ..numerics.sets import SetView
 from .batchnorm import drop_none
 from .core import Impl, KnownIssue, Op, Signature
 from .design import (SPATIAL_NEEDS_RANK, Design, Exclusion, Factor, at_most, channel_factor, eps_factor,
-                     levels, nc_spatial)
+                     levels, nc_spatial, spatial_size)
 
 SIGNATURE = "fn(input, num_groups, weight, bias, eps) -> Tensor  (torch.nn.functional.group_norm)"
 OUTPUTS = ("y", "mean", "rstd", "dx", "dweight", "dbias")
@@ -64,7 +64,7 @@ SWEEP = Design(
             2048, "2048: the other strategy",
             2049, "one past 2048",
             16384, "long per-group reductions",
-        ), read=lambda c: c.numel // (c.shape[0] * c.shape[1]), usual=1),
+        ), read=spatial_size, usual=1),
         Factor("batch", levels(
             1, "one sample: fewer (sample, group) sets than threads",
             2, "two samples",

@@ -1,12 +1,12 @@
 """SyncBatchNorm followed by SiLU, fused: the output is SiLU(BN(x)); y names that output."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from .. import reference
 from . import batchnorm, syncbn
-from dataclasses import replace
-
 from .core import Op
 
 
@@ -20,10 +20,7 @@ def reference_outputs(i) -> dict[str, np.ndarray]:
 
 # SyncBN's factors without the big profile: in eval mode |x| ~ 1e3 reaches SiLU as |y| ~ 1e3, where SiLU'(y) ~ e^-700
 # underflows in the kernel's intermediates and the reference's 1e-306 is no finding
-_PROFILE = next(f for f in syncbn.SWEEP.factors if f.name == "profile")
-SWEEP = replace(syncbn.SWEEP, factors=tuple(
-    replace(f, levels=tuple(lv for lv in f.levels if lv.value != "big")) if f is _PROFILE else f
-    for f in syncbn.SWEEP.factors))
+SWEEP = replace(syncbn.SWEEP, factors=tuple(f.without("big") if f.name == "profile" else f for f in syncbn.SWEEP.factors))
 
 OP = Op(
     name="syncbn_silu",
