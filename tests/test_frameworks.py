@@ -169,8 +169,8 @@ def test_an_upstream_deviation_reproduces_and_is_the_layers(name, op, case, issu
         assert tensor in failing and failing[tensor].max_ratio > 2
     else:
         assert issue.signature.explains_message(report.message.split(": ", 1)[1])
-    if clean is not None:
-        assert compare(op, textbook(IMPLS[op][name].framework, op, clean), case).verdict == PASS
+    if clean is not None:  # (MISTRUSTED: passed, where some tensor's budget is as large as the tensor)
+        assert compare(op, textbook(IMPLS[op][name].framework, op, clean), case).verdict in (PASS, MISTRUSTED)
 
 
 @needs_tf

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from normcheck import Case, compare, resolve_impl
 from normcheck.core.errors import UsageError
-from normcheck.engine import FAIL, PASS
+from normcheck.engine import FAIL, MISTRUSTED, PASS
 from normcheck.worlds import CaseLimit
 from normcheck.worlds.limits import DEFAULT_TIMEOUT, FLOOR, MULTIPLE
 from normcheck.cases.sweep import default_sweep
@@ -87,7 +87,8 @@ def test_the_cli_reports_a_dying_implementation_and_goes_on():
     died = [c for c in document["cases"] if c["verdict"] == FAIL]
     assert died and all(c["case"]["dtype"] == "f16" and c["message"] == "died (exit code 3)" for c in died)
     total = len(default_sweep("batchnorm"))
-    assert document["summary"]["total"] == total and document["summary"]["pass"] > total // 2
+    passed = document["summary"]["pass"] + document["summary"]["mistrusted"]
+    assert document["summary"]["total"] == total and passed > total // 2
     assert document["time_limit"]["rule"] == "adaptive"
     assert document["cases"][0]["time_limit_s"] == DEFAULT_TIMEOUT
 
@@ -130,7 +131,7 @@ def test_a_slow_correct_implementation_is_not_cut():
     cases = [Case("batchnorm", shape, dtype=dtype) for shape in ((2, 3), (8, 3, 16, 16), (16, 3, 32, 32))
              for dtype in ("f32", "bf16")]
     reports = [compare("batchnorm", impl, case) for case in cases]
-    assert all(r.verdict == PASS for r in reports), [r.message for r in reports]
+    assert all(r.verdict in (PASS, MISTRUSTED) for r in reports), [r.summary() for r in reports]
     assert reports[-1].time_limit >= MULTIPLE * 0.2
 
 

@@ -82,7 +82,8 @@ def test_json_output_is_what_the_schema_doc_says(argv):
     check_against_doc(doc, tables[""], "report")
     check_against_doc(doc["summary"], tables["summary"], "summary")
     assert doc["schema"] == "normcheck-report" and doc["schema_version"] == 1 and doc["exit_status"] == code
-    assert doc["summary"]["total"] == len(doc["cases"]) == sum(v for k, v in doc["summary"].items() if k != "total")
+    counts = {k: v for k, v in doc["summary"].items() if k not in ("total", "never_checked")}
+    assert doc["summary"]["total"] == len(doc["cases"]) == sum(counts.values())
     for i, case in enumerate(doc["cases"]):
         check_against_doc(case, tables["cases[]"], f"cases[{i}]")
         check_against_doc(case["case"], tables["cases[].case"], f"cases[{i}].case")
@@ -190,3 +191,16 @@ def test_a_failing_rows_got_and_expected_never_print_alike():
     line = worst_failure([t])
     got, expected = line.split("(got ")[1].split(", error")[0].split(", expected ")
     assert got != expected and float(got) == pytest.approx(t.got, rel=1e-12)
+
+
+def test_a_pass_whose_budget_is_the_tensors_own_size_is_mistrusted_and_the_run_says_what_it_never_checked():
+    """Zero trust: f32 channels-last offset data gives dx a budget 453 times dx's size, so a BatchNorm whose dx drops
+    its x̂ term "passes" there; that row is MISTRUSTED, and the run says dx was never checked."""
+    code, out = run("compare", "--op", "batchnorm", "--impl", "tests.mutants.batchnorm:drop_xhat_term", "--dtype", "f32",
+                    "--memory-format", "channels_last", "--profile", "offset", "--shape", "8,64,28,28", "--json")
+    doc = strict_json(out)
+    case = doc["cases"][0]
+    assert case["verdict"] == "MISTRUSTED" and "a pass proves little for" in case["summary"]
+    assert "dx" in doc["summary"]["never_checked"]
+    code, out = run("compare", "--op", "batchnorm", "--impl", "tests.mutants.batchnorm:drop_xhat_term", "--shape", "8,3")
+    assert code == 1 and "never checked" not in out.splitlines()[-1]  # (normal data: dx checked, and it fails)

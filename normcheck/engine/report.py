@@ -24,6 +24,21 @@ def nothing_tested(reports) -> str:
     return ""
 
 
+GRADIENT_OUTPUTS = ("dx", "dweight", "dbias", "d2x", "d2weight", "d2dy")
+
+
+def never_checked(reports) -> list[str]:
+    """The gradients compared in the run that no case checked: MISTRUSTED wherever they were compared (a budget
+    as large as the tensor itself, or a reference all but zero), so no verdict of the run speaks for them."""
+    seen: dict[str, bool] = {}
+    for r in reports:
+        for t in r.tensors:
+            name = t.name.split("[")[0]
+            if name in GRADIENT_OUTPUTS:
+                seen[name] = seen.get(name, False) or t.verdict != MISTRUSTED
+    return [name for name, checked in seen.items() if not checked]
+
+
 def tested_count(reports) -> int:
     return sum(r.verdict != SKIP for r in reports)
 

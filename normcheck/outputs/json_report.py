@@ -14,6 +14,7 @@ import torch
 from ..cases import Case
 from ..cases.tokens import encode_case
 from ..engine import VERDICTS, Report, TensorReport
+from ..engine.report import never_checked
 from .replay import report_replay
 
 SCHEMA = "normcheck-report"
@@ -33,7 +34,7 @@ def run_document(op: str, impl: str, backend: str | None, reports: list[Report],
         "backend": backend,
         "seconds": round(seconds, 3),
         "exit_status": exit_status,
-        "summary": {"total": len(reports), **counts},
+        "summary": {"total": len(reports), **counts, "never_checked": never_checked(reports)},
         "time_limit": time_limit,
         "cases": [case_document(r, backend, timeout) for r in reports],
     }

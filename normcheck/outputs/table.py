@@ -5,6 +5,7 @@ import os
 from typing import TextIO
 
 from ..engine import FAIL, KNOWN, MISTRUSTED, PASS, Report, tally, tested_count
+from ..engine.report import never_checked
 
 _COLOURS = {PASS: "32", FAIL: "31", KNOWN: "33", MISTRUSTED: "33"}  # green, red, yellow (ANSI)
 
@@ -30,4 +31,7 @@ def summary_line(op: str, impl: str, reports: list[Report], seconds: float) -> s
     """'... 108 cases: 54 passed, 0 failed, 54 skipped in 4.1 s (54 of 108 cases tested)'."""
     tested = tested_count(reports)
     coverage = f" ({tested} of {len(reports)} cases tested)" if tested < len(reports) else ""
-    return f"{op} / {impl}: {len(reports)} cases: {tally(reports)} in {seconds:.1f} s{coverage}"
+    blind = never_checked(reports)
+    unchecked = (f"; never checked: {', '.join(blind)} (a budget as large as the tensor itself wherever compared)"
+                 if blind else "")
+    return f"{op} / {impl}: {len(reports)} cases: {tally(reports)} in {seconds:.1f} s{coverage}{unchecked}"
