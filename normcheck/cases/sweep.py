@@ -24,6 +24,7 @@ from ..ops.design import Exclusion, Factor, shared_exclusions, shared_factors
 from .case import DEFAULT_EPS, Case
 
 
+@lru_cache(maxsize=None)
 def factors(op: str) -> tuple[Factor, ...]:
     """The op's factors: the shared ones, each replaced by the op's own of the same name, then its own."""
     record = get_op(op)
@@ -32,6 +33,7 @@ def factors(op: str) -> tuple[Factor, ...]:
     return tuple(shared) + tuple(own.values())
 
 
+@lru_cache(maxsize=None)
 def exclusions(op: str) -> tuple[Exclusion, ...]:
     names = {f.name for f in factors(op)}
     return tuple(e for e in shared_exclusions(get_op(op)) + get_op(op).sweep.exclusions if set(e.factors) <= names)

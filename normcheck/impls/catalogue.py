@@ -148,23 +148,21 @@ def bind(impl: Impl, backend: str | None = None, timeout: CaseLimit | float | No
         world.check(case)
         return world.run(bound, case, inputs, limit)
 
-    return replace(bound, runner=runner, witness=None if (impl.op, impl.name) in _BUILT_IN else partial(witness, limit))
+    own_record = (impl.op, impl.name) in _BUILT_IN
+    return replace(bound, runner=runner, witness=None if own_record else partial(witness, limit, {}))
 
 
-def witness(limit: CaseLimit, issue, case) -> Impl | None:
-    """torch's own record that `issue` is recorded on and that takes `case`, bound (once) in its default world:
-    its outputs on the case tell whether a failure of code that calls torch's kernel is torch's."""
+def witness(limit: CaseLimit, bound: dict, issue, case) -> Impl | None:
+    """torch's own record that `issue` is recorded on and that takes `case`, bound once per binding (`bound`, under
+    the run's limit) in its default world: its outputs on the case tell whether a failure of code that calls
+    torch's kernel is torch's."""
     for record in IMPLS.get(case.op, {}).values():
         if issue in record.known_issues and (record.op, record.name) in _BUILT_IN:
-            if (record.op, record.name) not in _WITNESSES:
-                _WITNESSES[record.op, record.name] = bind(record, timeout=limit)
-            bound = _WITNESSES[record.op, record.name]
-            if bound.unsupported(case) is None:
-                return bound
+            if record.name not in bound:
+                bound[record.name] = bind(record, timeout=limit)
+            if bound[record.name].unsupported(case) is None:
+                return bound[record.name]
     return None
-
-
-_WITNESSES: dict[tuple[str, str], Impl] = {}
 
 
 def portable(impl: Impl) -> Callable[[], Impl] | None:
