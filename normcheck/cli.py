@@ -280,6 +280,9 @@ def run_compare(args, out) -> int:
     with Progress(len(cases), f"{args.op} / {impl.name}", wants_progress(quiet=args.json)) as progress, \
             _interruptible() as interrupted, keep_stdout:
         for case in cases:
+            if limit.stuck:
+                stopped = limit.stuck
+                break
             try:
                 report = judge(case, impl)
             except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (see _interruptible): report what ran
@@ -302,14 +305,15 @@ def run_compare(args, out) -> int:
     status = _SIGNAL_STATUS[interrupted.get("signal", "SIGINT")] if stopped.startswith("interrupted") else \
         2 if untested else 1 if failed else 0
     if args.json:
-        json.dump(run_document(args.op, impl.name, backend, reports, elapsed, status, timeout, limit.describe()),
+        json.dump(run_document(args.op, impl.name, backend, reports, elapsed, status, timeout, limit.describe(),
+                               stopped),
                   out, indent=1, allow_nan=False)
         print(file=out)
     else:
         print(summary_line(args.op, impl.name, reports, elapsed), file=out)
     if args.junit_xml:
-        write_junit(args.junit_xml, args.op, impl.name, backend, reports, elapsed, args.strict, timeout,
-                    stopped if stopped.startswith("interrupted") else "", len(cases))
+        write_junit(args.junit_xml, args.op, impl.name, backend, reports, elapsed, args.strict, timeout, stopped,
+                    len(cases))
     if args.plot:
         write_plot(args.plot, f"{args.op} / {impl.name}", reports)
     if untested:

@@ -37,3 +37,8 @@ def slow(input, running_mean, running_var, weight, bias, training, momentum, eps
     """Correct, and slower than torch by a constant: a limit must follow it, not cut it."""
     time.sleep(0.2)
     return F.batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps)
+
+
+def hangs_always(input, running_mean, running_var, weight, bias, training, momentum, eps):
+    """Never returns: a run must end in minutes, not a limit per case."""
+    time.sleep(HANG_SECONDS)

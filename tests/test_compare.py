@@ -57,7 +57,48 @@ def test_input_modification_is_detected():
         return y
 
     report = compare("groupnorm", sneaky, GN)
-    assert report.verdict == FAIL and report.message == "modified its input weight in place"
+    assert report.verdict == FAIL and report.message.startswith("writes its input weight in place (mul_ at "
+                                                                "test_compare.py:"), report.message
+
+
+def _writes_x(x, g, w, b, eps):
+    x.mul_(1.0)  # no value changes, and x requires grad: torch would raise "a leaf Variable ... in-place"
+    return F.group_norm(x, g, w, b, eps)
+
+
+def _writes_weight_after_the_forward(x, g, w, b, eps):
+    y = F.group_norm(x, g, w, b, eps)
+    with torch.no_grad():
+        w += 1  # torch's backward would raise "modified by an inplace operation ... is at version 1"
+    return y
+
+
+def _writes_through_out(x, g, w, b, eps):
+    y = F.group_norm(x, g, w, b, eps)
+    torch.mul(b, 1.0, out=b.data)
+    return y
+
+
+@pytest.mark.parametrize("fn, name, how", [(_writes_x, "x", "mul_"), (_writes_weight_after_the_forward, "weight",
+                                            "add_"), (_writes_through_out, "bias", "mul(out=...)")])
+def test_a_write_into_an_input_is_named_by_normcheck_where_it_happens(fn, name, how):
+    report = compare("groupnorm", fn, GN)
+    assert report.verdict == FAIL and report.message.startswith(f"writes its input {name} in place ({how} at "
+                                                                f"test_compare.py:"), report.message
+    assert "leaf Variable" not in report.message and "version" not in report.message
+
+
+def test_writes_into_the_implementations_own_tensors_are_not_flagged():
+    def own_buffers(x, g, w, b, eps):
+        y = F.group_norm(x.clone(), g, w.clone().requires_grad_(), b, eps)
+        z = torch.empty_like(y)
+        torch.mul(y, 1.0, out=z)
+        z.add_(0.0)
+        return z
+
+    # (w.clone() cuts γ's gradient: the row fails on dweight, not on a write)
+    report = compare("groupnorm", own_buffers, GN)
+    assert "in place" not in report.message, report.message
 
 
 def test_detached_output_and_missing_gradient():

@@ -17,7 +17,9 @@ from normcheck import Case, compare, resolve_impl
 from normcheck.core.errors import UsageError
 from normcheck.engine import FAIL, MISTRUSTED, PASS
 from normcheck.worlds import CaseLimit
-from normcheck.worlds.limits import DEFAULT_TIMEOUT, FLOOR, MULTIPLE
+from normcheck.core.errors import CaseTimeout
+from normcheck.engine.compare import reference_seconds
+from normcheck.worlds.limits import DEFAULT_TIMEOUT, FLOOR, MULTIPLE, STUCK_AFTER
 from normcheck.cases.sweep import default_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,7 +99,7 @@ def test_the_cli_reports_a_dying_implementation_and_goes_on():
 def test_the_first_case_gets_the_default_then_the_limit_follows_the_slowest_finished_case():
     limit = CaseLimit()
     small, large = Case("batchnorm", (4, 3, 8)), Case("batchnorm", (4, 3, 80))
-    assert limit.seconds(small) == DEFAULT_TIMEOUT and "until a case has finished" in limit.rule(small)
+    assert limit.seconds(small) == DEFAULT_TIMEOUT and "for the first case, start-up included" in limit.rule(small)
     limit.run(small, lambda timeout: time.sleep(0.01))
     assert limit.seconds(small) == FLOOR  # 20 × 0.01 s is below the floor
     limit.run(small, lambda timeout: time.sleep(0.2))
@@ -105,6 +107,82 @@ def test_the_first_case_gets_the_default_then_the_limit_follows_the_slowest_fini
     # ten times the elements of anything finished: the largest finished case's time, scaled up
     assert limit.seconds(large) >= 10 * limit.seconds(small) * 0.9
     assert "scaled up" in limit.rule(large)
+
+
+def _times_out(seconds):
+    raise CaseTimeout(f"timed out after {seconds:g} s")
+
+
+def test_after_a_timeout_a_case_gets_its_yardstick_not_the_start_up_allowance():
+    # nothing has finished, so nothing of the implementation is known: the float64 reference's time on the case
+    # is the yardstick (here a stand-in of 0.5 s a case, and 4 s for a large case)
+    limit = CaseLimit(yardstick=lambda case: 4.0 if case.shape[-1] > 10 else 0.5)
+    small, large = Case("batchnorm", (4, 3, 8)), Case("batchnorm", (4, 3, 80))
+    assert limit.seconds(small) == DEFAULT_TIMEOUT and limit.seconds(large) == MULTIPLE * 4.0  # start-up
+    with pytest.raises(CaseTimeout, match=r"limit 60 s for the first case, start-up included"):
+        limit.run(small, _times_out)
+    assert limit.seconds(small) == MULTIPLE * 0.5 and limit.seconds(large) == MULTIPLE * 4.0
+    assert "20 × the float64 reference's time on this case (0.5 s)" in limit.rule(small)
+    limit.run(small, lambda timeout: time.sleep(0.01))  # once a case finished, the larger of the two
+    assert limit.seconds(small) == MULTIPLE * 0.5
+
+
+def test_the_default_yardstick_is_the_reference_time_of_that_case():
+    limit, case = CaseLimit(), Case("layernorm", (64, 4096), normalized_dims=1)
+    with pytest.raises(CaseTimeout):
+        limit.run(F32, _times_out)
+    assert limit.seconds(case) == max(FLOOR, MULTIPLE * reference_seconds(case)) and reference_seconds(case) > 0
+
+
+def test_an_implementation_is_stuck_after_timeouts_with_nothing_finished_and_never_after_a_finish():
+    limit, fixed, recovered = CaseLimit(yardstick=lambda c: 0.0), CaseLimit(5), CaseLimit(yardstick=lambda c: 0.0)
+    recovered.run(F32, lambda timeout: None)
+    for _ in range(STUCK_AFTER):
+        assert not limit.stuck
+        for each in (limit, fixed, recovered):
+            with pytest.raises(CaseTimeout):
+                each.run(F32, _times_out)
+    assert limit.stuck.startswith(f"stopped: {STUCK_AFTER} cases timed out and none finished")
+    assert not fixed.stuck and not recovered.stuck  # a fixed limit is the user's; a finished case is not stuck
+
+
+def test_the_suite_fails_the_cases_after_a_stuck_implementation_without_running_them():
+    from types import SimpleNamespace
+
+    from normcheck.suite.test_normcheck_suite import check
+    impl = resolve_impl("batchnorm", f"{FAULTS}:hangs_always")
+    for _ in range(STUCK_AFTER):
+        with pytest.raises(CaseTimeout):
+            impl.limit.run(F32, _times_out)
+    start = time.monotonic()
+    with pytest.raises(pytest.fail.Exception, match="not run: stopped: 10 cases timed out"):
+        check(SimpleNamespace(impl=impl, backend=None, timeout=None), F32)
+    assert time.monotonic() - start < 1
+
+
+def test_the_default_sweep_of_an_implementation_that_hangs_on_every_case_ends_in_minutes():
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "normcheck", "compare", "--op", "batchnorm", "--impl",
+                           f"{FAULTS}:hangs_always", "--json"], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    seconds = time.monotonic() - start
+    assert done.returncode == 1, done.stderr
+    document = json.loads(done.stdout)
+    assert seconds < 180 and len(document["cases"]) == STUCK_AFTER < len(default_sweep("batchnorm"))
+    assert all(c["verdict"] == FAIL and c["message"].startswith("timed out after") for c in document["cases"])
+    limits = [c["time_limit_s"] for c in document["cases"]]
+    assert limits[0] == DEFAULT_TIMEOUT and max(limits[1:]) < DEFAULT_TIMEOUT / 2, limits
+    assert document["stopped"].startswith("stopped: 10 cases timed out and none finished")
+    assert f"{STUCK_AFTER} of {len(default_sweep('batchnorm'))} cases ran" in done.stderr
+
+
+def test_a_frameworks_import_is_part_of_the_load_step_not_of_the_first_case():
+    # a fresh isolated worker imports JAX (seconds) before the clock starts: the first case passes under a limit
+    # shorter than that start-up, and its own time is a fraction of its row's
+    pytest.importorskip("jax", reason="needs the jax extra (pip install -e \".[jax]\")")
+    impl = resolve_impl("layernorm", "tests._array_impls:jax_layer_norm", timeout=3, framework="jax")
+    report = compare("layernorm", impl, Case("layernorm", (3, 4, 2, 3), normalized_dims=2, dtype="bf16"))
+    assert report.verdict in (PASS, MISTRUSTED), report.summary()
+    assert impl.limit.finished and impl.limit.longest < report.seconds / 2, (impl.limit.longest, report.seconds)
 
 
 def test_scaling_from_a_tiny_case_is_capped_at_the_default():

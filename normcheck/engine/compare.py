@@ -32,8 +32,7 @@ def judge(case: Case, impl: Impl, constants: Constants = CONSTANTS) -> Report:
         raise UsageError(f"implementation {impl.name} is not bound to a world: pass it through normcheck.resolve_impl")
     op = case.record
     start = time.perf_counter()
-    path, ops, stack = "", frozenset(), ""
-    time_limit = impl.limit.seconds(case) if impl.limit is not None else None  # before the run adds to it
+    path, ops, stack, time_limit = "", frozenset(), "", None
 
     def report(verdict: str, tensors=(), message: str = "") -> Report:
         if verdict == FAIL:
@@ -51,6 +50,7 @@ def judge(case: Case, impl: Impl, constants: Constants = CONSTANTS) -> Report:
         return report(SKIP, message=f"not supported: {reason}")
 
     inputs = case_inputs(case)
+    time_limit = impl.limit.seconds(case) if impl.limit is not None else None  # before the run adds to it
     outputs = {}
     try:
         outputs, path, ops = impl.runner(case, inputs)
@@ -163,12 +163,26 @@ def case_inputs(case: Case) -> CaseInputs:
 
 
 @lru_cache(maxsize=1)
+def reference(case: Case) -> tuple[dict, float]:
+    """(the float64 reference of every output the case asks for, the seconds it took to compute: a time limit's
+    yardstick that needs nothing of the implementation, worlds.limits)."""
+    inputs = case_inputs(case)
+    start = time.perf_counter()
+    outputs = expected_outputs(case, inputs)
+    return outputs, time.perf_counter() - start
+
+
+def reference_seconds(case: Case) -> float:
+    return reference(case)[1]
+
+
+@lru_cache(maxsize=1)
 def expectations(case: Case, constants: Constants) -> tuple[dict, dict, dict]:
     """(the float64 reference of every output the case asks for, the tolerance model's element bounds, the
     same-precision baseline's outputs, or {} when the constants give it no weight)."""
     inputs = case_inputs(case)
     baseline = baseline_outputs(case, inputs) if constants.baseline_factor else {}
-    return expected_outputs(case, inputs), element_bounds(case, inputs, constants), baseline
+    return reference(case)[0], element_bounds(case, inputs, constants), baseline
 
 
 def attribute(own, tensors, message: str) -> tuple[str, str]:

@@ -149,12 +149,13 @@ def bind(impl: Impl, backend: str | None = None, timeout: CaseLimit | float | No
         return world.run(bound, case, inputs, limit)
 
     own_record = (impl.op, impl.name) in _BUILT_IN
-    return replace(bound, runner=runner, witness=None if own_record else partial(witness, limit, {}))
+    # torch's records run as witnesses under a limit of their own: their times say nothing of this implementation's
+    return replace(bound, runner=runner, witness=None if own_record else partial(witness, CaseLimit(limit.fixed), {}))
 
 
 def witness(limit: CaseLimit, bound: dict, issue, case) -> Impl | None:
     """torch's own record that `issue` is recorded on and that takes `case`, bound once per binding (`bound`, under
-    the run's limit) in its default world: its outputs on the case tell whether a failure of code that calls
+    `limit`: the witnesses' own) in its default world: its outputs on the case tell whether a failure of code that calls
     torch's kernel is torch's."""
     for record in IMPLS.get(case.op, {}).values():
         if issue in record.known_issues and (record.op, record.name) in _BUILT_IN:

@@ -22,7 +22,8 @@ SCHEMA_VERSION = 1
 
 
 def run_document(op: str, impl: str, backend: str | None, reports: list[Report], seconds: float,
-                 exit_status: int, timeout: float | None = None, time_limit: dict | None = None) -> dict:
+                 exit_status: int, timeout: float | None = None, time_limit: dict | None = None,
+                 stopped: str = "") -> dict:
     counts = {v.lower(): sum(r.verdict == v for r in reports) for v in VERDICTS}
     return {
         "schema": SCHEMA,
@@ -36,6 +37,7 @@ def run_document(op: str, impl: str, backend: str | None, reports: list[Report],
         "exit_status": exit_status,
         "summary": {"total": len(reports), **counts, "never_checked": never_checked(reports)},
         "time_limit": time_limit,
+        "stopped": stopped or None,
         "cases": [case_document(r, backend, timeout) for r in reports],
     }
 

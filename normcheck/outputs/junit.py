@@ -14,7 +14,7 @@ from .replay import report_replay
 
 def write_junit(path: str, op: str, impl: str, backend: str | None, reports: list[Report], seconds: float,
                 strict: bool = False, timeout: float | None = None, stopped: str = "", planned: int | None = None) -> None:
-    """`stopped`: why the run ended before its last case (an interrupt): then one more testcase, an error saying
+    """`stopped`: why the run ended before its last case (an interrupt, --maxfail, a stuck implementation): then one more testcase, an error saying
     so with the planned total, so that the file never reads as a complete, green run."""
     suite_name = f"normcheck.{op}.{impl}"
     failing = {FAIL, KNOWN} if strict else {FAIL}
@@ -40,7 +40,7 @@ def write_junit(path: str, op: str, impl: str, backend: str | None, reports: lis
             ET.SubElement(case, "system-out").text = f"MISTRUSTED: {r.summary()}\nreplay: {replay}\n"
     if stopped:
         case = ET.SubElement(suite, "testcase", classname=suite_name, name="the run", time="0")
-        ET.SubElement(case, "error", type="interrupted",
+        ET.SubElement(case, "error", type="interrupted" if stopped.startswith("interrupted") else "stopped",
                       message=f"{stopped}: {len(reports)} of {planned if planned is not None else '?'} cases ran")
     ET.indent(root)
     ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)

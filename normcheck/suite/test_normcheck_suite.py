@@ -36,6 +36,8 @@ SWEEP = {"ran": 0, "tested": 0}
 
 
 def check(options, case):
+    if options.impl.limit is not None and options.impl.limit.stuck:  # the rest of the sweep would only time out
+        pytest.fail(f"not run: {options.impl.limit.stuck}", pytrace=False)
     report = judge(case, options.impl)
     if report.verdict == FAIL:
         pytest.fail(failure_message(report, options.backend, timeout=options.timeout), pytrace=False)

@@ -1,13 +1,17 @@
 """How long one case may run: an explicit --timeout, or a limit that follows what the run measured.
 
-Until a case has finished nothing is known about the implementation, so the first case gets
-DEFAULT_TIMEOUT seconds (also what a world uses when nobody gives it a limit). After that a case gets
-MULTIPLE times the longest any finished case took, and never less than FLOOR: a long case is not cut
-(it is slow like its peers) while a stuck one ends in seconds. A case larger than every finished one
-gets the largest finished case's time scaled up to its number of elements (scaling from the largest
-only: small cases' times are mostly fixed overhead), that scaling capped at DEFAULT_TIMEOUT. "Finished" means it returned
-outputs (right or wrong), timed from the moment its world was ready: start-up and restarts after a
-failure are not part of a case's own time (they are part of its row's).
+A case's yardstick is the float64 reference's own time on it, measured before the implementation runs, so it
+needs nothing of the implementation: no case gets less than MULTIPLE times it. The first case also carries the
+implementation's own start-up (a compile, a JIT-built extension, a framework's tracing), which no yardstick
+predicts: it gets DEFAULT_TIMEOUT seconds (also what a world uses when nobody gives it a limit). After that a
+case gets MULTIPLE times the larger of its yardstick and the longest any finished case took, and never less
+than FLOOR: a long case is not cut (it is slow like its peers) while a stuck one ends in seconds, from the first
+timeout on. A case larger than every finished one gets the largest finished case's time scaled up to its
+number of elements (scaling from the largest only: small cases' times are mostly fixed overhead), that scaling
+capped at DEFAULT_TIMEOUT. "Finished" means it returned outputs (right or wrong), timed from the moment its
+world was ready: start-up and restarts after a failure are not part of a case's own time (they are part of its
+row's). When STUCK_AFTER cases have timed out and none has finished, the implementation is stuck: `stuck` says
+so, and a run stops there rather than spend a limit on every case.
 """
 from __future__ import annotations
 
@@ -16,10 +20,14 @@ from time import perf_counter
 from typing import Callable, TypeVar
 
 from ..core.errors import CaseTimeout, UsageError
+from ..engine.compare import reference_seconds
 
-DEFAULT_TIMEOUT = 60.0  # seconds: before any case finished, and a world's fixed limit when given none
+DEFAULT_TIMEOUT = 60.0  # seconds: the first case, and a world's fixed limit when given none
 MULTIPLE = 20.0     # generous: a correct case varies by far less than this between cases of one sweep
 FLOOR = 1.5         # seconds: well above a stalled scheduler's hiccup, well below a person's patience
+# Timeouts with no case finished before a run calls the implementation stuck: enough that a hang on one value
+# of one factor (the sweep mixes every factor's values from its first cases on) never looks like a hang on all
+STUCK_AFTER = 10
 
 T = TypeVar("T")
 
@@ -37,67 +45,85 @@ def positive_seconds(value, name: str) -> float:
 class CaseLimit:
     """The time limit of every case of one run: `fixed` seconds, or adaptive (fixed=None)."""
 
-    def __init__(self, fixed: float | None = None, name: str = "timeout"):
+    def __init__(self, fixed: float | None = None, name: str = "timeout",
+                 yardstick: Callable[[object], float] = reference_seconds):
         self.fixed = None if fixed is None else positive_seconds(fixed, name)
+        self.yardstick = yardstick  # seconds a case takes that need nothing of the implementation
         # All the estimate needs of the finished cases: the longest time, and (elements, seconds) of
         # the largest case (the slower one among equals); None before any case finished.
-        self._longest = 0.0
+        self.longest = 0.0
         self._largest: tuple[int, float] | None = None
         self.finished = 0
+        self.timed_out = 0
 
     def seconds(self, case) -> float:
         if self.fixed is not None:
             return self.fixed
-        estimate = self._estimate(case)
-        return DEFAULT_TIMEOUT if estimate is None else max(FLOOR, MULTIPLE * estimate[0])
+        seconds, _ = self._estimate(case)
+        if self._starting:
+            return max(DEFAULT_TIMEOUT, MULTIPLE * seconds)
+        return max(FLOOR, MULTIPLE * seconds)
 
     def rule(self, case) -> str:
         """Why `case` has the limit it has, in words ('' for a fixed one: its number says it all)."""
         if self.fixed is not None:
             return ""
-        estimate = self._estimate(case)
-        if estimate is None:
-            return f"limit {DEFAULT_TIMEOUT:g} s until a case has finished; --timeout S sets one"
-        seconds, scaled = estimate
-        what = "the largest finished case scaled up to this one's size" if scaled else "the longest finished case"
+        seconds, what = self._estimate(case)
+        if self._starting and MULTIPLE * seconds <= DEFAULT_TIMEOUT:
+            return f"limit {DEFAULT_TIMEOUT:g} s for the first case, start-up included; --timeout S sets one"
         return f"limit {self.seconds(case):.3g} s: {MULTIPLE:g} × {what} ({seconds:.2g} s), at least {FLOOR:g} s; " \
                "--timeout S sets one"
+
+    @property
+    def stuck(self) -> str:
+        """Why a run should stop here: STUCK_AFTER cases timed out under an adaptive limit and none finished
+        ('' while that is not so)."""
+        if self.fixed is not None or self.finished or self.timed_out < STUCK_AFTER:
+            return ""
+        return (f"stopped: {self.timed_out} cases timed out and none finished, so the implementation looks stuck "
+                "(--timeout S gives every case S seconds and never stops early)")
 
     def describe(self) -> dict:
         """The rule as data (the JSON report's time_limit)."""
         if self.fixed is not None:
             return {"rule": "fixed", "seconds": self.fixed}
-        return {"rule": "adaptive", "first_case_seconds": DEFAULT_TIMEOUT, "multiple": MULTIPLE, "floor_seconds": FLOOR}
+        return {"rule": "adaptive", "first_case_seconds": DEFAULT_TIMEOUT, "multiple": MULTIPLE, "floor_seconds": FLOOR,
+                "yardstick": "the float64 reference's time on the case", "stuck_after": STUCK_AFTER}
 
     def run(self, case, work: Callable[[float], T]) -> T:
         """work(timeout) under the case's limit. A return is a measurement; a CaseTimeout says which
         limit applied."""
-        timeout = self.seconds(case)
+        timeout, rule = self.seconds(case), self.rule(case)
         start = perf_counter()
         try:
             result = work(timeout)
         except CaseTimeout as e:
-            rule = self.rule(case)
+            self.timed_out += 1
             if rule:
                 raise CaseTimeout(f"{e} ({rule})") from None
             raise
         seconds = perf_counter() - start
-        self._longest = max(self._longest, seconds)
+        self.longest = max(self.longest, seconds)
         self._largest = max(self._largest or (0, 0.0), (_elements(case), seconds))
         self.finished += 1
         return result
 
-    def _estimate(self, case) -> tuple[float, bool] | None:
-        """(seconds `case` should take, whether that is scaled up from a smaller case); None before
-        any case finished."""
-        if self._largest is None:
-            return None
-        largest, its_time = self._largest
-        n = _elements(case)
-        if n <= largest:
-            return self._longest, False
-        scaled = min(its_time * n / largest, DEFAULT_TIMEOUT / MULTIPLE)
-        return (scaled, True) if scaled > self._longest else (self._longest, False)
+    @property
+    def _starting(self) -> bool:
+        """Nothing has finished or timed out yet: the next case carries the implementation's start-up."""
+        return not self.finished and not self.timed_out
+
+    def _estimate(self, case) -> tuple[float, str]:
+        """(seconds `case` should take, what says so, in words)."""
+        estimates = [(self.yardstick(case), "the float64 reference's time on this case")]
+        if self._largest is not None:
+            largest, its_time = self._largest
+            n = _elements(case)
+            estimates.append((self.longest, "the longest finished case"))
+            if n > largest:
+                estimates.append((min(its_time * n / largest, DEFAULT_TIMEOUT / MULTIPLE),
+                                  "the largest finished case scaled up to this one's size"))
+        return max(estimates, key=lambda e: e[0])
 
     def __repr__(self) -> str:
         return f"CaseLimit({self.fixed:g})" if self.fixed is not None else f"CaseLimit(adaptive, {self.finished} finished)"

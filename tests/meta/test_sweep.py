@@ -92,3 +92,13 @@ def test_syncbn_splits_are_uneven_and_empty_in_every_dtype_and_layout():
     counts = {n * c.numel // (c.shape[0] * c.shape[1]) for c in cases for n in c.split}
     significant_bits = [n.bit_length() - (n & -n).bit_length() + 1 for n in counts if n]
     assert max(significant_bits) > 8
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_a_hang_on_one_value_of_one_factor_never_looks_like_a_hang_on_every_case(op):
+    # A run stops once its first STUCK_AFTER cases all timed out: those cases must not share a value of any factor,
+    # or an implementation that hangs on that value alone (every f16 case, every eval case) would stop the run
+    from normcheck.worlds.limits import STUCK_AFTER
+    first = default_sweep(op)[:STUCK_AFTER]
+    for factor in factors(op):
+        assert len({repr(factor.read(case)) for case in first}) > 1, (op, factor.name)

@@ -11,6 +11,7 @@ from functools import partial
 
 import numpy as np
 import torch
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ...core.errors import ImplError, NotDifferentiable
@@ -138,9 +139,64 @@ def compiled(fn) -> bool:
     return hasattr(fn, "_torchdynamo_orig_callable") or isinstance(fn, torch._dynamo.eval_frame.OptimizedModule)
 
 
-def _guarded_run(t: TorchInputs, produce) -> Outputs:
+class InPlaceGuard(TorchFunctionMode):
+    """Names a write into an input the implementation must leave as it is (x, γ, β, dy: TorchInputs.guarded) where
+    the implementation's own code makes it: otherwise torch says it later and vaguely (a leaf used in an in-place
+    operation, a version counter that moved), or not at all when the values happen to stay the same. A write
+    from inside a custom Function's forward or backward (code torch runs, not the caller) is left to the
+    check of the values afterwards."""
+
+    def __init__(self, guarded: dict[str, torch.Tensor]):
+        super().__init__()
+        self.storages = {_storage(v): name for name, v in guarded.items() if _storage(v)}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        written = kwargs.get("out") if "out" in kwargs else args[0] if args and _writes_self(name) else None
+        for tensor in written if isinstance(written, (tuple, list)) else (written,):
+            which = self.storages.get(_storage(tensor)) if isinstance(tensor, torch.Tensor) else None
+            if which:
+                raise ImplError(f"writes its input {which} in place ({name}{'(out=...)' if 'out' in kwargs else ''}"
+                                f"{raised_at_caller()})")
+        return func(*args, **kwargs)
+
+
+# Methods whose trailing underscore changes a tensor's flags, not its values
+_FLAG_SETTERS = {"requires_grad_", "share_memory_", "rename_", "retain_grad"}
+_INPLACE_OPERATORS = {"__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__",
+                      "__ipow__", "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__", "__imatmul__"}
+
+
+def _writes_self(name: str) -> bool:
+    return name in _INPLACE_OPERATORS or (name.endswith("_") and not name.endswith("__") and name not in _FLAG_SETTERS)
+
+
+def _storage(tensor: torch.Tensor) -> int:
+    """Where a tensor's elements live (a view, `.data` and a detached alias share it); 0 for no elements."""
+    try:
+        return tensor.untyped_storage().data_ptr() if tensor.numel() else 0
+    except (RuntimeError, NotImplementedError):  # (a tensor subclass or meta tensor without storage)
+        return 0
+
+
+def raised_at_caller() -> str:
+    """' at file:line in function' of the implementation's frame that made the call being handled."""
+    frame = sys._getframe(2)  # (__torch_function__ -> raised_at_caller; the caller's is two up)
+    while frame is not None and frame.f_code.co_filename.startswith(_TORCH_DIR):
+        frame = frame.f_back
+    if frame is None:
+        return ""
+    return f" at {frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno} in {frame.f_code.co_name}"
+
+
+_TORCH_DIR = torch.__file__.rsplit("/", 1)[0]
+
+
+def _guarded_run(t: TorchInputs, produce, watch: bool = True) -> Outputs:
     before = t.snapshot()
-    outputs = produce()
+    with InPlaceGuard(t.guarded()) if watch else contextlib.nullcontext():
+        outputs = produce()
     if not isinstance(outputs, dict):
         raise ImplError(f"runner returned {type(outputs).__name__}, expected a dict of outputs")
     modified = t.modified_since(before)
@@ -156,10 +212,10 @@ def run(op, impl, case, inputs) -> tuple[dict[str, np.ndarray], str, frozenset[s
     t = torch_inputs(inputs)
     fn = impl.callable()
     call = (fn, case, t) if impl.convention == "direct" else (differentiate, op, fn, case, t)
-    recorder = OpRecorder()
+    recorder, watch = OpRecorder(), impl.dispatch_mode and not compiled(fn)  # (modes would change compiled code)
     try:
-        with recorder if impl.dispatch_mode and not compiled(fn) else contextlib.nullcontext():
-            outputs = _guarded_run(t, partial(with_threads, impl.threads, *call))
+        with recorder if watch else contextlib.nullcontext():
+            outputs = _guarded_run(t, partial(with_threads, impl.threads, *call), watch)
     except BaseException as e:  # the kernels it ran before it raised: a known issue of theirs may explain it
         e.ops_called = frozenset(recorder.ops)
         raise

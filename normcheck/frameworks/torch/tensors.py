@@ -109,16 +109,16 @@ class TorchInputs:
     ddweight: torch.Tensor | None = None
     ddbias: torch.Tensor | None = None
 
-    def _guarded(self) -> dict[str, torch.Tensor]:
+    def guarded(self) -> dict[str, torch.Tensor]:
         """The tensors an implementation must not modify (dy is grad_output)."""
         named = {"x": self.x, "dy": self.dy, "weight": self.weight, "bias": self.bias}
         return {k: v for k, v in named.items() if v is not None}
 
     def snapshot(self) -> dict[str, torch.Tensor]:
-        return {k: v.detach().clone() for k, v in self._guarded().items()}
+        return {k: v.detach().clone() for k, v in self.guarded().items()}
 
     def modified_since(self, snap: dict[str, torch.Tensor]) -> list[str]:
-        now = self._guarded()
+        now = self.guarded()
         return [k for k, before in snap.items() if not _same_bits(now[k].detach(), before)]
 
 
