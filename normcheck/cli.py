@@ -15,13 +15,13 @@ from textwrap import indent
 
 from .cases import Case
 from .cases.case import CONVENTIONS, FROZEN, MODES, OP_FIELDS, ORDERS
-from .cases.sweep import default_sweep, on_path
+from .cases.sweep import fixed_sweep
 from .cases.tokens import decode_case
 from .core.errors import ImplError, UsageError
 from .doctor import run_doctor
 from .engine import FAIL, KNOWN, judge, nothing_tested, runs_per_case
 from .impls import backend_of, check_world, list_impls, resolve_impl, support_text
-from .numerics.dtypes import CASTINGS, DTYPE_CHOICES, parse_dtype
+from .numerics.dtypes import CASTINGS, COMPUTE_DTYPES, DTYPE_CHOICES, OUTPUT_DTYPES, parse_dtype
 from .numerics.formats import FORMATS
 from .numerics.profiles import PROFILES
 from .ops import OPS, get_op
@@ -33,17 +33,16 @@ from .outputs.progress import Progress, wants_progress
 from .outputs.replay import report_replay
 from .outputs.table import row, summary_line, wants_colour
 from .worlds import BACKENDS, DEFAULT_TIMEOUT, CaseLimit, close_env_world, env_world
-from .worlds.limits import FLOOR, MULTIPLE
+from .worlds.limits import FLOOR, MULTIPLE, STUCK_AFTER
 
 
 
 # Case options that, when given, replace the default sweep with explicitly built cases. The
-# conventions (--weight-offset, --casting) say how the implementation defines the layer instead, and the
-# path options (--mode, --frozen, --order) which path through it is taken: they apply to the sweep and to
-# explicit cases alike.
-_PATH_OPTIONS = ("mode", "frozen", "order")
-_CASE_OPTIONS = ("shape", "dtype", "memory_format", *(f for f in OP_FIELDS if f not in CONVENTIONS), "profile", "eps",
-                 "momentum", "no_affine", "affine", "world_size", "split")
+# conventions (--weight-offset, --casting, --output-dtype, --compute-dtype) say how the implementation defines
+# the layer instead, and the fixing options (--mode, --frozen, --order, --eps, --momentum, --affine: sweep.FIXABLE)
+# fix one field: they apply to every case of the sweep and to explicit cases alike.
+_CASE_OPTIONS = ("shape", "dtype", "memory_format", *(f for f in OP_FIELDS if f not in CONVENTIONS), "profile",
+                 "world_size", "split")
 _DEFAULT_SHAPE = (4, 6, 5, 5)
 
 
@@ -79,6 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="RMSNorm: the implementation scales by w + F (1 for Gemma's zero-centred weight; default 0)")
     cmp.add_argument("--casting", metavar="MODE", help=f"RMSNorm: where the implementation rounds to the input "
                      f"dtype: {' or '.join(CASTINGS)} (default end)")
+    cmp.add_argument("--output-dtype", choices=OUTPUT_DTYPES, help="the dtype the implementation returns y in: input "
+                     "(x's, the default) or promote (result_type(x, weight): f32 for f16/bf16 x with f32 weight)")
+    cmp.add_argument("--compute-dtype", choices=COMPUTE_DTYPES, help="the finest precision the implementation "
+                     "computes in: f64 (as fine as the input, the default) or f32 (float32 at most: f64 cases get "
+                     "float32's budget)")
     cmp.add_argument("--mode", choices=MODES, help="train (batch statistics, the default) or eval (running "
                      "statistics, left unchanged): batchnorm, syncbn, instancenorm")
     cmp.add_argument("--frozen", choices=FROZEN, help="which inputs do not require grad: x (only parameter "
@@ -95,8 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--backend", choices=BACKENDS, help="syncbn: where ranks run (default: the recipe's own, "
                      "gloo for torch's function and user code)")
     cmp.add_argument("--timeout", type=float, metavar="S",
-                     help=f"seconds per case (default: {MULTIPLE:g} × the longest finished case, at least {FLOOR:g} s; "
-                          f"{DEFAULT_TIMEOUT:g} s until a case has finished)")
+                     help=f"seconds per case (default: {MULTIPLE:g} × the larger of the float64 reference's time on "
+                          f"the case and the longest finished case, at least {FLOOR:g} s; {DEFAULT_TIMEOUT:g} s for the "
+                          f"first case; the run stops when {STUCK_AFTER} cases timed out and none finished)")
     cmp.add_argument("--cases", type=_positive, help="seeds per case (default 1)")
     cmp.add_argument("--seed", type=_non_negative, help="first seed (default 0)")
     cmp.add_argument("--case", metavar="TOKEN", help="run exactly the case of a replay line's token")
@@ -172,18 +177,28 @@ def build_cases(args, impl=None) -> list[Case]:
     return cases
 
 
+def _fixed(args) -> dict:
+    """The fields the run fixes on every case (sweep.FIXABLE), as Case values."""
+    fixed = {k: getattr(args, k) for k in ("mode", "frozen", "order", "momentum") if getattr(args, k) is not None}
+    if args.eps is not None:
+        fixed["eps"] = None if args.eps == _NO_EPS else args.eps
+    if args.affine is not None or args.no_affine:
+        fixed["affine"] = _affine(args)
+    return fixed
+
+
 def _build_cases(args, conventions: dict, formats: tuple[str, ...] | None) -> list[Case]:
     given = [k for k in (*_CASE_OPTIONS, "cases", "seed") if _is_given(getattr(args, k))]
-    path = {k: getattr(args, k) for k in _PATH_OPTIONS if getattr(args, k) is not None}
+    fixed = _fixed(args)
     if args.case is not None:
-        return [_token_case(args, [*given, *(k for k in (*CONVENTIONS, *path) if getattr(args, k) is not None)])]
+        return [_token_case(args, [*given, *(k for k in CONVENTIONS if getattr(args, k) is not None),
+                                   *(("no_affine" if k == "affine" and args.no_affine else k) for k in fixed)])]
     explicit = any(k in _CASE_OPTIONS for k in given)
     first = args.seed or 0
     seeds = range(first, first + (args.cases or 1))
     if not explicit:
-        cases = [on_path(case, path)
-                 for seed in seeds
-                 for case in default_sweep(args.op, seed, tuple(conventions.items()), formats)]
+        cases = [case for seed in seeds
+                 for case in fixed_sweep(args.op, fixed, seed, tuple(conventions.items()), formats)]
         if get_op(args.op).distributed and args.backend == "env":  # the launcher fixed the world size
             size = env_world(args.timeout).world_size
             cases = [c for c in cases if len(c.split) == size]
@@ -196,14 +211,9 @@ def _build_cases(args, conventions: dict, formats: tuple[str, ...] | None) -> li
     own.update({name: getattr(args, name) for name in OP_FIELDS if getattr(args, name) is not None})  # without them says so
     own.update(conventions)
     shape, split = _shape_and_split(args)
-    eps = 1e-5 if args.eps is None else None if args.eps == _NO_EPS else args.eps
-    return [
-        Case(args.op, shape, spec.dtype, spec.param_dtype, x_format, dy_format or None,
-             args.profile or "normal", eps,
-             0.1 if args.momentum is None else args.momentum, affine=_affine(args), seed=seed,
-             split=split, **own, **path)
-        for seed in seeds
-    ]
+    return [Case(args.op, shape, spec.dtype, spec.param_dtype, x_format, dy_format or None, args.profile or "normal",
+                 seed=seed, split=split, **own, **fixed)
+            for seed in seeds]
 
 
 

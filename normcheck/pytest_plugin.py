@@ -2,7 +2,9 @@
 
     pytest --normcheck-op syncbn --normcheck-impl mypkg.sync:sync_bn [--normcheck-backend gloo] [--normcheck-framework jax]
            [--normcheck-profile ci|dev|thorough] [--normcheck-mode eval] [--normcheck-frozen x|params]
-           [--normcheck-order 2]
+           [--normcheck-order 2] [--normcheck-eps E] [--normcheck-momentum M] [--normcheck-affine WHICH]
+           [--normcheck-casting MODE] [--normcheck-weight-offset F] [--normcheck-output-dtype input|promote]
+           [--normcheck-compute-dtype f64|f32]
 
 adds normcheck's suite (normcheck/suite/, shipped inside the package so it runs from any
 directory) to whatever else pytest collects: every case of the default sweep as its own test, and
@@ -35,7 +37,8 @@ class Options:
     backend: str | None     # the world SyncBN ranks run in; None for single-process ops
     profile: str            # a key of normcheck.cases.budgets.PROFILES
     timeout: float | None   # --normcheck-timeout (None: the limit follows the cases' measured times)
-    path: dict              # --normcheck-mode/-frozen/-order given: every case takes that path (Case fields)
+    fixed: dict             # --normcheck-mode/-frozen/-order/-eps/-momentum/-affine given: every case takes them
+    follows: tuple          # the conventions every case follows: the implementation's, and those the options declare
 
 
 OPTIONS = pytest.StashKey[Options]()
@@ -59,12 +62,22 @@ def pytest_addoption(parser):
                     help="hypothesis budget: ci (default, derandomized), dev or thorough")
     for name, values, what in (("mode", "train|eval", "batch or running statistics"),
                                ("frozen", "none|x|params", "which inputs do not require grad"),
-                               ("order", "1|2", "2: the double backward too")):
+                               ("order", "1|2", "2: the double backward too"),
+                               ("eps", "E|none", "the eps the layer adds"),
+                               ("momentum", "M", "the running statistics' momentum"),
+                               ("affine", "both|weight|bias|none", "the parameters given")):
         group.addoption(f"--normcheck-{name}", metavar=values,
-                        help=f"every case on this path ({what}); default: the sweep's own mix of paths")
+                        help=f"every case takes this value ({what}); default: the sweep's own mix")
+    for name, values, what in (("casting", "end|before-weight", "RMSNorm: where the layer rounds to the input dtype"),
+                               ("weight-offset", "F", "RMSNorm: the layer scales by w + F"),
+                               ("output-dtype", "input|promote", "the dtype y comes back in"),
+                               ("compute-dtype", "f64|f32", "the finest precision the layer computes in")):
+        group.addoption(f"--normcheck-{name}", metavar=values, help=f"the convention the implementation follows ({what}; "
+                        "as `normcheck compare --" + name + "`)")
     group.addoption("--normcheck-timeout", metavar="S", type=float, default=None,
-                    help="seconds per case before an implementation counts as hung (default: 20 × the longest "
-                         "finished case, at least 1.5 s; 60 s until a case has finished)")
+                    help="seconds per case before an implementation counts as hung (default: 20 × the larger of "
+                         "the float64 reference's time on the case and the longest finished case, at least 1.5 s; "
+                         "60 s for the first case; once 10 cases timed out and none finished, the rest fail unrun)")
 
 
 def pytest_configure(config):
@@ -134,7 +147,8 @@ def _options(config) -> Options:
     except ImportError:
         raise pytest.UsageError('the normcheck suite needs hypothesis: pip install "normcheck[pytest]"') from None
     from normcheck.cases.budgets import PROFILES
-    from normcheck.cases.sweep import default_sweep, on_path
+    from normcheck.cases.case import CONVENTIONS, default_conventions
+    from normcheck.cases.sweep import FIXABLE, field_value, fixed_sweep
     from normcheck.core.errors import UsageError
     from normcheck.impls import backend_of, resolve_impl
     from normcheck.ops import OPS
@@ -156,15 +170,20 @@ def _options(config) -> Options:
                             config.getoption("normcheck_framework"))
     except UsageError as e:
         raise pytest.UsageError(str(e).replace("--impl ", "--normcheck-impl ", 1)) from None
-    path = {name: config.getoption(f"normcheck_{name}") for name in ("mode", "frozen", "order")
-            if config.getoption(f"normcheck_{name}") is not None}
-    if "order" in path:
-        path["order"] = int(path["order"]) if path["order"] in ("1", "2") else path["order"]
     try:
-        on_path(default_sweep(op)[0], path)  # a path the op cannot take is refused now, in one line
+        fixed = {name: field_value(name, config.getoption(f"normcheck_{name}")) for name in FIXABLE
+                 if config.getoption(f"normcheck_{name}") is not None}
+        declared = {name: field_value(name, config.getoption(f"normcheck_{name}")) for name in CONVENTIONS
+                    if config.getoption(f"normcheck_{name}") is not None}
+        follows = {**default_conventions(op), **dict(impl.follows), **declared}  # (generated cases draw them all)
+        for name, value in impl.follows:
+            if follows[name] != value:
+                raise UsageError(f"--normcheck-{name.replace('_', '-')} {follows[name]}: {impl.name} follows "
+                                 f"{name}={value}")
+        fixed_sweep(op, fixed, follows=tuple(follows.items()))  # what no case can take is refused now, in one line
     except UsageError as e:
         raise pytest.UsageError(str(e)) from None
-    return Options(op, impl, backend_of(impl), profile, timeout, path)
+    return Options(op, impl, backend_of(impl), profile, timeout, fixed, tuple(follows.items()))
 
 
 def failure_message(report, backend: str | None, impl_spec: str | None = None, timeout: float | None = None) -> str:

@@ -176,6 +176,39 @@ def test_an_implementation_only_once_differentiable_is_a_skip_at_order_2_not_a_c
     assert report.verdict == SKIP and "only once differentiable" in report.message
 
 
+class _FromSavedStatistics(torch.autograd.Function):
+    """A correct first-order LayerNorm whose backward works from the x̂ and rstd its forward saved: differentiating
+    it again reaches dy and γ, never x (d2x is 0)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps):
+        mean = x.mean(-1, keepdim=True)
+        rstd = torch.rsqrt(x.var(-1, unbiased=False, keepdim=True) + eps)
+        x_hat = (x - mean) * rstd
+        ctx.save_for_backward(x_hat, rstd, weight)
+        return x_hat * weight + bias
+
+    @staticmethod
+    def backward(ctx, dy):
+        x_hat, rstd, weight = ctx.saved_tensors
+        g = dy * weight
+        dx = rstd * (g - g.mean(-1, keepdim=True) - x_hat * (g * x_hat).mean(-1, keepdim=True))
+        return dx, (dy * x_hat).sum(0), dy.sum(0), None
+
+
+def from_saved_statistics_layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    return _FromSavedStatistics.apply(input, weight, bias, eps)
+
+
+def test_a_double_backward_that_never_reaches_x_says_why_and_names_the_remedy():
+    case = Case("layernorm", (4, 8), "f64", normalized_dims=1)
+    assert compare("layernorm", from_saved_statistics_layer_norm, case).verdict == PASS
+    report = compare("layernorm", from_saved_statistics_layer_norm, case.with_(order=2))
+    assert report.verdict == FAIL and report.message.startswith("d2x: ratio")
+    assert "d2x is 0 everywhere: no gradient reaches x through the first-order backward" in report.message
+    assert "mark it @once_differentiable" in report.message and report.tensor("d2x").all_zero
+
+
 def test_a_record_that_says_it_is_once_differentiable_skips_order_2_with_the_reason():
     impl = Impl("mine", "layernorm", "test code", F.layer_norm, orders=(1,))
     report = compare("layernorm", impl, Case("layernorm", (4, 8), normalized_dims=1, order=2))

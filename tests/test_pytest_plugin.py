@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from normcheck.cases.sweep import default_sweep
+from normcheck.cases.sweep import default_sweep, fixed_sweep
 
 # A correct BatchNorm (float64 inside, results rounded to the input's dtype) and the same with the
 # classic momentum mix-up; the suite must pass the first and fail the second with replay lines.
@@ -129,6 +129,23 @@ def test_path_options_put_every_sweep_case_on_that_path(pytester):
     sweep = [line for line in result.outlines if "::test_default_sweep[" in line]
     assert result.ret == 0 and len(sweep) == len(default_sweep("batchnorm"))
     assert all(" eval frozen-x order=2 " in line for line in sweep)
+
+
+def test_fixing_and_convention_options_reach_every_sweep_case(pytester):
+    result = pytester.runpytest_inprocess("--collect-only", "-q", "--normcheck-op", "layernorm", "--normcheck-eps",
+                                          "0.01", "--normcheck-affine", "weight", "--normcheck-output-dtype", "promote",
+                                          "--normcheck-compute-dtype", "f32")
+    sweep = [line for line in result.outlines if "::test_default_sweep[" in line]
+    assert result.ret == 0 and len(sweep) == len(fixed_sweep("layernorm", {"eps": 0.01, "affine": "weight"}))
+    assert all(" eps=0.01 " in line and " weight-only" in line and " out=promote compute=f32 " in line
+               for line in sweep), sweep[:3]
+
+
+def test_a_convention_the_implementation_does_not_follow_is_refused(pytester):
+    result = pytester.runpytest_inprocess("--collect-only", "-q", "--normcheck-op", "rmsnorm", "--normcheck-casting",
+                                          "before-weight")
+    assert result.ret != 0
+    assert "--normcheck-casting before-weight: torch follows casting=end" in "\n".join(result.errlines)
 
 
 def test_without_normcheck_op_the_plugin_adds_nothing(pytester):

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass, replace
+from dataclasses import fields as dataclass_fields
 from math import prod
 
 import numpy as np
 
 from ..core.errors import UsageError
 from ..core.machine import available_memory, gib
-from ..numerics.dtypes import DTYPES, DtypeSpec, quantise
+from ..numerics.dtypes import COMPUTE_DTYPES, DTYPES, OUTPUT_DTYPES, DtypeSpec, quantise
 from ..numerics.formats import check_format
 from ..numerics.profiles import PROFILES
 from ..numerics.sets import SetView
@@ -29,8 +30,17 @@ OP_FIELDS = ("groups", "normalized_dims", "weight_offset", "casting")
 # The conventions among them (how the layer is defined, not its geometry): a case that leaves one None
 # gets the op's default (its case_fields value); so does normalized_dims (1: the last dim, as F.layer_norm's
 # usual call and the CLI take it). GroupNorm's groups have no default: a count that divides C is the caller's.
-CONVENTIONS = ("weight_offset", "casting")
-DEFAULTED = CONVENTIONS + ("normalized_dims",)
+OP_CONVENTIONS = ("weight_offset", "casting")
+DEFAULTED = OP_CONVENTIONS + ("normalized_dims",)
+# The conventions every op takes: the dtype y comes back in, the finest precision the kernel computes in
+CONVENTIONS = OP_CONVENTIONS + ("output_dtype", "compute_dtype")
+
+
+def default_conventions(op: str) -> dict:
+    """The conventions `op`'s cases follow unless an implementation declares others (torch's)."""
+    fields = {f.name: f.default for f in dataclass_fields(Case) if f.name in CONVENTIONS}
+    return {name: get_op(op).case_fields.get(name, default) for name, default in fields.items()
+            if name not in OP_CONVENTIONS or name in get_op(op).case_fields}
 AFFINE_CHOICES = ("both", "none")  # with the op's parameter names, what --affine takes
 _SHOWN = {"groups": ("G={}", object()), "normalized_dims": ("D={}", object()), "weight_offset": ("w+{:g}", 0.0),
           "casting": ("cast={}", "end")}
@@ -65,6 +75,8 @@ class Case:
     mode: str = "train"           # MODES
     frozen: str = "none"          # FROZEN
     order: int = 1                # ORDERS
+    output_dtype: str = "input"   # OUTPUT_DTYPES: y in x's dtype, or promoted with the weight's (result_type)
+    compute_dtype: str = "f64"    # COMPUTE_DTYPES: the finest precision the kernel computes in (f32: float64 too)
 
     def __post_init__(self):
         object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
@@ -98,6 +110,11 @@ class Case:
         for name in (self.dtype, self.param_dtype):
             if name not in DTYPES:
                 raise UsageError(f"unknown dtype {name!r}; choose one of {', '.join(DTYPES)}")
+        if self.output_dtype not in OUTPUT_DTYPES:
+            raise UsageError(f"unknown output dtype {self.output_dtype!r}; choose one of {', '.join(OUTPUT_DTYPES)}")
+        if self.compute_dtype not in COMPUTE_DTYPES:
+            raise UsageError(f"unknown compute dtype {self.compute_dtype!r}; choose one of {', '.join(COMPUTE_DTYPES)}"
+                             " (f32: the kernel computes in float32 at most, float64 input included)")
         if self.param_dtype != self.dtype and not (self.param_dtype == "f32" and self.dtype in ("f16", "bf16")):
             raise UsageError(
                 f"parameter dtype {self.param_dtype} with input {self.dtype}: mixed precision means f16/bf16 input with f32 parameters"
@@ -195,8 +212,9 @@ class Case:
 
     @property
     def eps_value(self) -> float:
-        """The eps the layer adds: the case's, or what eps=None means for the input dtype."""
-        return self.record.eps_none(self.dtype) if self.eps is None else self.eps
+        """The eps the layer adds: the case's, or what eps=None means for the precision the layer computes in (the
+        input dtype's accumulation, no finer than compute_dtype)."""
+        return self.record.eps_none(self.dtypes.accumulation) if self.eps is None else self.eps
 
     @property
     def _shape_text(self) -> str:
@@ -205,7 +223,7 @@ class Case:
     # -- derived facts ----------------------------------------------------------------------
     @property
     def dtypes(self) -> DtypeSpec:
-        return DtypeSpec(self.dtype, self.param_dtype)
+        return DtypeSpec(self.dtype, self.param_dtype, self.compute_dtype)
 
     @property
     def record(self) -> Op:
@@ -254,6 +272,10 @@ class Case:
             parts.append(f"frozen-{self.frozen}")
         if self.order != 1:
             parts.append(f"order={self.order}")
+        if self.output_dtype != "input":
+            parts.append(f"out={self.output_dtype}")
+        if self.compute_dtype != "f64":
+            parts.append(f"compute={self.compute_dtype}")
         return " ".join(parts)
 
     def with_(self, **changes) -> "Case":

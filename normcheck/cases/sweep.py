@@ -18,6 +18,7 @@ from itertools import combinations
 
 from covertable import make
 
+from ..core.errors import UsageError
 from ..numerics.formats import expressible
 from ..ops import get_op
 from ..ops.design import Exclusion, Factor, shared_exclusions, shared_factors
@@ -92,11 +93,42 @@ def coverage(op: str, cases=None) -> tuple[dict, dict]:
     return values, pairs
 
 
-def on_path(case: Case, path: dict) -> Case:
-    """A sweep case on the path a run asks for (--mode, --frozen, --order); freezing x or the parameters needs
-    parameters, so a case without them takes both; a mode that refuses eps = 0 takes the default eps."""
-    if path.get("frozen", "none") != "none" and not case.affine:
+# The fields a run may fix on every case of a sweep (--mode, --frozen, --order, --eps, --momentum, --affine); the
+# sweep keeps its mix of everything else. (The conventions an implementation follows are fixed the same way:
+# default_sweep's `follows`.)
+FIXABLE = ("mode", "frozen", "order", "eps", "momentum", "affine")
+
+
+def field_value(name: str, text: str):
+    """The Case value of a fixable field or convention given as text (a pytest option): eps "none" is None,
+    affine both/none are True/False; UsageError for a number that is not one."""
+    if name == "affine":
+        return {"both": True, "none": False}.get(text, text)
+    if name == "eps" and text.lower() == "none":
+        return None
+    if name in ("eps", "momentum", "weight_offset", "order"):
+        try:
+            return int(text) if name == "order" else float(text)
+        except ValueError:
+            raise UsageError(f"{name.replace('_', '-')} must be a number, got {text!r}") from None
+    return text
+
+
+def on_path(case: Case, fixed: dict) -> Case:
+    """A sweep case with the fields a run fixes (FIXABLE). What the sweep chose gives way to them: freezing x or
+    the parameters needs parameters, so a case without them takes both; a case left without parameters freezes
+    none; a mode that refuses eps = 0 takes the default eps. What the run itself fixed never gives way: a
+    combination no case can take is the Case's one-line UsageError."""
+    if fixed.get("frozen", "none") != "none" and not case.affine and "affine" not in fixed:
         case = case.with_(affine=True)
-    if case.eps == 0 and path.get("mode", case.mode) not in case.record.eps_zero:
+    if "affine" in fixed and not fixed["affine"] and "frozen" not in fixed:
+        case = case.with_(frozen="none")
+    if case.eps == 0 and "eps" not in fixed and fixed.get("mode", case.mode) not in case.record.eps_zero:
         case = case.with_(eps=DEFAULT_EPS)
-    return case.with_(**path) if path else case
+    return case.with_(**fixed) if fixed else case
+
+
+def fixed_sweep(op: str, fixed: dict, seed: int = 0, follows=(), formats: tuple[str, ...] | None = None) -> list[Case]:
+    """default_sweep with the fields a run fixes set on every case (on_path); cases that became the same case
+    are run once."""
+    return list(dict.fromkeys(on_path(c, fixed) for c in default_sweep(op, seed, follows, formats)))

@@ -1,6 +1,7 @@
 """The same-precision baseline: the straightforward way to write the op, in NumPy.
 
-Inputs are upcast to the accumulation precision (float32, or float64 for float64), the textbook
+Inputs are upcast to the accumulation precision (float32, or float64 for float64 unless the kernel computes in
+float32 at most), the textbook
 two-pass forward and closed-form backward run there, and outputs are rounded to their storage
 dtypes. The tolerance never demands much more accuracy than this honest implementation reaches.
 """
@@ -9,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..cases import Case, CaseInputs
-from ..numerics.dtypes import accumulation, quantise, weight_sees
+from ..numerics.dtypes import quantise, weight_sees
 from ..reference.setwise import eval_mode
 from .expected import Grouped, arithmetic, as_output, effective_affine, grouped, second_order_outputs
 
@@ -18,7 +19,7 @@ _NUMPY = {"f64": np.float64, "f32": np.float32}
 
 def baseline_outputs(case: Case, inputs: CaseInputs) -> dict[str, np.ndarray | None]:
     # (the grouped inputs in the accumulation precision, for eval mode and the second-order formulas)
-    g = grouped(case, inputs, _NUMPY[accumulation(case.dtype)]) if not case.training or case.order == 2 else None
+    g = grouped(case, inputs, _NUMPY[case.dtypes.accumulation]) if not case.training or case.order == 2 else None
     out = first_order(case, inputs) if case.training else eval_outputs(case, inputs, g)
     if case.order == 2:  # the second-order formulas in the accumulation precision
         second = second_order_outputs(case, g, arithmetic(case))
@@ -31,7 +32,7 @@ def eval_outputs(case: Case, inputs: CaseInputs, g: Grouped) -> dict[str, np.nda
     """Eval mode: normalised with the running statistics, which stay as they were."""
     op, view = case.record, case.view
     out = eval_mode(g.x, g.dy, g.gamma, g.beta, *g.running, case.eps_value, arithmetic(case), op.epilogue)
-    return {"y": quantise(view.ungroup(out["y"]), case.dtype), "dx": quantise(view.ungroup(out["dx"]), case.dtype),
+    return {"y": quantise(view.ungroup(out["y"]), op.output_dtype(case, "y")), "dx": quantise(view.ungroup(out["dx"]), case.dtype),
             "dweight": quantise(out["dweight"], case.param_dtype) if inputs.weight is not None else None,
             "dbias": quantise(out["dbias"], case.param_dtype) if inputs.bias is not None else None,
             "running_mean": inputs.running_mean, "running_var": inputs.running_var}
@@ -40,7 +41,7 @@ def eval_outputs(case: Case, inputs: CaseInputs, g: Grouped) -> dict[str, np.nda
 def first_order(case: Case, inputs: CaseInputs) -> dict[str, np.ndarray | None]:
     """Training mode: the textbook two-pass forward and closed-form backward."""
     op, view = case.record, case.view
-    acc = _NUMPY[accumulation(case.dtype)]
+    acc = _NUMPY[case.dtypes.accumulation]
     axes = view.axes
     x = view.group(inputs.x.astype(acc))
     dy = view.group(inputs.dy.astype(acc))
@@ -61,7 +62,7 @@ def first_order(case: Case, inputs: CaseInputs) -> dict[str, np.ndarray | None]:
     dx = r * (g - gbar - xhat * (g * xhat).mean(axis=axes, keepdims=True))
 
     out = {
-        "y": quantise(view.ungroup(y), case.dtype),
+        "y": quantise(view.ungroup(y), op.output_dtype(case, "y")),
         "dx": quantise(view.ungroup(dx), case.dtype),
         "dweight": quantise(view.channel_sum(dy * scaled), case.param_dtype) if inputs.weight is not None else None,
         "dbias": quantise(view.channel_sum(dy), case.param_dtype) if inputs.bias is not None else None,

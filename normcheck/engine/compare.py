@@ -192,8 +192,8 @@ def attribute(own, tensors, message: str) -> tuple[str, str]:
     otherwise FAIL, saying which of them it was near."""
     failure = message or worst_failure(tensors)
     keys, unexplained = _explained(own, tensors, message)
-    if own and not unexplained:
-        return KNOWN, f"known issue {', '.join(keys)}: {failure}"
+    if own and not unexplained:  # (without what a zero gradient would mean in the user's code: it is torch's)
+        return KNOWN, f"known issue {', '.join(keys)}: {message or worst_failure(tensors, notes=False)}"
     if own:
         return FAIL, f"{failure} (near known issue {own[0].key}, which does not explain {', '.join(unexplained)})"
     return FAIL, failure

@@ -69,6 +69,7 @@ class TensorReport:
     # max ratio per unit of the op (channel or group): see unit_ratios()
     unit_ratios: tuple[float, ...] = ()
     slack: float = 0.0          # the largest error the budget lets through / the tensor's RMS size
+    all_zero: bool = False      # got is 0 everywhere while the reference is not: nothing reached it
 
     def to_dict(self) -> dict:
         return dict(vars(self), worst_index=list(self.worst_index), unit_ratios=list(self.unit_ratios))
@@ -131,7 +132,8 @@ class Report:
         }
 
 
-def worst_failure(tensors) -> str:
+def worst_failure(tensors, notes: bool = True) -> str:
+    """The worst failing tensor in one clause; `notes`: with what a gradient that is 0 everywhere means."""
     failing = [t for t in tensors if t.verdict == FAIL]
     if not failing:
         return ""
@@ -141,7 +143,21 @@ def worst_failure(tensors) -> str:
     where = f" on rank {t.rank}" if t.rank is not None else ""
     got, expected = _distinct(t.got, t.expected)
     return (f"{t.name}{where}: ratio {t.max_ratio:.3g} at {list(t.worst_index)} "
-            f"(got {got}, expected {expected}, error {error:.3g}){nan}")
+            f"(got {got}, expected {expected}, error {error:.3g}){nan}{_NOTHING_REACHED.get(t.name, '') * (t.all_zero and notes)}")
+
+
+# What a gradient that is 0 everywhere (where the reference is not) means
+_TWICE = "; if it is not meant to be differentiated twice, mark it @once_differentiable and these rows SKIP"
+_NOTHING_REACHED = {
+    "d2x": "; d2x is 0 everywhere: no gradient reaches x through the first-order backward, which is not "
+           "differentiable through the statistics (a backward that works from saved values)" + _TWICE,
+    "d2weight": "; d2weight is 0 everywhere: no gradient reaches γ through the first-order backward (a backward that "
+                "treats γ as a constant)" + _TWICE,
+    "d2dy": "; d2dy is 0 everywhere: no gradient reaches dy through the first-order backward (a backward computed "
+            "outside autograd)" + _TWICE,
+    **{name: f"; {name} is 0 everywhere: no gradient reaches {wrt} (an input detached on the way?)"
+       for name, wrt in (("dx", "x"), ("dweight", "γ"), ("dbias", "β"))},
+}
 
 
 def _distinct(a: float, b: float) -> tuple[str, str]:
@@ -185,6 +201,7 @@ def tensor_report(name: str, got: np.ndarray, expected: np.ndarray, ratio: np.nd
     return TensorReport(
         name, float(np.nanmax(np.where(np.isnan(err), np.inf, err))), max_ratio, idx,
         float(got.flat[flat]), float(expected.flat[flat]), nonfinite, verdict, unit_ratios=by_unit, slack=slack,
+        all_zero=verdict == FAIL and not np.any(got) and bool(np.any(expected)),
     )
 
 

@@ -48,9 +48,10 @@ def element_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) -> 
     op = case.record
     view = case.view
     axes = view.axes
-    ua = UNIT_ROUNDOFF[case.dtypes.accumulation]
-    uo = UNIT_ROUNDOFF[case.dtype]
-    up = UNIT_ROUNDOFF[case.param_dtype]
+    ua = UNIT_ROUNDOFF[case.dtypes.accumulation]  # (all three no finer than the precision the kernel computes in)
+    uo = case.dtypes.unit(case.dtype)
+    up = case.dtypes.unit(case.param_dtype)
+    uy = case.dtypes.unit(op.output_dtype(case, "y"))  # y's own storage: the input's, or promoted with the weight's
     us = max(ua, up)
     eps, mom = case.eps_value, case.momentum
     size = view.set_size
@@ -98,7 +99,11 @@ def element_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) -> 
     if not case.training:  # kernels fold it into y = x·(γr) + (β − μγr): x·s and μ·s rounded separately
         d_xhat = d_xhat + c.rounding * ua * r * (np.abs(x) + np.abs(mu))
 
-    bound_y = c.rounding * uo * (np.abs(gamma * xhat) + np.abs(beta)) + np.abs(gamma) * d_xhat
+    # A casting chain that rounds x̂ to the input dtype before the weight (RMSNorm's before-weight) may round an
+    # x̂ known to within δx̂ to the other neighbour: one input-dtype ulp of it, times |γ| in y and |dy| in dγ
+    # (y's own rounding covers it unless y is promoted to a finer dtype).
+    flips = may_round_across(xhat, d_xhat, case.dtype) if case.casting == "before-weight" else 0.0
+    bound_y = c.rounding * uy * (np.abs(gamma * xhat) + np.abs(beta)) + np.abs(gamma) * (d_xhat + flips)
     d_dy = np.zeros_like(dy)  # error in the dy that enters the BatchNorm backward (a fused epilogue's)
     if op.epilogue is not None:
         # z = f(y): z inherits y's error through f'(y); the backward's dy = dz·f'(y) is recomputed
@@ -109,12 +114,14 @@ def element_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) -> 
         dy = dy * grad1
         d_dy = np.abs(view.group(inputs.dy) * ep.grad2(y_norm)) * bound_y + c.rounding * uo * np.abs(dy)
         # f is several element-wise operations of its own (SiLU: exp, add, divide, multiply): twice the rounding
-        bound_y = np.abs(grad1) * bound_y + 2 * c.rounding * uo * np.abs(ep.f(y_norm))
+        bound_y = np.abs(grad1) * bound_y + 2 * c.rounding * uy * np.abs(ep.f(y_norm))
 
     # Backward: dx = r·(g − ḡ − x̂·h).
     # (eval mode: dx = r·g, the statistics do not depend on x)
     g = gamma * dy
     d_g = np.abs(gamma) * d_dy
+    if case.casting == "before-weight":  # the gradient reaching x̂ is rounded to x̂'s dtype, the input's, on its way
+        d_g = d_g + uo * np.abs(g)
     batch_terms = case.training
     gbar = mean(g) if op.centred and batch_terms else np.zeros_like(mu)  # no mean subtracted, no ḡ term in dx
     h = mean(g * xhat) if batch_terms else np.zeros_like(mu)
@@ -136,9 +143,6 @@ def element_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) -> 
     bounds = {k: view.ungroup(np.broadcast_to(v, x.shape)) for k, v in bounds.items()}
 
     per_channel = view.channel_count
-    # A casting chain that rounds x̂ to the input dtype before the weight (RMSNorm's before-weight) may
-    # round an x̂ known to within δx̂ to the other neighbour: one input-dtype ulp of it, times |dy|, in dγ.
-    flips = may_round_across(xhat, d_xhat, case.dtype) if case.casting == "before-weight" else 0.0
     dweight = view.channel_sum(dy * xhat)
     dbias = view.channel_sum(dy)
     def param_growth(terms):  # ρ(M) of a parameter's sum; M·u where its terms are all equal (an expanded dy)
@@ -187,7 +191,7 @@ def second_order_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS
     every element-wise step rounded in the storage dtype and every sum accumulated at u_a. Not derived by hand
     like the first-order bounds above; calibrated (docs/tolerance.md)."""
     view = case.view
-    uo, ua = UNIT_ROUNDOFF[case.dtype], UNIT_ROUNDOFF[case.dtypes.accumulation]
+    uo, ua = case.dtypes.unit(case.dtype), UNIT_ROUNDOFF[case.dtypes.accumulation]
     g = grouped(case, inputs)
 
     def known(a):

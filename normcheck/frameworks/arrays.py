@@ -11,11 +11,13 @@ is a SKIP row saying so, and these implementations' sweeps take the standard lay
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from ..core.errors import ImplError
+from ..numerics.dtypes import DTYPES
 
 # A first-order gradient -> the input it is taken with respect to, and the cotangent it meets at order 2
 INPUT_OF = {"dx": "x", "dweight": "weight", "dbias": "bias"}
@@ -90,11 +92,11 @@ def _ordered(a: np.ndarray, case) -> np.ndarray:
 
 def forward(op, fn, case, x, weight, bias, running_mean, running_var, mask=None, axis_name=None):
     """y and {running_mean, running_var} of `fn` (framework arrays in, the same out) under the op's array contract,
-    y checked for x's shape and the case's dtype."""
+    y checked for x's shape and the dtype the case declares (Op.output_dtype)."""
     result = op.contract("array")[1](fn, ArrayInputs(x, weight, bias, running_mean, running_var, channel_axis(case),
                                                      mask, axis_name), case)
     y, stats = split_result(op, result)
-    check_array("y", y, x.shape, case.dtype)
+    check_array("y", y, x.shape, op.output_dtype(case, "y"), partial(op.dtype_note, case, "y"))
     return y, stats
 
 
@@ -109,15 +111,18 @@ def split_result(op, result):
     return result[0], {"running_mean": result[1], "running_var": result[2]}
 
 
-def check_array(name: str, value, shape: tuple[int, ...], dtype: str | None) -> None:
-    """`value` (anything with .shape and .dtype) has `shape` and the case dtype `dtype` (None: any float)."""
+def check_array(name: str, value, shape: tuple[int, ...], dtype: str | None, note=None) -> None:
+    """`value` (anything with .shape and .dtype) has `shape` and the case dtype `dtype` (None: any float); `note(got)`:
+    what to add to a wrong dtype's message (Op.dtype_note)."""
     if not hasattr(value, "shape") or not hasattr(value, "dtype"):
         raise ImplError(f"{name} is {type(value).__name__}, expected an array")
     if tuple(value.shape) != tuple(shape):
         raise ImplError(f"{name} has shape {tuple(value.shape)}, expected {tuple(shape)}")
     got = np.dtype(getattr(value.dtype, "as_numpy_dtype", value.dtype))  # (TensorFlow's DType says it so)
     if dtype is not None and got != numpy_dtype(dtype):
-        raise ImplError(f"{name} has dtype {got.name}, expected {numpy_dtype(dtype).name}")
+        named = next((n for n in DTYPES if numpy_dtype(n) == got), got.name)
+        raise ImplError(f"{name} has dtype {got.name}, expected {numpy_dtype(dtype).name}"
+                        f"{note(named) if note else ''}")
 
 
 def to_outputs(op, case, arrays: dict[str, Any], x_shape: tuple[int, ...]) -> dict[str, np.ndarray]:
@@ -128,7 +133,8 @@ def to_outputs(op, case, arrays: dict[str, Any], x_shape: tuple[int, ...]) -> di
         if value is None:
             continue
         value = np.asarray(value)
-        check_array(name, value, op.output_shape(case, name, x_shape), op.output_dtype(case, name))
+        check_array(name, value, op.output_shape(case, name, x_shape), op.output_dtype(case, name),
+                    partial(op.dtype_note, case, name))
         value = value.astype(np.float64)
         if channels_last(case) and name in op.x_shaped:
             value = np.moveaxis(value, -1, 1)

@@ -26,12 +26,24 @@ TINY = {"f64": float(np.finfo(np.float64).tiny), "f32": float(np.finfo(np.float3
 DTYPE_CHOICES = ("f64", "f32", "f16", "bf16", "mixed-f16", "mixed-bf16")
 
 
+# What an implementation may declare of its precision (Case.compute_dtype): the finest precision it computes in.
+# f64: no limit (as fine as the input dtype allows); f32: at most float32, float64 input included.
+COMPUTE_DTYPES = ("f64", "f32")
+# What dtype y comes back in (Case.output_dtype): the input's, or result_type(x, weight) (a mixed case's f32).
+OUTPUT_DTYPES = ("input", "promote")
+
+
 @dataclass(frozen=True)
 class DtypeSpec:
-    """Input dtype plus parameter dtype (γ, β, running stats)."""
+    """Input dtype plus parameter dtype (γ, β, running stats), and the finest precision the kernel computes in."""
 
     dtype: str
     param_dtype: str
+    compute: str = "f64"
+
+    def unit(self, dtype: str) -> float:
+        """The unit roundoff of a value stored in `dtype` by a kernel that computes at most in `compute`."""
+        return max(UNIT_ROUNDOFF[dtype], UNIT_ROUNDOFF[self.compute])
 
     @property
     def label(self) -> str:
@@ -43,7 +55,8 @@ class DtypeSpec:
 
     @property
     def accumulation(self) -> str:
-        return accumulation(self.dtype)
+        own = accumulation(self.dtype)
+        return self.compute if UNIT_ROUNDOFF[self.compute] > UNIT_ROUNDOFF[own] else own
 
     @property
     def moments(self) -> str:

@@ -8,7 +8,7 @@ validates them, generic code reads them, nothing outside a record branches on an
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from math import inf
 from typing import Any, Callable
 
@@ -22,6 +22,7 @@ from .design import Design
 
 ALL_CASES = "all dtypes (f64, f32, f16, bf16, mixed), all memory formats, every rank the op takes"
 CONVENTIONS = ("contract", "direct")
+_OUTPUT_DTYPE_MEANS = {"input": "x's dtype", "promote": "what result_type(x, weight) gives"}
 SECOND_ORDER_OUTPUTS = ("d2x", "d2weight", "d2dy")  # of order-2 cases (Case.second_order: those not identically 0)
 X_SHAPED = ("y", "dx", "d2x", "d2dy")  # outputs shaped like x, in its dtype
 
@@ -181,7 +182,7 @@ class Op:
     default_impl: str = "torch"
     params: tuple[str, ...] = ("weight", "bias")  # the affine parameters it takes (RMSNorm: no bias)
     centred: bool = True                # statistics about the set's mean (False: RMSNorm's mean of squares)
-    eps_none: Callable[[str], float] | None = None  # what eps=None means for an input dtype (None: not allowed)
+    eps_none: Callable[[str], float] | None = None  # what eps=None means in a precision computed in (None: not allowed)
     eps_zero: tuple[str, ...] = ("train", "eval")  # the modes in which eps = 0 is legal (BatchNorm: eval only)
     min_set_size: int = 2               # fewest values a set may have (BatchNorm's running variance needs 2)
     ranks: tuple[int, ...] = (2, 3, 4, 5)  # the input ranks it takes (InstanceNorm: none without spatial dims)
@@ -203,12 +204,24 @@ class Op:
             raise ValueError(f"op {self.name}: required and saved outputs must be outputs")
 
     def output_dtype(self, case, name: str) -> str:
-        """The storage dtype an output is expected in."""
+        """The storage dtype an output is expected in: y promoted with the weight's under output_dtype=promote
+        (result_type(x, weight): a mixed case's f32; the input's when there is no weight)."""
+        if name == "y" and case.output_dtype == "promote" and case.has_weight:
+            return case.param_dtype  # (the wider of the two: a case's parameters are never narrower than x)
         if name in X_SHAPED:
             return case.dtype
         if name in self.saved_stats:
             return case.dtypes.moments
         return case.param_dtype
+
+    def dtype_note(self, case, name: str, got: str) -> str:
+        """What to declare when an output came back in `got`, the dtype another output-dtype convention gives
+        ('' when none does)."""
+        for convention, means in _OUTPUT_DTYPE_MEANS.items():
+            if name == "y" and convention != case.output_dtype and \
+                    self.output_dtype(replace(case, output_dtype=convention), name) == got:
+                return f" ({got} is {means}: declare --output-dtype {convention})"
+        return ""
 
     def output_shape(self, case, name: str, x_shape: tuple[int, ...]) -> tuple[int, ...]:
         """y and dx are shaped like x (one rank's rows of it in a world); statistics have one value

@@ -82,6 +82,7 @@ def _tensor(t: TensorReport) -> dict:
         "rank": t.rank,
         "unit_ratios": [_number(v) for v in t.unit_ratios],
         "slack": _number(t.slack),
+        "all_zero": t.all_zero,
     }
 
 

@@ -14,7 +14,7 @@ from hypothesis import given
 
 from normcheck.cases.budgets import PROFILES
 from normcheck.cases.strategies import cases
-from normcheck.cases.sweep import default_sweep, on_path
+from normcheck.cases.sweep import fixed_sweep, on_path
 from normcheck.engine import FAIL, KNOWN, SKIP, judge
 from normcheck.pytest_plugin import OPTIONS, failure_message
 
@@ -26,8 +26,8 @@ _GENERATED = {"gloo": dict(max_world=4, max_numel=4096), "lockstep": dict(max_wo
 def pytest_generate_tests(metafunc):
     if "sweep_case" in metafunc.fixturenames:
         options = metafunc.config.stash[OPTIONS]
-        sweep = [on_path(c, options.path)  # in the conventions it follows, on the path asked for
-                 for c in default_sweep(options.op, follows=options.impl.follows, formats=options.impl.formats)]
+        # in the conventions it follows, with the fields the run fixes
+        sweep = fixed_sweep(options.op, options.fixed, follows=options.follows, formats=options.impl.formats)
         metafunc.parametrize("sweep_case", sweep, ids=[f"{c.label} seed={c.seed}" for c in sweep])
 
 
@@ -60,7 +60,7 @@ def test_generated_cases(normcheck_options):
     @PROFILES[o.profile]
     @given(cases(o.op, **_GENERATED.get(o.backend, {})))
     def property_(case):
-        check(o, on_path(case.with_(**dict(o.impl.follows)), o.path))
+        check(o, on_path(case.with_(**dict(o.follows)), o.fixed))
 
     property_()
 

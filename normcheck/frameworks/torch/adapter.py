@@ -21,14 +21,16 @@ from .tensors import TORCH_DTYPES, TorchInputs, dtype_name, torch_inputs, with_t
 Outputs = dict[str, "torch.Tensor | None"]
 
 
-def check_tensor(name: str, value, shape: tuple[int, ...], dtype: torch.dtype | None) -> torch.Tensor:
-    """`value` is a tensor of `shape` (and `dtype`, unless None), else ImplError."""
+def check_tensor(name: str, value, shape: tuple[int, ...], dtype: torch.dtype | None, note=None) -> torch.Tensor:
+    """`value` is a tensor of `shape` (and `dtype`, unless None), else ImplError; `note(got)`: what to add to a
+    wrong dtype's message (Op.dtype_note)."""
     if not isinstance(value, torch.Tensor):
         raise ImplError(f"{name} is {type(value).__name__}, expected a tensor")
     if tuple(value.shape) != tuple(shape):
         raise ImplError(f"{name} has shape {tuple(value.shape)}, expected {tuple(shape)}")
     if dtype is not None and value.dtype != dtype:
-        raise ImplError(f"{name} has dtype {dtype_name(value.dtype)}, expected {dtype_name(dtype)}")
+        got = dtype_name(value.dtype)
+        raise ImplError(f"{name} has dtype {got}, expected {dtype_name(dtype)}{note(got) if note else ''}")
     return value
 
 
@@ -49,7 +51,8 @@ def differentiate(op, fn, case, t: TorchInputs, group=None, world_size: int = 1)
     leaves = grad_leaves(t, case)
     second = case.order == 2
     dy = t.dy.detach().requires_grad_() if second else t.dy
-    y = check_tensor("y", op.call(fn, t, case, group, world_size), t.x.shape, t.x.dtype)
+    y = check_tensor("y", op.call(fn, t, case, group, world_size), t.x.shape,
+                     TORCH_DTYPES[op.output_dtype(case, "y")], partial(op.dtype_note, case, "y"))
     if not y.requires_grad:
         raise ImplError("y does not require grad: the implementation detached its output")
     # Every rank runs backward, empty ones included: they must still join the collectives.
@@ -113,7 +116,7 @@ def to_numpy(op, case, outputs: Outputs, x_shape: tuple[int, ...]) -> dict[str, 
         if value is None or base not in op.all_outputs or (base in op.saved_stats and not case.training):
             continue  # (eval mode saves no statistics of the batch)
         dtype = None if base in op.saved_stats else TORCH_DTYPES[op.output_dtype(case, base)]
-        value = check_tensor(name, value, op.output_shape(case, base, x_shape), dtype)
+        value = check_tensor(name, value, op.output_shape(case, base, x_shape), dtype, partial(op.dtype_note, case, base))
         out[name] = value.detach().to(torch.float64).cpu().contiguous().numpy()
     return out
 

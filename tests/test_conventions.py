@@ -1,0 +1,92 @@
+"""Real layers' conventions, declared: the dtype y comes back in (--output-dtype), the finest precision a kernel
+computes in (--compute-dtype), a casting chain; and the fields a run fixes on every sweep case (--eps, ...).
+A layer passes its sweep under the conventions it follows and fails it under others."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from normcheck import Case, compare, resolve_impl
+from normcheck.cases.sweep import default_sweep, fixed_sweep
+from normcheck.engine import FAIL, MISTRUSTED, PASS, judge
+
+ROOT = Path(__file__).resolve().parents[1]
+LAYERS = "tests._real_layers"
+LLAMA = dict(casting="before-weight", output_dtype="promote", compute_dtype="f32")
+
+
+def verdicts(op: str, spec: str, follows: dict, keep=lambda case: True) -> dict:
+    impl = resolve_impl(op, spec)
+    reports = [judge(c, impl) for c in default_sweep(op, follows=tuple(follows.items())) if keep(c)]
+    return {"failed": [r.summary() for r in reports if r.verdict == FAIL], "ran": len(reports)}
+
+
+def test_a_llama_style_rms_norm_passes_its_sweep_as_declared_and_fails_it_declared_otherwise():
+    spec = f"{LAYERS}:llama_rms_norm"
+    assert verdicts("rmsnorm", spec, LLAMA)["failed"] == []
+    for wrong in ({"casting": "end"}, {"output_dtype": "input"}, {"compute_dtype": "f64"}):
+        assert verdicts("rmsnorm", spec, {**LLAMA, **wrong})["failed"], wrong
+
+
+def test_an_f32_compute_layers_f64_rows_pass_only_under_compute_f32():
+    f64 = verdicts("layernorm", f"{LAYERS}:fp32_layer_norm", {"compute_dtype": "f32"}, lambda c: c.dtype == "f64")
+    assert f64["ran"] >= 10 and f64["failed"] == []
+    undeclared = verdicts("layernorm", f"{LAYERS}:fp32_layer_norm", {}, lambda c: c.dtype == "f64")
+    assert len(undeclared["failed"]) > undeclared["ran"] // 2, undeclared  # ratios of 1e7 and more: f32 vs f64 budget
+
+
+MIXED = Case("layernorm", (8, 64), dtype="bf16", param_dtype="f32", normalized_dims=1, compute_dtype="f32")
+
+
+def test_a_promoted_output_is_judged_on_its_values():
+    report = compare("layernorm", f"{LAYERS}:promoting_layer_norm", MIXED.with_(output_dtype="promote"))
+    assert report.verdict in (PASS, MISTRUSTED) and report.tensor("y").max_ratio > 0, report.summary()
+    wrong = compare("rmsnorm", f"{LAYERS}:llama_rms_norm_off_by_a_little",
+                    Case("rmsnorm", (8, 64), dtype="bf16", param_dtype="f32", normalized_dims=1, **LLAMA))
+    assert wrong.verdict == FAIL and wrong.message.startswith("y: ratio"), wrong.message
+
+
+@pytest.mark.parametrize("layer, declared, got, expected, remedy", [
+    ("promoting_layer_norm", "input", "f32", "bf16", "f32 is what result_type(x, weight) gives: declare --output-dtype promote"),
+    ("fp32_layer_norm", "promote", "bf16", "f32", "bf16 is x's dtype: declare --output-dtype input"),
+])
+def test_an_output_in_the_other_conventions_dtype_is_one_fail_naming_both_and_the_remedy(layer, declared, got,
+                                                                                           expected, remedy):
+    report = compare("layernorm", f"{LAYERS}:{layer}", MIXED.with_(output_dtype=declared))
+    assert report.verdict == FAIL and report.message == f"y has dtype {got}, expected {expected} ({remedy})"
+
+
+def _compare(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "normcheck", "compare", *args], capture_output=True, text=True,
+                          timeout=600, cwd=ROOT)
+
+
+def test_eps_momentum_and_affine_fix_every_case_of_the_sweep():
+    done = _compare("--op", "batchnorm", "--eps", "0.01", "--momentum", "0.5", "--affine", "weight", "--json")
+    assert done.returncode == 0, done.stderr
+    cases = [c["case"] for c in json.loads(done.stdout)["cases"]]
+    expected = fixed_sweep("batchnorm", {"eps": 0.01, "momentum": 0.5, "affine": "weight"})
+    assert len(cases) == len(expected) > len(default_sweep("batchnorm")) // 2  # a sweep, not one case
+    assert {(c["eps"], c["momentum"], c["affine"]) for c in cases} == {(0.01, 0.5, "weight")}
+    assert len({c["dtype"] for c in cases}) > 2 and len({c["x_format"] for c in cases}) > 2
+
+
+def test_a_value_no_case_of_the_sweep_can_take_is_one_line():
+    done = _compare("--op", "batchnorm", "--eps", "0")
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        "normcheck: error: batchnorm takes eps > 0 in train mode (torch refuses eps = 0 where it normalises with the "
+        "batch's variance); eps = 0 is legal in eval mode"]
+    token = _compare("--op", "batchnorm", "--case", "v3.x.y", "--eps", "0.1")
+    assert token.returncode == 2 and "--case names the whole case; drop --eps" in token.stderr
+
+
+def test_affine_none_unfreezes_what_the_sweep_froze_and_a_conflict_is_refused():
+    cases = fixed_sweep("layernorm", {"affine": False})
+    assert all(c.affine is False and c.frozen == "none" for c in cases)
+    assert any(c.frozen != "none" for c in default_sweep("layernorm"))  # (the sweep froze some)
+    done = _compare("--op", "batchnorm", "--affine", "none", "--frozen", "params")
+    assert done.returncode == 2 and "--frozen params: the case has no parameters to freeze" in done.stderr
