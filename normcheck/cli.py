@@ -74,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--groups", type=int, help="GroupNorm groups (C must be divisible)")
     cmp.add_argument("--normalized-dims", type=int, metavar="K",
                      help="LayerNorm: how many trailing dims are normalised (default 1)")
+    cmp.add_argument("--normalized-at", choices=("trailing", "channels"), help="LayerNorm, RMSNorm: which K dims a "
+                     "set spans: trailing (the last K, F.layer_norm; the default) or channels (dims 1..K of N, C, ... "
+                     "input: channels-first, as ConvNeXt's LayerNorm2d)")
     cmp.add_argument("--weight-offset", type=float, metavar="F",
                      help="RMSNorm: the implementation scales by w + F (1 for Gemma's zero-centred weight; default 0)")
     cmp.add_argument("--casting", metavar="MODE", help=f"RMSNorm: where the implementation rounds to the input "

@@ -3,7 +3,7 @@
     pytest --normcheck-op syncbn --normcheck-impl mypkg.sync:sync_bn [--normcheck-backend gloo] [--normcheck-framework jax]
            [--normcheck-profile ci|dev|thorough] [--normcheck-mode eval] [--normcheck-frozen x|params]
            [--normcheck-order 2] [--normcheck-eps E] [--normcheck-momentum M] [--normcheck-affine WHICH]
-           [--normcheck-casting MODE] [--normcheck-weight-offset F] [--normcheck-output-dtype input|promote]
+           [--normcheck-normalized-at trailing|channels] [--normcheck-casting MODE] [--normcheck-weight-offset F] [--normcheck-output-dtype input|promote]
            [--normcheck-compute-dtype f64|f32]
 
 adds normcheck's suite (normcheck/suite/, shipped inside the package so it runs from any
@@ -68,7 +68,8 @@ def pytest_addoption(parser):
                                ("affine", "both|weight|bias|none", "the parameters given")):
         group.addoption(f"--normcheck-{name}", metavar=values,
                         help=f"every case takes this value ({what}); default: the sweep's own mix")
-    for name, values, what in (("casting", "end|before-weight", "RMSNorm: where the layer rounds to the input dtype"),
+    for name, values, what in (("normalized-at", "trailing|channels", "LayerNorm, RMSNorm: the last K dims or dims 1..K"),
+                               ("casting", "end|before-weight", "RMSNorm: where the layer rounds to the input dtype"),
                                ("weight-offset", "F", "RMSNorm: the layer scales by w + F"),
                                ("output-dtype", "input|promote", "the dtype y comes back in"),
                                ("compute-dtype", "f64|f32", "the finest precision the layer computes in")):

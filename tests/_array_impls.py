@@ -76,12 +76,18 @@ def group_norm(framework, x, weight, bias, *, num_groups, eps, channel_axis):
     return xp.asarray(xp.moveaxis(y, 1, axis), x.dtype)
 
 
+def _over(shape, axes) -> list[int]:
+    """γ's and β's broadcast shape: the normalised dims (trailing or channels-first) kept, the others 1."""
+    kept = {a % len(shape) for a in axes}
+    return [s if i in kept else 1 for i, s in enumerate(shape)]
+
+
 def layer_norm(framework, x, weight, bias, *, axes, eps):
     xp = _namespace(framework)
     xf = xp.asarray(x, _acc(xp, x))
     mean = xp.mean(xf, axis=axes, keepdims=True)
     var = xp.mean((xf - mean) ** 2, axis=axes, keepdims=True)
-    y = _affine(xp, (xf - mean) / xp.sqrt(var + eps), weight, bias, xf.shape[len(xf.shape) - len(axes):])
+    y = _affine(xp, (xf - mean) / xp.sqrt(var + eps), weight, bias, _over(xf.shape, axes))
     return xp.asarray(y, x.dtype)
 
 
@@ -89,7 +95,7 @@ def rms_norm(framework, x, weight, *, axes, eps):
     xp = _namespace(framework)
     xf = xp.asarray(x, _acc(xp, x))
     y = xf / xp.sqrt(xp.mean(xf * xf, axis=axes, keepdims=True) + eps)
-    return xp.asarray(_affine(xp, y, weight, None, xf.shape[len(xf.shape) - len(axes):]), x.dtype)
+    return xp.asarray(_affine(xp, y, weight, None, _over(xf.shape, axes)), x.dtype)
 
 
 def jax_sync_batch_norm(x, weight, bias, running_mean, running_var, *, training, momentum, eps, channel_axis, mask,

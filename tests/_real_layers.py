@@ -39,3 +39,43 @@ def promoting_layer_norm(input, normalized_shape, weight, bias, eps):
     compute_dtype=f32, output_dtype=promote."""
     out = _fp32_layer_norm(input, normalized_shape, weight, bias, eps)
     return out.to(input.dtype if weight is None else torch.result_type(input, weight))
+
+
+def _per_channel(t, x, k: int):
+    """γ or β (shaped like the normalised dims 1..k) broadcastable against channels-first x."""
+    return None if t is None else t.reshape(t.shape + (1,) * (x.dim() - 1 - k))
+
+
+def convnext_layer_norm(input, normalized_shape, weight, bias, eps):
+    """ConvNeXt's channels-first LayerNorm, written out (statistics over dims 1..K of (N, C, ...) input), computed in
+    float32 for half input and returned as result_type(x, weight). Follows normalized_at=channels,
+    output_dtype=promote."""
+    k = len(normalized_shape)
+    dims = tuple(range(1, 1 + k))
+    x = input.to(torch.promote_types(input.dtype, torch.float32))
+    u = x.mean(dims, keepdim=True)
+    s = (x - u).pow(2).mean(dims, keepdim=True)
+    y = (x - u) / torch.sqrt(s + eps)
+    w, b = _per_channel(weight, input, k), _per_channel(bias, input, k)
+    y = y if w is None else w * y
+    y = y if b is None else y + b
+    return y.to(input.dtype if weight is None else torch.result_type(input, weight))
+
+
+def layer_norm_2d(input, normalized_shape, weight, bias, eps):
+    """ViTDet's and detectron2's LayerNorm2d: the normalised dims moved last, F.layer_norm, moved back (torch's
+    kernel then sees a non-contiguous tensor). Follows normalized_at=channels."""
+    k = len(normalized_shape)
+    moved = input.movedim(tuple(range(1, 1 + k)), tuple(range(-k, 0)))
+    return F.layer_norm(moved, normalized_shape, weight, bias, eps).movedim(tuple(range(-k, 0)), tuple(range(1, 1 + k)))
+
+
+def channels_first_rms_norm(input, normalized_shape, weight, eps):
+    """RMSNorm over dims 1..K of (N, C, ...) input in float32 (for half input), as diffusion models' RMSNorm2d;
+    y in the input dtype. Follows normalized_at=channels."""
+    k = len(normalized_shape)
+    x = input.to(torch.promote_types(input.dtype, torch.float32))
+    eps = torch.finfo(x.dtype).eps if eps is None else eps
+    y = x * torch.rsqrt(x.pow(2).mean(tuple(range(1, 1 + k)), keepdim=True) + eps)
+    w = _per_channel(weight, input, k)
+    return (y if w is None else y * w).to(input.dtype)

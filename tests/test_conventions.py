@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from normcheck import Case, compare, resolve_impl
@@ -19,17 +20,24 @@ LAYERS = "tests._real_layers"
 LLAMA = dict(casting="before-weight", output_dtype="promote", compute_dtype="f32")
 
 
-def verdicts(op: str, spec: str, follows: dict, keep=lambda case: True) -> dict:
+def verdicts(op: str, spec: str, follows: dict, keep=lambda case: True, first_failure: bool = False) -> dict:
+    """The failures of `spec` over the op's sweep in the conventions `follows` (up to the first, if asked)."""
     impl = resolve_impl(op, spec)
-    reports = [judge(c, impl) for c in default_sweep(op, follows=tuple(follows.items())) if keep(c)]
-    return {"failed": [r.summary() for r in reports if r.verdict == FAIL], "ran": len(reports)}
+    failed, ran = [], 0
+    for case in default_sweep(op, follows=tuple(follows.items())):
+        if keep(case):
+            report, ran = judge(case, impl), ran + 1
+            failed += [report.summary()] * (report.verdict == FAIL)
+            if failed and first_failure:
+                break
+    return {"failed": failed, "ran": ran}
 
 
 def test_a_llama_style_rms_norm_passes_its_sweep_as_declared_and_fails_it_declared_otherwise():
     spec = f"{LAYERS}:llama_rms_norm"
     assert verdicts("rmsnorm", spec, LLAMA)["failed"] == []
     for wrong in ({"casting": "end"}, {"output_dtype": "input"}, {"compute_dtype": "f64"}):
-        assert verdicts("rmsnorm", spec, {**LLAMA, **wrong})["failed"], wrong
+        assert verdicts("rmsnorm", spec, {**LLAMA, **wrong}, first_failure=True)["failed"], wrong
 
 
 def test_an_f32_compute_layers_f64_rows_pass_only_under_compute_f32():
@@ -90,3 +98,39 @@ def test_affine_none_unfreezes_what_the_sweep_froze_and_a_conflict_is_refused():
     assert any(c.frozen != "none" for c in default_sweep("layernorm"))  # (the sweep froze some)
     done = _compare("--op", "batchnorm", "--affine", "none", "--frozen", "params")
     assert done.returncode == 2 and "--frozen params: the case has no parameters to freeze" in done.stderr
+
+
+# --------------------------------------------------------------------------- channels-first sets
+CHANNELS = {"normalized_at": "channels"}
+
+
+def test_channels_first_layers_pass_their_sweep_declared_and_fail_it_as_trailing():
+    convnext = f"{LAYERS}:convnext_layer_norm"
+    assert verdicts("layernorm", convnext, {**CHANNELS, "output_dtype": "promote"})["failed"] == []
+    assert verdicts("layernorm", convnext, {"output_dtype": "promote"}, first_failure=True)["failed"]  # as last dims
+    assert verdicts("rmsnorm", f"{LAYERS}:channels_first_rms_norm", CHANNELS)["failed"] == []
+
+
+def test_a_channels_first_case_normalises_dims_1_to_k_and_the_sweep_lays_it_out_so():
+    case = Case("layernorm", (2, 3, 4, 5), normalized_dims=2, normalized_at="channels")
+    view = case.view
+    assert (view.set_count, view.set_size, view.param_shape, view.stats_shape) == (10, 12, (3, 4), (2, 1, 1, 5))
+    x = np.arange(120.0).reshape(case.shape)
+    sets = view.to_sets(x)
+    assert np.array_equal(sets[7], x[1, :, :, 2].ravel()) and np.array_equal(view.from_sets(sets), x)
+    for c in default_sweep("layernorm", follows=tuple(CHANNELS.items())):
+        assert c.normalized_at == "channels" and c.view.param_shape == c.shape[1:1 + c.normalized_dims]
+
+
+def test_the_array_contract_takes_channels_first_axes():
+    pytest.importorskip("jax", reason="needs the jax extra (pip install -e \".[jax]\")")
+    impl = resolve_impl("layernorm", "tests._array_impls:jax_layer_norm", framework="jax")
+    sweep = [c for c in default_sweep("layernorm", follows=tuple(CHANNELS.items()), formats=impl.formats)
+             if c.numel < 50_000][:8]
+    reports = [judge(c, impl) for c in sweep]
+    assert len(reports) == 8 and all(r.verdict in (PASS, MISTRUSTED) for r in reports), [r.summary() for r in reports]
+
+
+def test_torchs_records_follow_the_trailing_dims():
+    done = _compare("--op", "layernorm", "--normalized-at", "channels")
+    assert done.returncode == 2 and "--normalized-at channels: torch follows normalized_at=trailing" in done.stderr

@@ -72,9 +72,10 @@ def test_a_signal_during_a_gloo_run_keeps_the_report_and_leaves_nothing(sig, sta
     assert not [p for p in seen if alive(p)], "processes of the run outlived it"
 
 
-# A BatchNorm that hangs from its 25th call on (the sweep's 13th case: each runs twice): the gate is interrupted
-# while it hangs.
+# A BatchNorm that hangs from its 25th call on (the sweep's 13th case: each runs twice), saying so in a file of
+# its own: the gate is interrupted while it hangs.
 HANGING_BN = '''
+import pathlib
 import time
 import torch.nn.functional as F
 
@@ -83,6 +84,7 @@ CALLS = [0]
 def bn(x, running_mean, running_var, weight, bias, training, momentum, eps):
     CALLS[0] += 1
     if CALLS[0] > 24:
+        pathlib.Path("hanging").touch()
         time.sleep(600)
     return F.batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps)
 '''
@@ -103,7 +105,9 @@ def test_a_signal_during_a_gated_pytest_run_keeps_the_junit_report_and_leaves_no
         seen |= descendants(proc.pid)
         time.sleep(0.2)
     assert len(seen) >= 2, "the isolated worker never started"
-    time.sleep(10.0)  # the first 12 cases pass in a few seconds (more on a loaded machine); then the 13th hangs
+    while time.monotonic() < deadline and not (tmp_path / "hanging").exists():  # the first 12 cases have passed
+        time.sleep(0.2)
+    assert (tmp_path / "hanging").exists(), "the implementation never reached its hang"
     seen |= descendants(proc.pid)
     sent = time.monotonic()
     proc.send_signal(sig)

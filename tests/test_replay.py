@@ -32,13 +32,16 @@ def test_the_token_holds_every_case_field():
     assert FIELDS == tuple(f.name for f in dataclasses.fields(Case))
     rms = encode_case(Case("rmsnorm", (4, 6), normalized_dims=1, weight_offset=1.0, eps=None))
     # absent ones are left out, and so are the path fields at their defaults (tokens from before them stay the same)
-    quiet = {"mode", "frozen", "order", "output_dtype", "compute_dtype"}
+    quiet = {"mode", "frozen", "order", "output_dtype", "compute_dtype", "normalized_at"}
     assert set(json.loads(_payload(rms))) == set(FIELDS) - {"groups", "split"} - quiet
     path = encode_case(Case("rmsnorm", (4, 6), normalized_dims=1, frozen="x", order=2))
     assert {"frozen", "order"} <= set(json.loads(_payload(path)))
     declared = Case("layernorm", (4, 6), dtype="bf16", param_dtype="f32", output_dtype="promote", compute_dtype="f32")
     assert {"output_dtype", "compute_dtype"} <= set(json.loads(_payload(encode_case(declared))))
     assert decode_case(encode_case(declared)) == declared
+    channels = Case("rmsnorm", (4, 6, 5), normalized_dims=1, normalized_at="channels")
+    assert json.loads(_payload(encode_case(channels)))["normalized_at"] == "channels"
+    assert decode_case(encode_case(channels)) == channels
 
 
 def _payload(token: str) -> bytes:

@@ -26,11 +26,11 @@ from ..ops import OPS, Op, get_op
 
 # Fields only the ops that declare them take (Op.case_fields), and how a label shows them: always, or
 # only when the value is not the quiet one (the convention most code follows).
-OP_FIELDS = ("groups", "normalized_dims", "weight_offset", "casting")
+OP_FIELDS = ("groups", "normalized_dims", "normalized_at", "weight_offset", "casting")
 # The conventions among them (how the layer is defined, not its geometry): a case that leaves one None
 # gets the op's default (its case_fields value); so does normalized_dims (1: the last dim, as F.layer_norm's
 # usual call and the CLI take it). GroupNorm's groups have no default: a count that divides C is the caller's.
-OP_CONVENTIONS = ("weight_offset", "casting")
+OP_CONVENTIONS = ("normalized_at", "weight_offset", "casting")
 DEFAULTED = OP_CONVENTIONS + ("normalized_dims",)
 # The conventions every op takes: the dtype y comes back in, the finest precision the kernel computes in
 CONVENTIONS = OP_CONVENTIONS + ("output_dtype", "compute_dtype")
@@ -42,8 +42,8 @@ def default_conventions(op: str) -> dict:
     return {name: get_op(op).case_fields.get(name, default) for name, default in fields.items()
             if name not in OP_CONVENTIONS or name in get_op(op).case_fields}
 AFFINE_CHOICES = ("both", "none")  # with the op's parameter names, what --affine takes
-_SHOWN = {"groups": ("G={}", object()), "normalized_dims": ("D={}", object()), "weight_offset": ("w+{:g}", 0.0),
-          "casting": ("cast={}", "end")}
+_SHOWN = {"groups": ("G={}", object()), "normalized_dims": ("D={}", object()), "normalized_at": ("set={}", "trailing"),
+          "weight_offset": ("w+{:g}", 0.0), "casting": ("cast={}", "end")}
 DEFAULT_EPS, DEFAULT_MOMENTUM = 1e-5, 0.1  # what a label leaves unsaid
 # The path through the layer a case takes, beyond the training-mode forward and one backward:
 MODES = ("train", "eval")          # eval: normalise with the running statistics, leave them unchanged
@@ -70,6 +70,7 @@ class Case:
     split: tuple[int, ...] | None = None  # per-rank batch sizes (SyncBN); None: one process
     gamma_scale: float = 1.0      # multiplies γ: recipes that divide by γ fail as it shrinks
     normalized_dims: int | None = None  # ops whose record normalises the last k dims (LayerNorm): k
+    normalized_at: str | None = None  # those ops: which k dims, "trailing" (the last) or "channels" (1..k, channels-first)
     weight_offset: float | None = None  # ops with a weight offset (RMSNorm): the layer scales by w + offset
     casting: str | None = None    # ops with a casting chain (RMSNorm): where the result is rounded to the input dtype
     mode: str = "train"           # MODES

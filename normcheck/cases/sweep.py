@@ -69,7 +69,7 @@ def case_of(op: str, row: dict, seed: int = 0) -> Case:
 def default_sweep(op: str, seed: int = 0, follows=(), formats: tuple[str, ...] | None = None) -> list[Case]:
     """The op's sweep; `follows`: (field, value) pairs an implementation fixes (Impl.follows), set on every case;
     `formats`: the memory formats it can express (Impl.formats): a case in others takes the standard layout."""
-    cases = [case_of(op, row, seed) for row in design(op)]
+    cases = [case_of(op, {**row, **dict(follows)}, seed) for row in design(op)]  # (a shape may follow a convention)
     if formats is not None:
         cases = [c if expressible(formats, c.x_format, c.dy_format)
                  else c.with_(x_format="contiguous", dy_format="contiguous") for c in cases]

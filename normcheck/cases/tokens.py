@@ -25,7 +25,9 @@ FIELDS = tuple(f.name for f in dataclass_fields(Case))
 _ABSENT = {f.name for f in dataclass_fields(Case) if f.default is None}  # None there: the field is absent
 # Fields added after v3 that are left out at their default value, so tokens of the cases that existed
 # before them stay as they were
-_QUIET = {name: f.default for f in dataclass_fields(Case) if (name := f.name) in ("mode", "frozen", "order", "output_dtype", "compute_dtype")}
+_QUIET = {name: f.default for f in dataclass_fields(Case) if (name := f.name) in ("mode", "frozen", "order", "output_dtype",
+                                                                                 "compute_dtype")}
+_QUIET["normalized_at"] = "trailing"  # (an op field: None for the ops without it, "trailing" by default for the rest)
 _V2 = ("op", "shape", "dtype", "param_dtype", "x_format", "dy_format", "profile", "eps", "momentum", "affine",
        "groups", "seed", "split", "gamma_scale", "normalized_dims")
 _LISTS = {"v1": _V2[:-1], "v2": _V2}  # the field order of each older, list-shaped version

@@ -7,6 +7,9 @@ Every op here is one reduction over `axes` of x viewed as (N, K, L, S), with γ 
   per_group   (GroupNorm)   x (N, C, *S)        K = G, L = C/G  sets are (sample, group): reduce over (L, S)
   last_dims   (LayerNorm)   x (*rows, *D), k = len(D)           N = rows, K = 1, L = prod(D), S = 1: sets
                                                                 are rows, γ and β per element of D
+  leading_dims (LayerNorm   x (N, *D, *T), k = len(D)           N = N, K = 1, L = prod(D), S = prod(T): sets
+  channels-first)                                               are (sample, position in T): reduce over L
+                                                                only, γ and β per element of D
 The op record (normcheck.ops) says which view its cases take. Works for NumPy arrays (and anything
 with NumPy's reshape/transpose/sum spelling).
 """
@@ -23,6 +26,7 @@ class SetView:
     across_batch: bool   # sets span the batch (BatchNorm) or stay within a sample (GroupNorm, LayerNorm)
     param_shape: tuple[int, ...]  # γ, β and their gradients
     stats_shape: tuple[int, ...]  # saved mean and invstd/rstd: one per set
+    s_in_sets: bool = True  # S is reduced within a set (False: channels-first LayerNorm, one set per position)
 
     @classmethod
     def per_channel(cls, shape: tuple[int, ...]) -> "SetView":
@@ -39,6 +43,12 @@ class SetView:
         rows, normalised = tuple(shape[:-dims]), tuple(shape[-dims:])
         return cls(tuple(shape), (prod(rows), 1, prod(normalised), 1), False, normalised, rows + (1,) * dims)
 
+    @classmethod
+    def leading_dims(cls, shape: tuple[int, ...], dims: int) -> "SetView":
+        n, normalised, trailing = shape[0], tuple(shape[1:1 + dims]), tuple(shape[1 + dims:])
+        return cls(tuple(shape), (n, 1, prod(normalised), prod(trailing)), False, normalised,
+                   (n,) + (1,) * dims + trailing, s_in_sets=False)
+
     @property
     def blocks(self) -> int:
         """K: channel blocks (C for per-channel sets, G for groups, 1 for LayerNorm)."""
@@ -46,12 +56,12 @@ class SetView:
 
     @property
     def axes(self) -> tuple[int, ...]:
-        return (0, 2, 3) if self.across_batch else (2, 3)
+        return (0, 2, 3) if self.across_batch else (2, 3) if self.s_in_sets else (2,)
 
     @property
     def set_size(self) -> int:
         n, _, l, s = self.grouped_shape
-        return (n * l * s) if self.across_batch else (l * s)
+        return (n * l * s) if self.across_batch else (l * s) if self.s_in_sets else l
 
     @property
     def channel_count(self) -> int:
@@ -61,14 +71,16 @@ class SetView:
 
     @property
     def set_count(self) -> int:
-        n, k, _, _ = self.grouped_shape
-        return k if self.across_batch else n * k
+        n, k, _, s = self.grouped_shape
+        return k if self.across_batch else n * k if self.s_in_sets else n * k * s
 
     def to_sets(self, a):
         """NumPy x-shaped -> (sets, set_size): one row per normalisation set."""
         g = self.group(a)
         if self.across_batch:
             g = g.transpose(1, 0, 2, 3)
+        elif not self.s_in_sets:
+            g = g.transpose(0, 1, 3, 2)
         return g.reshape(self.set_count, self.set_size)
 
     def from_sets(self, m):
@@ -76,6 +88,8 @@ class SetView:
         n, k, l, s = self.grouped_shape
         if self.across_batch:
             return m.reshape(k, n, l, s).transpose(1, 0, 2, 3).reshape(self.shape)
+        if not self.s_in_sets:
+            return m.reshape(n, k, s, l).transpose(0, 1, 3, 2).reshape(self.shape)
         return m.reshape(self.shape)
 
     def group(self, a):

@@ -51,8 +51,13 @@ ROW_EXCLUSIONS = (
 
 
 def rows_shape(v: dict) -> dict:
+    """The shape of a case of `rows` rows of `hidden` values over K dims; channels-first (a convention the
+    implementation follows, in `v` when it does): the K dims right after N, the rows over N and the dims after."""
     k, rank = v["normalized_dims"], v["rank"]
-    return {"shape": spread(v["rows"], rank - k) + spread(v["hidden"], k), "normalized_dims": k}
+    rows, hidden = spread(v["rows"], rank - k), spread(v["hidden"], k)
+    if v.get("normalized_at") == "channels":
+        return {"shape": rows[:1] + hidden + rows[1:], "normalized_dims": k}
+    return {"shape": rows + hidden, "normalized_dims": k}
 
 
 SWEEP = Design(
@@ -64,30 +69,59 @@ SWEEP = Design(
 )
 
 
+# Which K dims a set spans (Case.normalized_at, a convention): the last K (F.layer_norm), or dims 1..K of
+# (N, C, ...) input (channels-first: ConvNeXt's and ViTDet's LayerNorm2d)
+NORMALIZED_AT = ("trailing", "channels")
+
+
+def channels_first(case) -> bool:
+    return case.normalized_at == "channels"
+
+
 def normalized_shape(case) -> tuple[int, ...]:
-    return tuple(case.shape[len(case.shape) - case.normalized_dims:])
+    k = case.normalized_dims
+    return tuple(case.shape[1:1 + k] if channels_first(case) else case.shape[len(case.shape) - k:])
 
 
 def view(case) -> SetView:
-    return SetView.last_dims(case.shape, case.normalized_dims)
+    dims = SetView.leading_dims if channels_first(case) else SetView.last_dims
+    return dims(case.shape, case.normalized_dims)
 
 
 def validate(case) -> None:
-    k = case.normalized_dims
-    if k is None or not 1 <= k <= len(case.shape):
-        raise UsageError(f"{case.op} needs normalized_dims K (--normalized-dims) with 1 <= K <= {len(case.shape)} "
+    k, rank = case.normalized_dims, len(case.shape)
+    if case.normalized_at not in NORMALIZED_AT:
+        raise UsageError(f"unknown normalized-at {case.normalized_at!r}; choose one of {', '.join(NORMALIZED_AT)}")
+    if channels_first(case) and k is not None and not 1 <= k < rank:
+        raise UsageError(f"{case.op} channels-first normalises dims 1..K of the {rank}-D input: 1 <= K <= {rank - 1} "
+                         f"(--normalized-dims), not {k}")
+    if k is None or not 1 <= k <= rank:
+        raise UsageError(f"{case.op} needs normalized_dims K (--normalized-dims) with 1 <= K <= {rank} "
                          "(the input's dims)")
+
+
+def as_trailing(case, a: np.ndarray) -> np.ndarray:
+    """An x-shaped array with the normalised dims last (the reference's layout); as_given undoes it."""
+    k = case.normalized_dims
+    return np.moveaxis(a, range(1, 1 + k), range(a.ndim - k, a.ndim)) if channels_first(case) else a
+
+
+def as_given(case, a: np.ndarray) -> np.ndarray:
+    k = case.normalized_dims
+    return np.moveaxis(a, range(a.ndim - k, a.ndim), range(1, 1 + k)) if channels_first(case) else a
 
 
 def call(fn, t, case, group=None, world_size=1):
     return fn(t.x, normalized_shape(case), t.weight, t.bias, case.eps)
 
 
-ARRAY_SIGNATURE = "fn(x, weight, bias, *, axes, eps) -> y  (axes: the normalised ones, negative: (-K, ..., -1))"
+ARRAY_SIGNATURE = ("fn(x, weight, bias, *, axes, eps) -> y  (axes: the normalised ones, (-K, ..., -1); "
+                   "channels-first: (1, ..., K))")
 
 
 def normalized_axes(case) -> tuple[int, ...]:
-    return tuple(range(-case.normalized_dims, 0))
+    k = case.normalized_dims
+    return tuple(range(1, 1 + k)) if channels_first(case) else tuple(range(-k, 0))
 
 
 def array_call(fn, a, case):
@@ -96,9 +130,11 @@ def array_call(fn, a, case):
 
 def reference_outputs(i) -> dict[str, np.ndarray]:
     c, d = i.case, normalized_shape(i.case)
-    fwd = reference.layer_norm_forward(i.x, d, i.weight, i.bias, c.eps)
-    bwd = reference.layer_norm_backward(i.dy, i.x, d, i.weight, c.eps, has_bias=i.bias is not None)
-    return drop_none(y=fwd.y, mean=fwd.mean, rstd=fwd.rstd, dx=bwd.dx, dweight=bwd.dweight, dbias=bwd.dbias)
+    x, dy = as_trailing(c, i.x), as_trailing(c, i.dy)
+    fwd = reference.layer_norm_forward(x, d, i.weight, i.bias, c.eps)
+    bwd = reference.layer_norm_backward(dy, x, d, i.weight, c.eps, has_bias=i.bias is not None)
+    return drop_none(y=as_given(c, fwd.y), mean=as_given(c, fwd.mean), rstd=as_given(c, fwd.rstd),
+                     dx=as_given(c, bwd.dx), dweight=bwd.dweight, dbias=bwd.dbias)
 
 
 def native_backward(case, t):
@@ -161,19 +197,21 @@ F16_DOUBLE_BACKWARD, DOUBLE_BACKWARD_BIAS_WITHOUT_WEIGHT = double_backward_issue
 TORCH_ISSUES = (HALF_PARAM_GRADS, TINY_ROW_STATISTICS, F16_RSTD_OVERFLOW, MIXED_BIAS_WITHOUT_WEIGHT, F16_DOUBLE_BACKWARD,
                 DOUBLE_BACKWARD_BIAS_WITHOUT_WEIGHT)
 
+TORCHS = {"normalized_at": "trailing"}  # torch's convention: the last K dims
+
 OP = Op(
     name="layernorm",
     description="LayerNorm: statistics per row over the last K dims, γ and β per element of them",
     signature=SIGNATURE, call=call, reference=reference_outputs, view=view, unit="layer",
     outputs=OUTPUTS, required=REQUIRED, saved_stats=("mean", "rstd"), sweep=SWEEP,
-    case_fields={"normalized_dims": 1}, set_dim=-1, validate=validate,
+    case_fields={"normalized_dims": 1, "normalized_at": "trailing"}, set_dim=-1, validate=validate,
     array_signature=ARRAY_SIGNATURE, array_call=array_call, channels=False,
     min_set_size=1,  # a hidden size of 1 is a layer too: x̂ = 0, y = β, dx = 0
     impls=(
         Impl("torch", "layernorm", "torch.nn.functional.layer_norm through autograd", F.layer_norm,
-             known_issues=TORCH_ISSUES),
+             known_issues=TORCH_ISSUES, follows=TORCHS),
         Impl("torch-native-backward", "layernorm",
              "aten.native_layer_norm + aten.native_layer_norm_backward called directly", native_backward,
-             convention="direct", known_issues=TORCH_ISSUES),
+             convention="direct", known_issues=TORCH_ISSUES, follows=TORCHS),
     ),
 )

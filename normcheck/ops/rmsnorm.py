@@ -13,7 +13,8 @@ from ..numerics.dtypes import CASTINGS, accumulation, weight_sees
 from .batchnorm import drop_none
 from .core import Impl, Op
 from .design import Design, Factor, eps_factor, levels
-from .layernorm import DIMS, HIDDEN, ROW_EXCLUSIONS, ROWS, normalized_axes, normalized_shape, rows_shape, view
+from .layernorm import DIMS, HIDDEN, ROW_EXCLUSIONS, ROWS, as_given, as_trailing, normalized_axes, normalized_shape
+from .layernorm import rows_shape, view
 from .layernorm import validate as validate_dims
 
 SIGNATURE = "fn(input, normalized_shape, weight, eps) -> Tensor  (torch.nn.functional.rms_norm; eps may be None)"
@@ -58,9 +59,10 @@ def array_call(fn, a, case):
 def reference_outputs(i) -> dict[str, np.ndarray]:
     c, d = i.case, normalized_shape(i.case)
     convention = dict(eps=c.eps_value, offset=c.weight_offset, rounding=lambda a: weight_sees(a, c.casting, c.dtype))
-    fwd = reference.rms_norm_forward(i.x, d, i.weight, **convention)
-    bwd = reference.rms_norm_backward(i.dy, i.x, d, i.weight, **convention)
-    return drop_none(y=fwd.y, rstd=fwd.rstd, dx=bwd.dx, dweight=bwd.dweight)
+    x, dy = as_trailing(c, i.x), as_trailing(c, i.dy)
+    fwd = reference.rms_norm_forward(x, d, i.weight, **convention)
+    bwd = reference.rms_norm_backward(dy, x, d, i.weight, **convention)
+    return drop_none(y=as_given(c, fwd.y), rstd=as_given(c, fwd.rstd), dx=as_given(c, bwd.dx), dweight=bwd.dweight)
 
 
 def rms_norm(input, normalized_shape, weight=None, eps=None):
@@ -80,7 +82,8 @@ def fused_forward(case, t):
     return {"y": y, "rstd": rstd, "dx": grads[0], "dweight": grads[1] if t.weight is not None else None}
 
 
-TORCHS = {"weight_offset": 0.0, "casting": "end"}  # torch's convention: w as given, rounded once at the end
+# torch's convention: the last K dims, w as given, rounded once at the end
+TORCHS = {"normalized_at": "trailing", "weight_offset": 0.0, "casting": "end"}
 
 OP = Op(
     name="rmsnorm",
