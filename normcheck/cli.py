@@ -401,6 +401,7 @@ def run_list(args, out) -> int:
         json.dump([{"op": op.name, "description": op.description, "signature": op.signature,
                     "array_signature": op.array_signature,
                     "impls": [{"name": i.name, "description": i.description, "supports": support_text(i),
+                               "follows": dict(i.follows),
                                "known_issues": [{"key": k.key, "summary": k.summary} for k in i.known_issues]}
                               for i in list_impls(op.name)]} for op in ops], out, indent=1)
         print(file=out)
@@ -412,6 +413,9 @@ def run_list(args, out) -> int:
             print(f"  --framework jax|tf contract: {op.array_signature}", file=out)
         for impl in list_impls(op.name):
             print(f"  {impl.name:<24} {impl.description}; supports {support_text(impl)}", file=out)
+            if impl.follows:
+                print(f"  {'':<24} follows {', '.join(f'{k}={v:g}' if isinstance(v, float) else f'{k}={v}' for k, v in impl.follows)}",
+                      file=out)
             if impl.known_issues:
                 print(f"  {'':<24} known upstream issues: {', '.join(k.key for k in impl.known_issues)}", file=out)
     return 0

@@ -69,7 +69,7 @@ def pytest_addoption(parser):
         group.addoption(f"--normcheck-{name}", metavar=values,
                         help=f"every case takes this value ({what}); default: the sweep's own mix")
     for name, values, what in (("normalized-at", "trailing|channels", "LayerNorm, RMSNorm: the last K dims or dims 1..K"),
-                               ("casting", "end|before-weight", "RMSNorm: where the layer rounds to the input dtype"),
+                               ("casting", "end|before-weight|rstd-input", "RMSNorm: where the layer rounds to the input dtype"),
                                ("weight-offset", "F", "RMSNorm: the layer scales by w + F"),
                                ("output-dtype", "input|promote", "the dtype y comes back in"),
                                ("compute-dtype", "f64|f32", "the finest precision the layer computes in")):

@@ -79,3 +79,59 @@ def channels_first_rms_norm(input, normalized_shape, weight, eps):
     y = x * torch.rsqrt(x.pow(2).mean(tuple(range(1, 1 + k)), keepdim=True) + eps)
     w = _per_channel(weight, input, k)
     return (y if w is None else y * w).to(input.dtype)
+
+
+# --------------------------------------------------------------------------- RMSNorm casting chains
+def _upcast(t):
+    return t.to(torch.promote_types(t.dtype, torch.float32))
+
+
+def _rounded(t, dtype):
+    """t rounded to `dtype` in the forward, its gradient passed straight through in t's own precision."""
+    return t + (t.to(dtype).to(t.dtype) - t).detach()
+
+
+def _rstd(h, normalized_shape, eps):
+    eps = torch.finfo(h.dtype).eps if eps is None else eps
+    return torch.rsqrt(h.pow(2).mean(tuple(range(-len(normalized_shape), 0)), keepdim=True) + eps)
+
+
+def rms_end(input, normalized_shape, weight, eps):
+    """Everything in float32, rounded once at the end (casting=end)."""
+    h = _upcast(input)
+    y = h * _rstd(h, normalized_shape, eps)
+    return (y if weight is None else y * _upcast(weight)).to(input.dtype)
+
+
+def rms_before_weight(input, normalized_shape, weight, eps):
+    """x̂ rounded to the input dtype, then times the weight (casting=before-weight)."""
+    h = _upcast(input)
+    y = (h * _rstd(h, normalized_shape, eps)).to(input.dtype)
+    return (y if weight is None else y * weight).to(input.dtype)
+
+
+def rms_rstd_input(input, normalized_shape, weight, eps):
+    """rstd rounded to the input dtype, x · rstd rounded there, then times the weight (casting=rstd-input); the
+    roundings pass gradients straight through in float32 (an f16 rstd in the graph would sum its gradient in f16)."""
+    h = _upcast(input)
+    y = _rounded(h * _rounded(_rstd(h, normalized_shape, eps), input.dtype), input.dtype)
+    return (y if weight is None else y * _upcast(weight)).to(input.dtype)
+
+
+def t5_rms_norm(input, normalized_shape, weight, eps):
+    """T5-style: x̂ rounded to the weight's dtype when that is f16/bf16 (otherwise not rounded), weight · x̂, so y
+    is promoted with the weight. Within y's own rounding this is casting=end with output_dtype=promote."""
+    h = _upcast(input)
+    y = h * _rstd(h, normalized_shape, eps)
+    if weight is None:
+        return y.to(input.dtype)
+    if weight.dtype in (torch.float16, torch.bfloat16):
+        y = y.to(weight.dtype)
+    return weight * y
+
+
+def gemma_rms_norm(input, normalized_shape, weight, eps):
+    """Gemma-style: a zero-centred weight, the layer scales by 1 + w formed in float32 (weight_offset=1)."""
+    h = _upcast(input)
+    y = h * _rstd(h, normalized_shape, eps)
+    return (y if weight is None else y * (1.0 + _upcast(weight))).to(input.dtype)

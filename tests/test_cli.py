@@ -88,6 +88,14 @@ def test_list_shows_ops_and_impls():
     assert {f"torch-{k}-t{n}" for k in ("cl", "native-cl") for n in (1, 2, 3)} <= names
 
 
+def test_list_says_which_conventions_each_record_follows():
+    code, out = run("list", "--op", "rmsnorm")
+    assert code == 0 and "follows normalized_at=trailing, weight_offset=0, casting=end" in out
+    code, out = run("list", "--op", "layernorm", "--json")
+    torch = next(i for i in json.loads(out)[0]["impls"] if i["name"] == "torch")
+    assert torch["follows"] == {"normalized_at": "trailing"}
+
+
 def test_user_impl_from_a_file(tmp_path):
     (tmp_path / "mybn.py").write_text(
         "import torch.nn.functional as F\n"

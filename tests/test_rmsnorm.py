@@ -35,6 +35,11 @@ def test_the_reference_is_torch_in_float64(case):
     if case.casting == "before-weight":  # rounded to the input dtype, gradient passed straight through
         rounded = torch.tensor(quantise(xhat.detach().numpy(), case.dtype))
         xhat = xhat + (rounded - xhat).detach()
+    if case.casting == "rstd-input":  # rstd rounded, then x · rstd rounded, both straight through
+        r = torch.rsqrt(x.detach().pow(2).mean(dim=tuple(range(-len(d), 0)), keepdim=True) + case.eps_value)
+        rounded = torch.tensor(quantise((x.detach() * torch.tensor(quantise(r.numpy(), case.dtype))).numpy(),
+                                        case.dtype))
+        xhat = xhat + (rounded - xhat).detach()
     y = xhat if w is None else xhat * (w + case.weight_offset)
     y.backward(torch.tensor(inputs.dy))
     theirs = {"y": y, "dx": x.grad, "dweight": None if w is None else w.grad,
@@ -62,7 +67,7 @@ def test_the_conventions_change_the_reference():
     x, dy, w = rng.standard_normal((64, 8)), rng.standard_normal((64, 8)), rng.uniform(-0.1, 0.1, 8)
     plain, gemma = rms_norm_forward(x, (8,), w), rms_norm_forward(x, (8,), w, offset=1.0)
     assert np.abs(gemma.y - plain.y - plain.y / w).max() < 1e-12  # (w + 1)·x̂ = w·x̂ + x̂
-    to_bf16 = (lambda a: quantise(a, "bf16"))
+    to_bf16 = (lambda a, x, rstd: quantise(a, "bf16"))  # (the rounding sees x̂, and x and rstd for rstd-input)
     rounded = rms_norm_backward(dy, x, (8,), w, rounding=to_bf16)
     exact = rms_norm_backward(dy, x, (8,), w)
     assert np.array_equal(rounded.dx, exact.dx)  # the cast is passed straight through
@@ -101,7 +106,7 @@ def test_a_users_convention_is_given_on_the_command_line(capsys):
 @pytest.mark.parametrize("argv, message", [
     (["--op", "layernorm", "--weight-offset", "1"], "--weight-offset applies to rmsnorm only, not layernorm"),
     (["--op", "groupnorm", "--casting", "end"], "--casting applies to rmsnorm only, not groupnorm"),
-    (["--op", "rmsnorm", "--casting", "late"], "unknown casting 'late'; choose one of end, before-weight"),
+    (["--op", "rmsnorm", "--casting", "late"], "unknown casting 'late'; choose one of end, before-weight, rstd-input"),
     (["--op", "rmsnorm", "--weight-offset", "inf"], "the weight offset must be a finite number"),
     (["--op", "layernorm", "--eps", "none"], "layernorm needs a number for eps (eps=None is for rmsnorm only)"),
     (["--op", "rmsnorm", "--eps", "tiny"], "'tiny' is not a number or none"),

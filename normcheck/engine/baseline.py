@@ -52,7 +52,7 @@ def first_order(case: Case, inputs: CaseInputs) -> dict[str, np.ndarray | None]:
     var = (dev * dev).mean(axis=axes, keepdims=True)
     r = 1 / np.sqrt(var + case.eps_value)  # Python scalars round to the array's dtype, as in torch
     xhat = dev * r
-    scaled = weight_sees(xhat, case.casting, case.dtype).astype(acc)
+    scaled = weight_sees(xhat, case.casting, case.dtype, x, r).astype(acc)
     y = gamma * scaled + beta
     if op.epilogue is not None:  # a fused epilogue: z = f(y), and dz reaches the norm as dz·f'(y)
         dy = dy * op.epilogue.grad(y)

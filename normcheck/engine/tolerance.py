@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..cases import Case, CaseInputs
-from ..numerics.dtypes import TINY, UNIT_ROUNDOFF, may_round_across, quantise
+from ..numerics.dtypes import ROUNDS_XHAT, TINY, UNIT_ROUNDOFF, may_round_across, quantise
 from .expected import Grouped, as_output, effective_affine, grouped, second_order_outputs
 from .running_error import exact, tracked_arithmetic
 
@@ -101,8 +101,14 @@ def element_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) -> 
 
     # A casting chain that rounds x̂ to the input dtype before the weight (RMSNorm's before-weight) may round an
     # x̂ known to within δx̂ to the other neighbour: one input-dtype ulp of it, times |γ| in y and |dy| in dγ
-    # (y's own rounding covers it unless y is promoted to a finer dtype).
-    flips = may_round_across(xhat, d_xhat, case.dtype) if case.casting == "before-weight" else 0.0
+    # (y's own rounding covers it unless y is promoted to a finer dtype). One that rounds rstd first (rstd-input)
+    # may flip rstd itself, which moves the whole row's x · rstd by |x| · ulp(rstd) before that rounding.
+    flips = 0.0
+    if case.casting == "rstd-input":
+        r_flip = np.abs(dev) * may_round_across(r, r * rel_r, case.dtype)
+        flips = r_flip + may_round_across(dev * quantise(r, case.dtype), d_xhat + r_flip, case.dtype)
+    elif case.casting == "before-weight":
+        flips = may_round_across(xhat, d_xhat, case.dtype)
     bound_y = c.rounding * uy * (np.abs(gamma * xhat) + np.abs(beta)) + np.abs(gamma) * (d_xhat + flips)
     d_dy = np.zeros_like(dy)  # error in the dy that enters the BatchNorm backward (a fused epilogue's)
     if op.epilogue is not None:
@@ -120,7 +126,7 @@ def element_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) -> 
     # (eval mode: dx = r·g, the statistics do not depend on x)
     g = gamma * dy
     d_g = np.abs(gamma) * d_dy
-    if case.casting == "before-weight":  # the gradient reaching x̂ is rounded to x̂'s dtype, the input's, on its way
+    if case.casting in ROUNDS_XHAT:  # the gradient reaching x̂ is rounded to x̂'s dtype, the input's, on its way
         d_g = d_g + uo * np.abs(g)
     batch_terms = case.training
     gbar = mean(g) if op.centred and batch_terms else np.zeros_like(mu)  # no mean subtracted, no ḡ term in dx

@@ -65,13 +65,20 @@ class DtypeSpec:
 
 
 # Where a layer rounds to the input dtype relative to its weight multiply (RMSNorm kernels differ):
-#   end            everything in float32, rounded once at the end (torch's F.rms_norm, Gemma)
-#   before-weight  x̂ rounded to the input dtype, then · w (Llama, T5); dw sees the rounded x̂ too
-CASTINGS = ("end", "before-weight")
+#   end            everything in float32, rounded once at the end (torch's F.rms_norm, Gemma; T5's too, as far
+#                  as any budget can tell: it rounds x̂ to a half weight's dtype, which y's own rounding covers)
+#   before-weight  x̂ rounded to the input dtype, then · w (Llama); dw sees the rounded x̂ too
+#   rstd-input     rstd rounded to the input dtype, x · rstd formed there (rounded), then · w; dw sees that x̂
+CASTINGS = ("end", "before-weight", "rstd-input")
+ROUNDS_XHAT = ("before-weight", "rstd-input")  # the chains in which the weight sees an x̂ rounded to the input dtype
 
 
-def weight_sees(xhat: np.ndarray, casting: str | None, dtype: str) -> np.ndarray:
-    """x̂ as the weight multiply sees it under `casting` (None: the op has no casting chain)."""
+def weight_sees(xhat: np.ndarray, casting: str | None, dtype: str, x: np.ndarray | None = None,
+                rstd: np.ndarray | None = None) -> np.ndarray:
+    """x̂ = x · rstd as the weight multiply sees it under `casting` (None: the op has no casting chain); rstd-input
+    needs x and rstd themselves."""
+    if casting == "rstd-input":
+        return quantise(x * quantise(rstd, dtype), dtype)
     return quantise(xhat, dtype) if casting == "before-weight" else xhat
 
 

@@ -49,7 +49,8 @@ def call(fn, t, case, group=None, world_size=1):
     return fn(t.x, normalized_shape(case), t.weight, case.eps)
 
 
-ARRAY_SIGNATURE = "fn(x, weight, *, axes, eps) -> y  (axes: the normalised ones, (-K, ..., -1); eps: a number)"
+ARRAY_SIGNATURE = ("fn(x, weight, *, axes, eps) -> y  (axes: the normalised ones, (-K, ..., -1); channels-first: "
+                   "(1, ..., K); eps: a number)")
 
 
 def array_call(fn, a, case):
@@ -58,7 +59,7 @@ def array_call(fn, a, case):
 
 def reference_outputs(i) -> dict[str, np.ndarray]:
     c, d = i.case, normalized_shape(i.case)
-    convention = dict(eps=c.eps_value, offset=c.weight_offset, rounding=lambda a: weight_sees(a, c.casting, c.dtype))
+    convention = dict(eps=c.eps_value, offset=c.weight_offset, rounding=lambda a, x, r: weight_sees(a, c.casting, c.dtype, x, r))
     x, dy = as_trailing(c, i.x), as_trailing(c, i.dy)
     fwd = reference.rms_norm_forward(x, d, i.weight, **convention)
     bwd = reference.rms_norm_backward(dy, x, d, i.weight, **convention)

@@ -9,8 +9,9 @@ values; nothing is centred::
     y = w'_d * q(xhat)    w' = w + offset                 (w absent: y = q(xhat))
 
 ``offset`` is the weight convention (1.0 for Gemma's zero-centred weight) and ``q`` the casting
-chain: the identity when everything is computed in float32 and rounded once at the end, or the
-rounding of x̂ to the input dtype when a kernel rounds before the weight multiply (Llama).  For
+chain: the identity when everything is computed in float32 and rounded once at the end, the
+rounding of x̂ to the input dtype when a kernel rounds before the weight multiply (Llama), or
+q(x · q(rstd)) when it rounds rstd to the input dtype and forms x · rstd there.  For
 L = sum(y * dy), with g = w' * dy (q is passed straight through, as autograd does for a cast)::
 
     d rstd / d x_j = -rstd**3 * x_j / H
@@ -33,7 +34,7 @@ from ._moments import NormBackward, as_rows, check_dy, check_eps, groups, inv_sq
 __all__ = ["RMSNormForward", "rms_norm_backward", "rms_norm_forward"]
 
 _OP = "rms_norm"
-Rounding = Callable[[np.ndarray], np.ndarray] | None  # q: x̂ as the weight sees it (None: exact)
+Rounding = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray] | None  # q(x̂, x, rstd): x̂ as the weight sees it
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ def rms_norm_forward(x, normalized_shape, weight=None, eps: float = 1e-6, offset
     y, rstd = np.empty_like(flat), np.empty((flat.shape[0], 1))
     for part in groups(flat.shape[0], max(flat.shape[1], 1)):
         rstd[part], xhat = _statistics(flat[part], eps)
-        seen = xhat if rounding is None else rounding(xhat)
+        seen = xhat if rounding is None else rounding(xhat, flat[part], rstd[part])
         y[part] = seen if scale is None else seen * scale
     return RMSNormForward(y.reshape(x.shape), rstd.reshape(rows + (1,) * len(d)))
 
@@ -88,5 +89,5 @@ def rms_norm_backward(dy, x, normalized_shape, weight=None, eps: float = 1e-6, o
         h = np.einsum("ij,ij->i", g, xhat)[:, None] / max(flat.shape[1], 1)
         dx[part] = rstd * (g - xhat * h)
         if dweight is not None:
-            dweight += np.einsum("ij,ij->j", dflat[part], xhat if rounding is None else rounding(xhat))
+            dweight += np.einsum("ij,ij->j", dflat[part], xhat if rounding is None else rounding(xhat, flat[part], rstd))
     return NormBackward(dx.reshape(x.shape), None if dweight is None else dweight.reshape(d), None)
