@@ -15,7 +15,7 @@ from textwrap import indent
 
 from .cases import Case
 from .cases.case import CONVENTIONS, FROZEN, MODES, OP_FIELDS, ORDERS
-from .cases.sweep import fixed_sweep
+from .cases.sweep import field_value, fixed_sweep
 from .cases.tokens import decode_case
 from .core.errors import ImplError, UsageError
 from .doctor import run_doctor
@@ -224,8 +224,7 @@ def _affine(args) -> bool | str:
     """--affine both|weight|bias|none (and --no-affine, its old spelling) as Case.affine."""
     if args.no_affine and args.affine not in (None, "none"):
         raise UsageError(f"--no-affine and --affine {args.affine} disagree: give one")
-    choice = "none" if args.no_affine else (args.affine or "both")
-    return {"both": True, "none": False}.get(choice, choice)
+    return field_value("affine", "none" if args.no_affine else (args.affine or "both"))
 
 
 def _is_given(value) -> bool:

@@ -45,12 +45,24 @@ def _library_dirs() -> list[str]:
 def raised_at(e: BaseException) -> str:
     """' (at mykernel.py:12 in forward)': the innermost frame of the code under test that the exception
     passed through (not normcheck's harness, a framework or the standard library), or ''."""
+    where = code_at(reversed(traceback.extract_tb(e.__traceback__)))
+    return f" (at {where})" if where else ""
+
+
+def called_at() -> str:
+    """'mykernel.py:12 in forward': the innermost frame of the code under test on the current stack (the call
+    a hook of normcheck's is handling), or ''."""
+    return code_at(reversed(traceback.extract_stack()))
+
+
+def code_at(frames) -> str:
+    """'file.py:line in function' of the first of `frames` (innermost first) in the code under test, or ''."""
     skip = _library_dirs()
-    for frame in reversed(traceback.extract_tb(e.__traceback__)):
+    for frame in frames:
         path = os.path.abspath(frame.filename)
         harness = path.startswith(_HARNESS) and not path.startswith(_OURS_UNDER_TEST)
         if not harness and not any(path.startswith(d) for d in skip):
-            return f" (at {os.path.basename(path)}:{frame.lineno} in {frame.name})"
+            return f"{os.path.basename(path)}:{frame.lineno} in {frame.name}"
     return ""
 
 

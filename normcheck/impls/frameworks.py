@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from ..frameworks.arrays import formats_of
 from ..ops import OPS, Impl, KnownIssue, Signature
+from ..ops.layernorm import TORCHS as LN_TORCHS  # (their LayerNorm and RMSNorm follow torch's conventions: the last
+from ..ops.rmsnorm import TORCHS as RMS_TORCHS   # K axes; w as given, rounded once at the end)
 
 # The versions the deviations below were found and reproduced with (tests/test_frameworks.py checks them there)
 RECORDED_WITH = {"flax": "0.12", "keras": "3.15", "tensorflow": "2.21"}
 
 _FLAX = "normcheck.impls.flax_layers"
 _KERAS = "normcheck.impls.keras_layers"
-_TRAILING = {"normalized_at": "trailing"}  # their LayerNorm and RMSNorm records normalise the last K axes
 
 
 def _array_impl(name: str, op: str, description: str, target: str, framework: str, **fields) -> Impl:
@@ -115,15 +116,15 @@ FLAX = (
     _array_impl("flax", "groupnorm", "flax.linen.GroupNorm (channels last; NCHW input moved to NHWC and back)",
                 f"{_FLAX}:group_norm", "jax", known_issues=(FLAX_FAST_VARIANCE,)),
     _array_impl("flax", "layernorm", "flax.linen.LayerNorm over the last K axes", f"{_FLAX}:layer_norm", "jax",
-                follows=_TRAILING, known_issues=(FLAX_FAST_VARIANCE,)),
+                follows=LN_TORCHS, known_issues=(FLAX_FAST_VARIANCE,)),
     _array_impl("flax-nnx", "layernorm", "flax.nnx.LayerNorm over the last K axes", f"{_FLAX}:nnx_layer_norm", "jax",
-                follows=_TRAILING, known_issues=(FLAX_FAST_VARIANCE, NNX_HALF_PARAMS)),
+                follows=LN_TORCHS, known_issues=(FLAX_FAST_VARIANCE, NNX_HALF_PARAMS)),
     _array_impl("flax-nnx", "groupnorm", "flax.nnx.GroupNorm (channels last; NCHW input moved to NHWC and back)",
                 f"{_FLAX}:nnx_group_norm", "jax", known_issues=(FLAX_FAST_VARIANCE, NNX_HALF_PARAMS)),
     _array_impl("flax", "rmsnorm", "flax.linen.RMSNorm over the last K axes", f"{_FLAX}:rms_norm", "jax",
-                follows={**_TRAILING, "weight_offset": 0.0, "casting": "end"}, known_issues=(FLAX_RMS_HALF_SECOND_ORDER,)),
+                follows=RMS_TORCHS, known_issues=(FLAX_RMS_HALF_SECOND_ORDER,)),
     _array_impl("flax-nnx", "rmsnorm", "flax.nnx.RMSNorm over the last K axes", f"{_FLAX}:nnx_rms_norm", "jax",
-                follows={**_TRAILING, "weight_offset": 0.0, "casting": "end"}, known_issues=(NNX_HALF_PARAMS,)),
+                follows=RMS_TORCHS, known_issues=(NNX_HALF_PARAMS,)),
     _array_impl("flax", "syncbn", "flax.linen.BatchNorm(axis_name=...) under shard_map over simulated host devices, "
                 "uneven shares padded with a row mask", f"{_FLAX}:batch_norm", "jax", world="jax-devices",
                 worlds=("jax-devices",),
@@ -188,7 +189,7 @@ KERAS = (
     _array_impl("keras", "groupnorm", "keras.layers.GroupNormalization (TensorFlow backend)", f"{_KERAS}:group_norm",
                 "tf", known_issues=(KERAS_MOMENTS_SECOND_ORDER, KERAS_GN_HALF_SECOND_ORDER)),
     _array_impl("keras", "layernorm", "keras.layers.LayerNormalization over the last K axes (TensorFlow backend)",
-                f"{_KERAS}:layer_norm", "tf", follows=_TRAILING, known_issues=(KERAS_MOMENTS_SECOND_ORDER,)),
+                f"{_KERAS}:layer_norm", "tf", follows=LN_TORCHS, known_issues=(KERAS_MOMENTS_SECOND_ORDER,)),
     _array_impl("keras", "syncbn", "keras.layers.BatchNormalization(synchronized=True) under "
                 "tf.distribute.MirroredStrategy over logical CPU devices, uneven replica batches",
                 f"{_KERAS}:sync_batch_norm", "tf", world="tf-devices", worlds=("tf-devices",),

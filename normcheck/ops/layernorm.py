@@ -204,7 +204,7 @@ OP = Op(
     description="LayerNorm: statistics per row over the last K dims, γ and β per element of them",
     signature=SIGNATURE, call=call, reference=reference_outputs, view=view, unit="layer",
     outputs=OUTPUTS, required=REQUIRED, saved_stats=("mean", "rstd"), sweep=SWEEP,
-    case_fields={"normalized_dims": 1, "normalized_at": "trailing"}, set_dim=-1, validate=validate,
+    case_fields={"normalized_dims": 1, **TORCHS}, set_dim=-1, validate=validate,
     array_signature=ARRAY_SIGNATURE, array_call=array_call, channels=False,
     min_set_size=1,  # a hidden size of 1 is a layer too: x̂ = 0, y = β, dx = 0
     impls=(

@@ -15,7 +15,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ...core.errors import ImplError, NotDifferentiable
-from ...core.text import exception_text
+from ...core.text import called_at, exception_text
 from .tensors import TORCH_DTYPES, TorchInputs, dtype_name, torch_inputs, with_threads
 
 Outputs = dict[str, "torch.Tensor | None"]
@@ -151,7 +151,7 @@ class InPlaceGuard(TorchFunctionMode):
 
     def __init__(self, guarded: dict[str, torch.Tensor]):
         super().__init__()
-        self.storages = {_storage(v): name for name, v in guarded.items() if _storage(v)}
+        self.storages = {where: name for name, v in guarded.items() if (where := _storage(v))}
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -160,8 +160,9 @@ class InPlaceGuard(TorchFunctionMode):
         for tensor in written if isinstance(written, (tuple, list)) else (written,):
             which = self.storages.get(_storage(tensor)) if isinstance(tensor, torch.Tensor) else None
             if which:
+                where = called_at()
                 raise ImplError(f"writes its input {which} in place ({name}{'(out=...)' if 'out' in kwargs else ''}"
-                                f"{raised_at_caller()})")
+                                f"{' at ' + where if where else ''})")
         return func(*args, **kwargs)
 
 
@@ -181,19 +182,6 @@ def _storage(tensor: torch.Tensor) -> int:
         return tensor.untyped_storage().data_ptr() if tensor.numel() else 0
     except (RuntimeError, NotImplementedError):  # (a tensor subclass or meta tensor without storage)
         return 0
-
-
-def raised_at_caller() -> str:
-    """' at file:line in function' of the implementation's frame that made the call being handled."""
-    frame = sys._getframe(2)  # (__torch_function__ -> raised_at_caller; the caller's is two up)
-    while frame is not None and frame.f_code.co_filename.startswith(_TORCH_DIR):
-        frame = frame.f_back
-    if frame is None:
-        return ""
-    return f" at {frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno} in {frame.f_code.co_name}"
-
-
-_TORCH_DIR = torch.__file__.rsplit("/", 1)[0]
 
 
 def _guarded_run(t: TorchInputs, produce, watch: bool = True) -> Outputs:
