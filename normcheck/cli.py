@@ -25,6 +25,7 @@ from .numerics.dtypes import CASTINGS, COMPUTE_DTYPES, DTYPE_CHOICES, OUTPUT_DTY
 from .numerics.formats import FORMATS
 from .numerics.profiles import PROFILES
 from .ops import OPS, get_op
+from .ops.residual import RESIDUAL_DTYPES
 from .outputs.coverage import coverage_document, coverage_text
 from .outputs.json_report import run_document
 from .outputs.junit import write_junit
@@ -81,6 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="RMSNorm: the implementation scales by w + F (1 for Gemma's zero-centred weight; default 0)")
     cmp.add_argument("--casting", metavar="MODE", help=f"RMSNorm: where the implementation rounds to the input "
                      f"dtype: {' or '.join(CASTINGS)} (default end)")
+    cmp.add_argument("--residual-dtype", choices=RESIDUAL_DTYPES, help="add_rmsnorm, add_layernorm: the residual "
+                     "stream's dtype: input (x's, the default) or f32 (float32 for half input)")
     cmp.add_argument("--output-dtype", choices=OUTPUT_DTYPES, help="the dtype the implementation returns y in: input "
                      "(x's, the default) or promote (result_type(x, weight): f32 for f16/bf16 x with f32 weight)")
     cmp.add_argument("--compute-dtype", choices=COMPUTE_DTYPES, help="the finest precision the implementation "
@@ -307,7 +310,7 @@ def run_compare(args, out) -> int:
                 if report.verdict == FAIL:
                     if args.traceback and report.traceback:
                         progress.print(indent(report.traceback.rstrip(), "    | "), out)
-                    progress.print(f"    replay: {report_replay(report, backend, timeout)}", out)
+                    progress.print(f"    replay: {report_replay(report, backend, timeout, args.impl)}", out)
             if args.maxfail and sum(r.verdict == FAIL for r in reports) >= args.maxfail:
                 stopped = f"stopped after {args.maxfail} failing case{'s' if args.maxfail > 1 else ''} (--maxfail)"
                 break

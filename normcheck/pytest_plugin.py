@@ -4,7 +4,7 @@
            [--normcheck-profile ci|dev|thorough] [--normcheck-mode eval] [--normcheck-frozen x|params]
            [--normcheck-order 2] [--normcheck-eps E] [--normcheck-momentum M] [--normcheck-affine WHICH]
            [--normcheck-normalized-at trailing|channels] [--normcheck-casting MODE] [--normcheck-weight-offset F] [--normcheck-output-dtype input|promote]
-           [--normcheck-compute-dtype f64|f32]
+           [--normcheck-compute-dtype f64|f32] [--normcheck-residual-dtype input|f32]
 
 adds normcheck's suite (normcheck/suite/, shipped inside the package so it runs from any
 directory) to whatever else pytest collects: every case of the default sweep as its own test, and
@@ -71,6 +71,7 @@ def pytest_addoption(parser):
     for name, values, what in (("normalized-at", "trailing|channels", "LayerNorm, RMSNorm: the last K dims or dims 1..K"),
                                ("casting", "end|before-weight|rstd-input", "RMSNorm: where the layer rounds to the input dtype"),
                                ("weight-offset", "F", "RMSNorm: the layer scales by w + F"),
+                               ("residual-dtype", "input|f32", "add + norm: the residual stream's dtype"),
                                ("output-dtype", "input|promote", "the dtype y comes back in"),
                                ("compute-dtype", "f64|f32", "the finest precision the layer computes in")):
         group.addoption(f"--normcheck-{name}", metavar=values, help=f"the convention the implementation follows ({what}; "

@@ -120,7 +120,7 @@ def test_eps_zero_is_legal_where_the_op_takes_it():
 @pytest.mark.parametrize("argv, message", [
     (["compare", "--op", "groupnorm", "--shape", "2,6,4", "--groups", "4"], "not divisible by groups"),
     (["compare", "--op", "batchnorm", "--shape", "2,6,x"], "not a comma-separated list"),
-    (["compare", "--op", "batchnorm", "--shape", "2,6,4", "--groups", "2"], "groupnorm only"),
+    (["compare", "--op", "batchnorm", "--shape", "2,6,4", "--groups", "2"], "groupnorm and groupnorm_silu only"),
     (["compare", "--op", "batchnorm", "--dtype", "fp8"], "unknown dtype 'fp8'"),
     (["compare", "--op", "batchnorm", "--memory-format", "nhwc"], "unknown memory format 'nhwc'"),
     (["compare", "--op", "batchnorm", "--shape", "2,3,4", "--memory-format", "channels_last"], "needs a 4-D input"),

@@ -5,7 +5,11 @@ import pytest
 from normcheck import Case, compare
 from normcheck.engine import PASS
 from normcheck.cases.sweep import default_sweep
+from normcheck.cases.case import FROZEN
+from normcheck.core.errors import UsageError
+from normcheck.engine.baseline import baseline_outputs
 from normcheck.engine.expected import expected_outputs
+from normcheck.ops import OPS
 from normcheck.engine.tolerance import CONSTANTS, Constants, budget_ratio, element_bounds
 
 FORMULA_ONLY = Constants(CONSTANTS.growth, CONSTANTS.rounding, baseline_factor=0.0)
@@ -77,3 +81,35 @@ def test_catastrophic_cancellation_is_visible_in_float64():
     true_var = x.var(1)
     allowed_relative = element_bounds(case, inputs)["invstd"] * np.sqrt(true_var + case.eps) * 2
     assert (np.abs(naive_var - true_var) / true_var > 2 * allowed_relative).all()
+
+
+def _paths(op: str) -> list[dict]:
+    """Every path the op's cases take: mode × frozen × order, those its record has."""
+    record = OPS[op]
+    modes = ("train", "eval") if record.running_stats else ("train",)
+    orders = (1, 2) if record.double_backward else (1,)
+    return [dict(mode=m, frozen=f, order=o) for m in modes for f in FROZEN for o in orders]
+
+
+@pytest.mark.parametrize("op", list(OPS))
+def test_the_baseline_in_float64_is_the_reference_on_every_path(op):
+    """The same-precision baseline evaluated in float64 is the reference itself, to 1e-12, on every path: it is the
+    op's own math in another precision, so an op it did not know would show here first."""
+    sweep = [c for c in default_sweep(op) if c.dtype == "f64" and c.numel <= 20_000 and c.affine is True][:3]
+    assert sweep, f"{op}: no small affine float64 case in its default sweep"
+    judged = set()
+    for base in sweep:
+        for path in _paths(op):
+            try:
+                case = base.with_(**path)
+            except UsageError:  # (a path this case cannot take: eps = 0 outside eval mode)
+                continue
+            judged.add(tuple(path.values()))
+            inputs = case.make_inputs()
+            ref, got = expected_outputs(case, inputs), baseline_outputs(case, inputs)
+            for name, r in ref.items():
+                assert got.get(name) is not None, f"{case.label}: the baseline gives no {name}"
+                scale = max(1.0, float(np.max(np.abs(r), initial=0.0)))
+                err = float(np.max(np.abs(got[name] - r), initial=0.0))
+                assert err <= 1e-12 * scale, f"{case.label}: baseline {name} differs from the reference by {err:.3g}"
+    assert judged == {tuple(p.values()) for p in _paths(op)}, f"{op}: paths never judged"

@@ -9,7 +9,7 @@ is split over ranks) comes from the op's record.
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from dataclasses import fields as dataclass_fields
 from math import prod
 
@@ -17,20 +17,21 @@ import numpy as np
 
 from ..core.errors import UsageError
 from ..core.machine import available_memory, gib
+from ..core.text import listing
 from ..numerics.dtypes import COMPUTE_DTYPES, DTYPES, OUTPUT_DTYPES, DtypeSpec, quantise
 from ..numerics.formats import check_format
 from ..numerics.profiles import PROFILES
 from ..numerics.sets import SetView
-from ..ops import OPS, Op, get_op
+from ..ops import GRADIENTS, OPS, Op, get_op
 
 
 # Fields only the ops that declare them take (Op.case_fields), and how a label shows them: always, or
 # only when the value is not the quiet one (the convention most code follows).
-OP_FIELDS = ("groups", "normalized_dims", "normalized_at", "weight_offset", "casting")
+OP_FIELDS = ("groups", "normalized_dims", "normalized_at", "weight_offset", "casting", "residual_dtype")
 # The conventions among them (how the layer is defined, not its geometry): a case that leaves one None
 # gets the op's default (its case_fields value); so does normalized_dims (1: the last dim, as F.layer_norm's
 # usual call and the CLI take it). GroupNorm's groups have no default: a count that divides C is the caller's.
-OP_CONVENTIONS = ("normalized_at", "weight_offset", "casting")
+OP_CONVENTIONS = ("normalized_at", "weight_offset", "casting", "residual_dtype")
 DEFAULTED = OP_CONVENTIONS + ("normalized_dims",)
 # The conventions every op takes: the dtype y comes back in, the finest precision the kernel computes in
 CONVENTIONS = OP_CONVENTIONS + ("output_dtype", "compute_dtype")
@@ -43,14 +44,12 @@ def default_conventions(op: str) -> dict:
             if name not in OP_CONVENTIONS or name in get_op(op).case_fields}
 AFFINE_CHOICES = ("both", "none")  # with the op's parameter names, what --affine takes
 _SHOWN = {"groups": ("G={}", object()), "normalized_dims": ("D={}", object()), "normalized_at": ("set={}", "trailing"),
-          "weight_offset": ("w+{:g}", 0.0), "casting": ("cast={}", "end")}
+          "weight_offset": ("w+{:g}", 0.0), "casting": ("cast={}", "end"), "residual_dtype": ("residual={}", "input")}
 DEFAULT_EPS, DEFAULT_MOMENTUM = 1e-5, 0.1  # what a label leaves unsaid
 # The path through the layer a case takes, beyond the training-mode forward and one backward:
 MODES = ("train", "eval")          # eval: normalise with the running statistics, leave them unchanged
 FROZEN = ("none", "x", "params")   # which inputs do not require grad (their gradients are not asked for)
 ORDERS = (1, 2)                    # 2: also the gradient of ⟨ddx, dx⟩ + ⟨ddγ, dγ⟩ + ⟨ddβ, dβ⟩ (double backward)
-# The first-order gradients and the input each is taken with respect to
-GRADIENTS = {"dx": "x", "dweight": "weight", "dbias": "bias"}
 
 
 @dataclass(frozen=True)
@@ -73,6 +72,7 @@ class Case:
     normalized_at: str | None = None  # those ops: which k dims, "trailing" (the last) or "channels" (1..k, channels-first)
     weight_offset: float | None = None  # ops with a weight offset (RMSNorm): the layer scales by w + offset
     casting: str | None = None    # ops with a casting chain (RMSNorm): where the result is rounded to the input dtype
+    residual_dtype: str | None = None  # ops with a residual stream (add + norm): its dtype ("input": x's)
     mode: str = "train"           # MODES
     frozen: str = "none"          # FROZEN
     order: int = 1                # ORDERS
@@ -142,7 +142,7 @@ class Case:
         for name in OP_FIELDS:
             if getattr(self, name) is not None and name not in op.case_fields:
                 takers = [o.name for o in OPS.values() if name in o.case_fields]
-                raise UsageError(f"--{name.replace('_', '-')} applies to {' and '.join(takers)} only, not {self.op}")
+                raise UsageError(f"--{name.replace('_', '-')} applies to {listing(takers)} only, not {self.op}")
         op.validate(self)
         if self.view.set_size < op.min_set_size:
             raise UsageError(f"shape {self._shape_text} gives {self.view.set_size} values per {op.unit}; "
@@ -150,7 +150,7 @@ class Case:
         if self.split is not None:
             if not op.distributed:
                 takers = [o.name for o in OPS.values() if o.distributed]
-                raise UsageError(f"a split applies to {' and '.join(takers)} only, not {self.op}")
+                raise UsageError(f"a split applies to {listing(takers)} only, not {self.op}")
             if not self.split:
                 raise UsageError("split must name at least one rank")
             if any(s < 0 for s in self.split):
@@ -176,7 +176,7 @@ class Case:
     @property
     def _eps_none_takers(self) -> str:
         takers = [o.name for o in OPS.values() if o.eps_none is not None]
-        return f"for {' and '.join(takers)} only" if takers else "for no op"
+        return f"for {listing(takers)} only" if takers else "for no op"
 
     @property
     def has_weight(self) -> bool:
@@ -193,10 +193,10 @@ class Case:
 
     @property
     def grads(self) -> tuple[str, ...]:
-        """The first-order gradients the case asks for: of every input that exists and requires grad."""
-        given = {"x": self.frozen != "x", "weight": self.has_weight and self.frozen != "params",
-                 "bias": self.has_bias and self.frozen != "params"}
-        return tuple(g for g, wrt in GRADIENTS.items() if given[wrt])
+        """The first-order gradients the case asks for: of every input that exists and requires grad (an op's
+        declared data inputs are frozen with x)."""
+        given = {"weight": self.has_weight and self.frozen != "params", "bias": self.has_bias and self.frozen != "params"}
+        return tuple(g for g, wrt in self.record.gradients.items() if given.get(wrt, self.frozen != "x"))
 
     @property
     def second_order(self) -> tuple[str, ...]:
@@ -301,6 +301,8 @@ class CaseInputs:
     ddx: np.ndarray | None = None
     ddweight: np.ndarray | None = None
     ddbias: np.ndarray | None = None
+    # The op's declared operands (Op.operands: a fused op's residual, its cotangent dh), by name
+    extra: dict[str, np.ndarray] = field(default_factory=dict)
 
     @classmethod
     def make(cls, case: Case) -> "CaseInputs":
@@ -327,6 +329,7 @@ class CaseInputs:
         ddbias = quantise(cot.normal(size=p), qp) if "dbias" in grads else None
         return cls(
             case=case,
+            extra=_operands(case),
             x=quantise(view.from_sets(x_sets), q),
             dy=quantise(view.from_sets(dy_sets), q),
             weight=quantise(weight, qp) if case.has_weight else None,
@@ -335,6 +338,23 @@ class CaseInputs:
             running_var=quantise(running_var, qp),
             ddx=ddx, ddweight=ddweight, ddbias=ddbias,
         )
+
+
+def _operands(case: Case) -> dict[str, np.ndarray]:
+    """The op's declared operands, from a stream of their own (x, dy and the parameters stay as they were): a data
+    input drawn from the case's profile like x, a cotangent like dy (laid out as dy: expanded along the batch)."""
+    op, view = case.record, case.view
+    rng = np.random.default_rng([case.seed, _stable_hash(case), 3])
+    out = {}
+    for operand in op.operands:
+        dtype = op.dtype_of(case, operand.dtype)
+        x_sets, dy_sets = PROFILES[case.profile](view.set_count, view.set_size, dtype, case.eps_value, rng,
+                                                 centred=op.centred)
+        values = view.from_sets(x_sets if operand.role == "input" else dy_sets)
+        if operand.role == "cotangent" and case.dy_format == "expanded":
+            values = np.broadcast_to(values[:1], case.shape)
+        out[operand.name] = quantise(values, dtype)
+    return out
 
 
 # What judging a case holds at its peak, per element of x: float64 inputs, reference, bounds, baseline and the

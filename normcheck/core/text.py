@@ -70,3 +70,9 @@ def rank_list(ranks) -> str:
     """'rank 2' or 'ranks 0, 3'."""
     ranks = sorted(ranks)
     return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
+
+
+def listing(names) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    names = list(names)
+    return " and ".join(names) if len(names) < 3 else ", ".join(names[:-1]) + " and " + names[-1]

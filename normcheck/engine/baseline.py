@@ -1,18 +1,19 @@
-"""The same-precision baseline: the straightforward way to write the op, in NumPy.
+"""The same-precision baseline: the op's own math, evaluated in the precision an honest kernel computes in.
 
-Inputs are upcast to the accumulation precision (float32, or float64 for float64 unless the kernel computes in
-float32 at most), the textbook
-two-pass forward and closed-form backward run there, and outputs are rounded to their storage
-dtypes. The tolerance never demands much more accuracy than this honest implementation reaches.
+The op's float64 reference (training mode) and the setwise formulas every op shares (eval mode, order 2) run in
+the accumulation precision (float32, or float64 for float64 unless the kernel computes in float32 at most) and
+their outputs are rounded to their storage dtypes. There is no second model of any op to fall out of step with
+its reference. The tolerance never demands much more accuracy than this honest implementation reaches.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..cases import Case, CaseInputs
-from ..numerics.dtypes import quantise, weight_sees
+from ..numerics.dtypes import quantise
+from ..reference import working_precision
 from ..reference.setwise import eval_mode
-from .expected import Grouped, arithmetic, as_output, effective_affine, grouped, second_order_outputs
+from .expected import Grouped, arithmetic, as_output, grouped, second_order_outputs
 
 _NUMPY = {"f64": np.float64, "f32": np.float32}
 
@@ -39,42 +40,17 @@ def eval_outputs(case: Case, inputs: CaseInputs, g: Grouped) -> dict[str, np.nda
 
 
 def first_order(case: Case, inputs: CaseInputs) -> dict[str, np.ndarray | None]:
-    """Training mode: the textbook two-pass forward and closed-form backward."""
-    op, view = case.record, case.view
-    acc = _NUMPY[case.dtypes.accumulation]
-    axes = view.axes
-    x = view.group(inputs.x.astype(acc))
-    dy = view.group(inputs.dy.astype(acc))
-    gamma, beta = (a.astype(acc) for a in effective_affine(case, inputs))
-
-    mu = x.mean(axis=axes, keepdims=True) if op.centred else np.zeros_like(x.mean(axis=axes, keepdims=True))
-    dev = x - mu
-    var = (dev * dev).mean(axis=axes, keepdims=True)
-    r = 1 / np.sqrt(var + case.eps_value)  # Python scalars round to the array's dtype, as in torch
-    xhat = dev * r
-    scaled = weight_sees(xhat, case.casting, case.dtype, x, r).astype(acc)
-    y = gamma * scaled + beta
-    if op.epilogue is not None:  # a fused epilogue: z = f(y), and dz reaches the norm as dz·f'(y)
-        dy = dy * op.epilogue.grad(y)
-        y = op.epilogue.f(y)
-    g = gamma * dy
-    gbar = g.mean(axis=axes, keepdims=True) if op.centred else 0
-    dx = r * (g - gbar - xhat * (g * xhat).mean(axis=axes, keepdims=True))
-
-    out = {
-        "y": quantise(view.ungroup(y), op.output_dtype(case, "y")),
-        "dx": quantise(view.ungroup(dx), case.dtype),
-        "dweight": quantise(view.channel_sum(dy * scaled), case.param_dtype) if inputs.weight is not None else None,
-        "dbias": quantise(view.channel_sum(dy), case.param_dtype) if inputs.bias is not None else None,
-    }
-    stats = {"mean": mu, "invstd": r, "rstd": r}
-    for name in op.saved_stats:  # in the accumulation precision
-        out[name] = stats[name].reshape(view.stats_shape).astype(np.float64)
-    if op.running_stats:
-        m, size = case.momentum, view.set_size
-        # per channel: the set's statistic (BatchNorm) or the batch average of the instances' (InstanceNorm)
-        unbiased = (var * size / (size - 1)).mean(axis=0).reshape(-1)
-        out["running_mean"] = quantise((1 - m) * inputs.running_mean.astype(acc) + m * mu.mean(axis=0).reshape(-1),
-                                       case.param_dtype)
-        out["running_var"] = quantise((1 - m) * inputs.running_var.astype(acc) + m * unbiased, case.param_dtype)
-    return out
+    """Training mode: the op's own reference, evaluated in the accumulation precision, each output rounded to
+    its storage dtype (saved statistics stay in the accumulation precision)."""
+    op = case.record
+    with working_precision(_NUMPY[case.dtypes.accumulation]):
+        out = op.reference(inputs)
+    stored = {}
+    for name, a in out.items():
+        if name in op.saved_stats:
+            stored[name] = np.asarray(a, dtype=np.float64)
+        elif name.startswith("running_"):
+            stored[name] = quantise(a, case.param_dtype)
+        else:
+            stored[name] = quantise(a, op.output_dtype(case, name))
+    return stored

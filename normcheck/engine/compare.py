@@ -13,7 +13,6 @@ from functools import lru_cache
 import numpy as np
 
 from ..cases import Case, CaseInputs
-from ..cases.case import GRADIENTS
 from ..core.errors import ImplError, NotDifferentiable, UsageError
 from ..core.text import exception_text, raised_at
 from ..ops import Impl
@@ -55,7 +54,7 @@ def judge(case: Case, impl: Impl, constants: Constants = CONSTANTS) -> Report:
     try:
         outputs, path, ops = impl.runner(case, inputs)
         for name in (*op.required, *case.second_order):
-            if (name in GRADIENTS and name not in case.grads) or (name in op.saved_stats and not case.training):
+            if (name in op.gradients and name not in case.grads) or (name in op.saved_stats and not case.training):
                 continue
             if name not in outputs:
                 raise ImplError(f"produced no {name}")

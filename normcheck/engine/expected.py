@@ -11,7 +11,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..cases import Case, CaseInputs
-from ..cases.case import GRADIENTS
 from ..reference.setwise import Arithmetic, eval_mode, numpy_arithmetic, second_order
 
 
@@ -71,7 +70,7 @@ def expected_outputs(case: Case, inputs: CaseInputs) -> dict[str, np.ndarray]:
         ref = eval_mode(g.x, g.dy, g.gamma, g.beta, *g.running, case.eps_value, arithmetic(case), op.epilogue)
         ref = {"y": view.ungroup(ref["y"]), "dx": view.ungroup(ref["dx"]), "dweight": ref["dweight"],
                "dbias": ref["dbias"], "running_mean": inputs.running_mean, "running_var": inputs.running_var}
-    ref = {k: v for k, v in ref.items() if k not in GRADIENTS or k in case.grads}
+    ref = {k: v for k, v in ref.items() if k not in op.gradients or k in case.grads}
     if case.order == 2:
         out = second_order_outputs(case, g, arithmetic(case))
         ref.update({name: as_output(case, name, a) for name, a in out.items()})

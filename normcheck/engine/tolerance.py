@@ -20,11 +20,12 @@ error (the probabilistic bound of Higham & Mary, 2019; worst-case M·u is far to
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ..cases import Case, CaseInputs
+from ..ops import get_op
 from ..numerics.dtypes import ROUNDS_XHAT, TINY, UNIT_ROUNDOFF, may_round_across, quantise
 from .expected import Grouped, as_output, effective_affine, grouped, second_order_outputs
 from .running_error import exact, tracked_arithmetic
@@ -46,6 +47,8 @@ CONSTANTS = Constants()
 def element_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) -> dict[str, np.ndarray]:
     """B_e for every output the op defines, each shaped like the reference output."""
     op = case.record
+    if op.prologue is not None:
+        return prologue_bounds(case, inputs, c)
     view = case.view
     axes = view.axes
     ua = UNIT_ROUNDOFF[case.dtypes.accumulation]  # (all three no finer than the precision the kernel computes in)
@@ -119,8 +122,10 @@ def element_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) -> 
         grad1 = ep.grad(y_norm)
         dy = dy * grad1
         d_dy = np.abs(view.group(inputs.dy) * ep.grad2(y_norm)) * bound_y + c.rounding * uo * np.abs(dy)
-        # f is several element-wise operations of its own (SiLU: exp, add, divide, multiply): twice the rounding
-        bound_y = np.abs(grad1) * bound_y + 2 * c.rounding * uy * np.abs(ep.f(y_norm))
+        # f is several element-wise operations of its own (SiLU: exp, add, divide, multiply): twice the rounding.
+        # Where f'(y) = 0 (SiLU's minimum) y's error reaches z at second order: ½|f''|·δy² (f'' varies slowly).
+        bound_y = (np.abs(grad1) * bound_y + 0.5 * np.abs(ep.grad2(y_norm)) * bound_y * bound_y
+                   + 2 * c.rounding * uy * np.abs(ep.f(y_norm)))
 
     # Backward: dx = r·(g − ḡ − x̂·h).
     # (eval mode: dx = r·g, the statistics do not depend on x)
@@ -189,6 +194,34 @@ def element_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) -> 
         )
     if case.order == 2:
         bounds.update(second_order_bounds(case, inputs, c))
+    return bounds
+
+
+def prologue_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) -> dict[str, np.ndarray]:
+    """A fused prologue's op (reference.Prologue: add + norm): the inner norm's bounds on the prologue's output h
+    as the reference forms it, plus the prologue's own rounding: h stored in its dtype, and each summand's
+    gradient, h's cotangent plus the norm's gradient of h, added and rounded to the summand's dtype. A fused
+    kernel may normalise the sum before it rounds it for storage (in registers), or take its statistics from one
+    and normalise the other (vLLM's): the inner norm's outputs on the unrounded sum differ from those on h by what
+    that rounding moved, and twice that is allowed on top (a near-constant row of h has σ² = 0, its sum not)."""
+    op = case.record
+    prologue, inner = op.prologue, get_op(op.inner)
+    ref = op.reference(inputs)
+    h = ref[prologue.output]
+    inner_case = case.with_(op=inner.name, **{f: None for f in op.case_fields if f not in inner.case_fields})
+    on_h = replace(inputs, case=inner_case, x=h, extra={})
+    bounds = element_bounds(inner_case, on_h, c)
+    unrounded = sum(inputs.x if s == "x" else inputs.extra[s] for s in prologue.summands)
+    read_h = inner.reference(on_h)
+    moved = {k: np.abs(a - read_h[k]) for k, a in inner.reference(replace(on_h, x=unrounded)).items()}
+    bounds = {k: b + 2 * moved[k] if k in moved and moved[k].shape == b.shape else b for k, b in bounds.items()}
+    bounds[prologue.output] = c.rounding * case.dtypes.unit(op.output_dtype(case, prologue.output)) * np.abs(h)
+    cotangent = inputs.extra[prologue.cotangent]
+    terms = np.abs(cotangent) + np.abs(ref["dx"] - cotangent)  # |dh| + |the norm's gradient of h|
+    norm_bound = bounds["dx"]
+    for gradient, wrt in op.gradients.items():
+        if wrt in prologue.summands:
+            bounds[gradient] = norm_bound + c.rounding * case.dtypes.unit(op.output_dtype(case, gradient)) * terms
     return bounds
 
 

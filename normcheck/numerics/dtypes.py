@@ -76,10 +76,10 @@ ROUNDS_XHAT = ("before-weight", "rstd-input")  # the chains in which the weight 
 def weight_sees(xhat: np.ndarray, casting: str | None, dtype: str, x: np.ndarray | None = None,
                 rstd: np.ndarray | None = None) -> np.ndarray:
     """x̂ = x · rstd as the weight multiply sees it under `casting` (None: the op has no casting chain); rstd-input
-    needs x and rstd themselves."""
+    needs x and rstd themselves. In xhat's own dtype (the baseline's arithmetic is the reference's)."""
     if casting == "rstd-input":
-        return quantise(x * quantise(rstd, dtype), dtype)
-    return quantise(xhat, dtype) if casting == "before-weight" else xhat
+        return quantise(x * quantise(rstd, dtype), dtype).astype(xhat.dtype)
+    return quantise(xhat, dtype).astype(xhat.dtype) if casting == "before-weight" else xhat
 
 
 def may_round_across(values: np.ndarray, error: np.ndarray, dtype: str) -> np.ndarray:

@@ -6,8 +6,8 @@ implementations of it and their known issues), and its line in `_RECORDS`.
 from __future__ import annotations
 
 from ..core.errors import UsageError
-from . import batchnorm, groupnorm, instancenorm, layernorm, rmsnorm, syncbn, syncbn_silu
-from .core import ALL_CASES, Impl, KnownIssue, Op, Signature
+from . import add_layernorm, add_rmsnorm, batchnorm, groupnorm, groupnorm_silu, instancenorm, layernorm, rmsnorm, syncbn, syncbn_silu
+from .core import ALL_CASES, GRADIENTS, Impl, KnownIssue, Op, Operand, Result, Signature
 from .design import Design, Exclusion, Factor, Level
 
 RECORDED_WITH_TORCH = "2.13"  # the torch the known issues were recorded (and are reproduced) with
@@ -20,6 +20,9 @@ _RECORDS = (
     layernorm.OP,
     rmsnorm.OP,
     instancenorm.OP,
+    add_rmsnorm.OP,
+    add_layernorm.OP,
+    groupnorm_silu.OP,
 )
 OPS: dict[str, Op] = {op.name: op for op in _RECORDS}
 
@@ -30,5 +33,5 @@ def get_op(name: str) -> Op:
     return OPS[name]
 
 
-__all__ = ["ALL_CASES", "Design", "Exclusion", "Factor", "Impl", "KnownIssue", "Level", "OPS", "Op", "RECORDED_WITH_TORCH",
+__all__ = ["ALL_CASES", "GRADIENTS", "Operand", "Result", "Design", "Exclusion", "Factor", "Impl", "KnownIssue", "Level", "OPS", "Op", "RECORDED_WITH_TORCH",
            "Signature", "get_op"]

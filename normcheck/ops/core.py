@@ -25,6 +25,39 @@ CONVENTIONS = ("contract", "direct")
 _OUTPUT_DTYPE_MEANS = {"input": "x's dtype", "promote": "what result_type(x, weight) gives"}
 SECOND_ORDER_OUTPUTS = ("d2x", "d2weight", "d2dy")  # of order-2 cases (Case.second_order: those not identically 0)
 X_SHAPED = ("y", "dx", "d2x", "d2dy")  # outputs shaped like x, in its dtype
+# The first-order gradients every op with those inputs defines, and the input each is taken with respect to
+GRADIENTS = {"dx": "x", "dweight": "weight", "dbias": "bias"}
+OPERAND_ROLES = ("input", "cotangent")
+
+
+@dataclass(frozen=True)
+class Operand:
+    """A tensor an op takes beyond x, dy and its affine parameters, declared by its record (add + RMSNorm's
+    residual, and the cotangent dh of the residual stream it returns). Shaped like x, laid out like x (a data
+    input) or like dy (a cotangent). `dtype`: "input" (x's), "param" (the parameters'), or a function of the case
+    that names it (add + norm's residual stream: its case field residual_dtype). A data input's values are drawn from the
+    case's profile like x's; a cotangent's like dy's. `gradient`: the gradient a data input defines (asked for
+    unless the case freezes x: the data inputs are frozen together); `of`: the output a cotangent belongs to."""
+    name: str
+    role: str = "input"
+    dtype: "str | Callable[[Any], str]" = "input"
+    gradient: str | None = None
+    of: str | None = None
+
+    def __post_init__(self):
+        if self.role not in OPERAND_ROLES:
+            raise ValueError(f"operand {self.name}: role {self.role!r} is not one of {', '.join(OPERAND_ROLES)}")
+        if (self.role == "cotangent") != (self.of is not None) or (self.role == "cotangent" and self.gradient):
+            raise ValueError(f"operand {self.name}: a cotangent names the output it belongs to, and nothing else does")
+
+
+@dataclass(frozen=True)
+class Result:
+    """An output an op returns besides y (add + RMSNorm's residual stream h), shaped like x, in `dtype` (as an
+    Operand's), differentiated with the cotangent operand named `cotangent` (None: not differentiable)."""
+    name: str
+    dtype: "str | Callable[[Any], str]" = "input"
+    cotangent: str | None = None
 
 
 @dataclass(frozen=True)
@@ -195,6 +228,14 @@ class Op:
     array_signature: str | None = None
     array_call: Callable | None = None  # array_call(fn, array_inputs, case) -> y, or (y, running_mean, running_var)
     channels: bool = True               # it has a channel axis a layer may take last (NHWC); False: LayerNorm's rows
+    # Its interface beyond x, dy and the parameters (a fused op's): the tensors it takes and those it returns after
+    # y; under its contract `call` passes the operands and gets (y, *results) back
+    operands: tuple[Operand, ...] = ()
+    results: tuple[Result, ...] = ()
+    # A fused op made of a prologue and an inner norm (reference.Prologue: h = x + residual, normalised as `inner`,
+    # the name of that op): the tolerance model bounds the inner norm on h and adds the prologue's own rounding
+    prologue: Any = None
+    inner: str | None = None
 
     def __post_init__(self):
         names = {i.name for i in self.impls}
@@ -202,12 +243,42 @@ class Op:
             raise ValueError(f"op {self.name}: implementations must be unique and of this op")
         if not set(self.required) <= set(self.outputs) or not set(self.saved_stats) <= set(self.outputs):
             raise ValueError(f"op {self.name}: required and saved outputs must be outputs")
+        declared = {o.name for o in self.operands}
+        for r in self.results:
+            if r.name not in self.outputs or (r.cotangent is not None and r.cotangent not in declared):
+                raise ValueError(f"op {self.name}: result {r.name} must be an output, its cotangent an operand")
+        if not set(self.gradients) <= set(self.outputs) | set(GRADIENTS):
+            raise ValueError(f"op {self.name}: its operands' gradients must be outputs")
+
+    @property
+    def gradients(self) -> dict[str, str]:
+        """Every first-order gradient the op defines -> the input it is taken with respect to."""
+        own = {g: wrt for g, wrt in GRADIENTS.items() if wrt == "x" or wrt in self.params}
+        return {**own, **{o.gradient: o.name for o in self.operands if o.gradient}}
+
+    def dtype_of(self, case, role: str) -> str:
+        """The dtype an operand or result declared as `role` has in `case` (Operand.dtype)."""
+        if callable(role):
+            return role(case)
+        return case.param_dtype if role == "param" else case.dtype
+
+    def _declared_dtype(self, name: str) -> str | None:
+        """The dtype role of a declared result, or of a declared operand's gradient (None: not declared)."""
+        for r in self.results:
+            if r.name == name:
+                return r.dtype
+        for o in self.operands:
+            if o.gradient == name:
+                return o.dtype
+        return None
 
     def output_dtype(self, case, name: str) -> str:
         """The storage dtype an output is expected in: y promoted with the weight's under output_dtype=promote
         (result_type(x, weight): a mixed case's f32; the input's when there is no weight)."""
         if name == "y" and case.output_dtype == "promote" and case.has_weight:
             return case.param_dtype  # (the wider of the two: a case's parameters are never narrower than x)
+        if self._declared_dtype(name) is not None:
+            return self.dtype_of(case, self._declared_dtype(name))
         if name in X_SHAPED:
             return case.dtype
         if name in self.saved_stats:
@@ -226,7 +297,7 @@ class Op:
     def output_shape(self, case, name: str, x_shape: tuple[int, ...]) -> tuple[int, ...]:
         """y and dx are shaped like x (one rank's rows of it in a world); statistics have one value
         per set; running statistics one per channel; the parameters' gradients are shaped like them."""
-        if name in X_SHAPED:
+        if name in self.x_shaped:
             return tuple(x_shape)
         if name in self.saved_stats:
             return self.view(case).stats_shape
@@ -245,7 +316,8 @@ class Op:
 
     @property
     def x_shaped(self) -> tuple[str, ...]:
-        return X_SHAPED
+        """The outputs shaped like x: y, dx, the second-order ones, and the declared results and gradients."""
+        return X_SHAPED + tuple(r.name for r in self.results) + tuple(o.gradient for o in self.operands if o.gradient)
 
     @property
     def all_outputs(self) -> tuple[str, ...]:

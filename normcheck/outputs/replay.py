@@ -22,5 +22,6 @@ def replay_command(op: str, impl: str, case, backend: str | None = None, timeout
     return " ".join(parts)
 
 
-def report_replay(r: Report, backend: str | None = None, timeout: float | None = None) -> str:
-    return replay_command(r.op, r.impl, r.case, backend, timeout, r.framework)
+def report_replay(r: Report, backend: str | None = None, timeout: float | None = None, spec: str | None = None) -> str:
+    """`spec`: the --impl the run was given (a module:attr whose record names itself otherwise), else the record's name."""
+    return replay_command(r.op, spec or r.impl, r.case, backend, timeout, r.framework)

@@ -30,11 +30,32 @@ Two NumPy details matter for speed and are handled here:
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["NormBackward"]
+__all__ = ["NormBackward", "working", "working_precision"]
+
+# The precision the reference computes in: float64, except where the same-precision baseline evaluates this
+# very math in a case's accumulation precision (engine.baseline), so the two cannot disagree about an op.
+_WORKING: ContextVar[type] = ContextVar("working", default=np.float64)
+
+
+def working() -> type:
+    """The NumPy dtype the reference computes in now (float64 unless inside `working_precision`)."""
+    return _WORKING.get()
+
+
+@contextmanager
+def working_precision(dtype):
+    """Evaluate the reference in `dtype` (np.float32: a float32 kernel's arithmetic) for the block."""
+    token = _WORKING.set(np.dtype(dtype).type)
+    try:
+        yield
+    finally:
+        _WORKING.reset(token)
 
 #: Elements (float64) per group of normalisation sets: 4 MiB, so the input group, the output
 #: group and one temporary stay in the last-level cache while a group is processed.  (Tuned
@@ -68,17 +89,17 @@ class NormBackward:
 # ----------------------------------------------------------------------------- validation
 
 
-def as_f64(a) -> np.ndarray:
-    """A C-contiguous float64 version of ``a`` (``a`` itself when it already is one).
+def as_working(a) -> np.ndarray:
+    """A C-contiguous version of ``a`` in the working precision (``a`` itself when it already is one).
 
     The reference only ever reads its inputs, so returning the caller's array is safe.
     """
-    return np.ascontiguousarray(a, dtype=np.float64)
+    return np.ascontiguousarray(a, dtype=working())
 
 
 def as_ncs(x, op: str) -> tuple[np.ndarray, np.ndarray]:
-    """``x`` (N, C, *spatial), 0..3 spatial dims, as float64 and as an ``(N, C, S)`` view."""
-    x = as_f64(x)
+    """``x`` (N, C, *spatial), 0..3 spatial dims, in the working precision and as an ``(N, C, S)`` view."""
+    x = as_working(x)
     if not 2 <= x.ndim <= 5:
         raise ValueError(f"{op}: x must have 2 to 5 dims (N, C, *spatial), got shape {x.shape}")
     return x, x.reshape(x.shape[0], x.shape[1], int(np.prod(x.shape[2:])))
@@ -95,7 +116,7 @@ def per_channel(a, channels: int, name: str, op: str) -> np.ndarray | None:
     """Validate an optional per-channel vector (weight, bias, running stats)."""
     if a is None:
         return None
-    a = as_f64(a)
+    a = as_working(a)
     if a.shape != (channels,):
         raise ValueError(
             f"{op}: {name} must have shape ({channels},) (one value per channel), got {a.shape}"
@@ -104,8 +125,8 @@ def per_channel(a, channels: int, name: str, op: str) -> np.ndarray | None:
 
 
 def as_rows(x, normalized_shape, op: str) -> tuple[np.ndarray, tuple[int, ...], tuple[int, ...]]:
-    """x as float64, its leading (row) dims and D, checked against ``normalized_shape`` (the last dims)."""
-    x = as_f64(x)
+    """x in the working precision, its leading (row) dims and D, checked against ``normalized_shape`` (the last dims)."""
+    x = as_working(x)
     d = tuple(int(s) for s in normalized_shape)
     if not 1 <= len(d) <= x.ndim or tuple(x.shape[x.ndim - len(d):]) != d:
         raise ValueError(f"{op}: normalized_shape {d} must match the last dims of x, got shape {x.shape}")
@@ -116,14 +137,14 @@ def per_element(a, d: tuple[int, ...], name: str, op: str) -> np.ndarray | None:
     """Validate an optional parameter of one value per element of D (LayerNorm, RMSNorm), flattened."""
     if a is None:
         return None
-    a = as_f64(a)
+    a = as_working(a)
     if a.shape != d:
         raise ValueError(f"{op}: {name} must have shape {d} (normalized_shape), got {a.shape}")
     return a.reshape(-1)
 
 
 def check_dy(dy, x_shape: tuple[int, ...], op: str) -> np.ndarray:
-    dy = as_f64(dy)
+    dy = as_working(dy)
     if dy.shape != tuple(x_shape):
         raise ValueError(f"{op}: dy must have the shape of x {tuple(x_shape)}, got {dy.shape}")
     return dy
@@ -157,8 +178,8 @@ def channel_rows(v: np.ndarray, s: int) -> np.ndarray:
 
 def scratch_like(a: np.ndarray, buf: list) -> np.ndarray:
     """A C-contiguous array shaped like ``a``, carved from a buffer reused across groups."""
-    if not buf or buf[0].size < a.size:
-        buf[:] = [np.empty(a.size)]
+    if not buf or buf[0].size < a.size or buf[0].dtype != a.dtype:
+        buf[:] = [np.empty(a.size, a.dtype)]
     return buf[0][: a.size].reshape(a.shape)
 
 

@@ -43,6 +43,7 @@ from ._moments import (
     inv_sqrt,
     per_channel,
     sum_pr,
+    working,
 )
 
 __all__ = ["BatchNormForward", "NormBackward", "batch_norm_backward", "batch_norm_forward"]
@@ -119,9 +120,9 @@ def batch_norm_forward(
     rv = per_channel(running_var, c, "running_var", _OP)
     _check_count(xf, count, need_two=rv is not None)
 
-    y = np.empty(xf.shape)
+    y = np.empty(xf.shape, working())
     y3 = y.reshape(x3.shape)
-    mean, ssq, invstd = np.empty(c), np.empty(c), np.empty(c)
+    mean, ssq, invstd = np.empty(c, working()), np.empty(c, working()), np.empty(c, working())
     for sq, batches in _groups(x3):
         mean[sq], ssq[sq] = _centre(x3, y3, sq, batches, count)  # y = x - mu
         invstd[sq] = inv_sqrt(ssq[sq] / count, eps)
@@ -152,9 +153,9 @@ def batch_norm_backward(dy, x, weight=None, eps: float = 1e-5, has_bias: bool = 
     dy3 = check_dy(dy, xf.shape, _OP).reshape(x3.shape)
     _check_count(xf, count, need_two=False)
 
-    dx = np.empty(xf.shape)
+    dx = np.empty(xf.shape, working())
     dx3 = dx.reshape(x3.shape)
-    sum_dy, sum_dy_xhat = np.empty(c), np.empty(c)
+    sum_dy, sum_dy_xhat = np.empty(c, working()), np.empty(c, working())
     for sq, batches in _groups(x3):
         _, ssq = _centre(x3, dx3, sq, batches, count)  # dx = x - mu
         invstd = inv_sqrt(ssq / count, eps)

@@ -45,6 +45,7 @@ from ._moments import (
     scratch_like,
     sum_r,
     sum_rows,
+    working,
 )
 
 __all__ = ["GroupNormForward", "NormBackward", "group_norm_backward", "group_norm_forward"]
@@ -105,10 +106,10 @@ def group_norm_forward(x, num_groups, weight=None, bias=None, eps: float = 1e-5)
     w = _per_set_channel(per_channel(weight, c, "weight", _OP), n, g)
     b = _per_set_channel(per_channel(bias, c, "bias", _OP), n, g)
 
-    y = np.empty(xf.shape)
+    y = np.empty(xf.shape, working())
     ys3 = y.reshape(xs3.shape)
     rows, cg, s = xs3.shape
-    mean, rstd = np.empty(rows), np.empty(rows)
+    mean, rstd = np.empty(rows, working()), np.empty(rows, working())
     for sp in groups(rows, cg * s, budget=_BUDGET):
         ys = ys3[sp]
         mean[sp], ssq = _centre(xs3[sp], ys)  # y = x - mu
@@ -138,13 +139,13 @@ def group_norm_backward(
     w = _per_set_channel(weight, n, g)
     dys3 = check_dy(dy, xf.shape, _OP).reshape(xs3.shape)
 
-    dx = np.empty(xf.shape)
+    dx = np.empty(xf.shape, working())
     dxs3 = dx.reshape(xs3.shape)
     rows, cg, s = xs3.shape
     size = cg * s
     # per (set, channel-in-set) sums over the spatial positions, for dweight / dbias
-    sum_dy = np.empty((rows, cg))
-    sum_dy_xhat = np.empty((rows, cg))
+    sum_dy = np.empty((rows, cg), working())
+    sum_dy_xhat = np.empty((rows, cg), working())
     buf: list = []
     for sp in groups(rows, size, budget=_BUDGET):
         dys, dxs = dys3[sp], dxs3[sp]

@@ -29,7 +29,7 @@ from typing import Callable
 
 import numpy as np
 
-from ._moments import NormBackward, as_rows, check_dy, check_eps, groups, inv_sqrt, per_element
+from ._moments import NormBackward, as_rows, check_dy, check_eps, groups, inv_sqrt, per_element, working
 
 __all__ = ["RMSNormForward", "rms_norm_backward", "rms_norm_forward"]
 
@@ -63,7 +63,7 @@ def rms_norm_forward(x, normalized_shape, weight=None, eps: float = 1e-6, offset
     x, rows, d = as_rows(x, normalized_shape, _OP)
     eps, scale = check_eps(eps, _OP), _scale(weight, d, offset)
     flat = x.reshape(prod(rows), prod(d))
-    y, rstd = np.empty_like(flat), np.empty((flat.shape[0], 1))
+    y, rstd = np.empty_like(flat), np.empty((flat.shape[0], 1), working())
     for part in groups(flat.shape[0], max(flat.shape[1], 1)):
         rstd[part], xhat = _statistics(flat[part], eps)
         seen = xhat if rounding is None else rounding(xhat, flat[part], rstd[part])
@@ -82,7 +82,7 @@ def rms_norm_backward(dy, x, normalized_shape, weight=None, eps: float = 1e-6, o
     eps, scale = check_eps(eps, _OP), _scale(weight, d, offset)
     flat, dflat = x.reshape(prod(rows), prod(d)), dy.reshape(prod(rows), prod(d))
     dx = np.empty_like(flat)
-    dweight = None if scale is None else np.zeros(flat.shape[1])
+    dweight = None if scale is None else np.zeros(flat.shape[1], working())
     for part in groups(flat.shape[0], max(flat.shape[1], 1)):
         rstd, xhat = _statistics(flat[part], eps)
         g = dflat[part] if scale is None else dflat[part] * scale

@@ -11,7 +11,7 @@ from typing import Callable
 
 import numpy as np
 
-from ._moments import NormBackward
+from ._moments import NormBackward, working
 from .batchnorm import BatchNormForward, batch_norm_backward, batch_norm_forward
 
 
@@ -60,5 +60,5 @@ def silu_bn_forward(x, weight=None, bias=None, running_mean=None, running_var=No
 
 def silu_bn_backward(dz, x, weight=None, bias=None, eps=1e-5) -> NormBackward:
     y = batch_norm_forward(x, weight, bias, eps=eps).y
-    dy = np.asarray(dz, dtype=np.float64) * silu_grad(y)
+    dy = np.asarray(dz, dtype=working()) * silu_grad(y)
     return batch_norm_backward(dy, x, weight, eps, has_bias=bias is not None)

@@ -6,7 +6,7 @@ from itertools import combinations
 
 import pytest
 
-from normcheck.cases.case import FROZEN, GRADIENTS
+from normcheck.cases.case import FROZEN
 from normcheck.cases.sweep import coverage, default_sweep, design, exclusions, factors
 from normcheck.cases.tokens import encode_case
 from normcheck.ops import OPS, get_op
@@ -55,8 +55,11 @@ def test_every_path_the_op_allows_is_in_its_sweep(op):
     with and without dx, x or the parameters frozen), eval mode where it has running statistics and the double
     backward where it has one, those two in every dtype."""
     record, cases = get_op(op), default_sweep(op)
-    names = [g for g, wrt in GRADIENTS.items() if wrt == "x" or wrt in record.params]
-    masks = {tuple(sorted(grads)) for k in range(1, len(names) + 1) for grads in combinations(names, k)}
+    # what can be asked for together: each parameter's gradient alone, and the data inputs' (x and an op's declared
+    # data operands, frozen together) as one
+    data = tuple(g for g, wrt in record.gradients.items() if wrt not in record.params)
+    units = [data] + [(g,) for g, wrt in record.gradients.items() if wrt in record.params]
+    masks = {tuple(sorted(sum(unit, ()))) for k in range(1, len(units) + 1) for unit in combinations(units, k)}
     assert {tuple(sorted(c.grads)) for c in cases} >= masks
     assert {c.frozen for c in cases} == set(FROZEN)
     dtypes = {c.dtypes for c in cases}

@@ -37,8 +37,9 @@ def check_tensor(name: str, value, shape: tuple[int, ...], dtype: torch.dtype | 
 def grad_leaves(t: TorchInputs, case) -> dict[str, torch.Tensor]:
     """The inputs the case differentiates with respect to (Case.grads) made to require grad, keyed by the
     name of their gradient; a frozen one stays as it is."""
-    named = {"dx": t.x, "dweight": t.weight, "dbias": t.bias}
-    return {k: named[k].requires_grad_() for k in case.grads}
+    named = {"x": t.x, "weight": t.weight, "bias": t.bias, **t.extra}
+    wrt = case.record.gradients
+    return {k: named[wrt[k]].requires_grad_() for k in case.grads}
 
 
 def differentiate(op, fn, case, t: TorchInputs, group=None, world_size: int = 1) -> Outputs:
@@ -51,13 +52,18 @@ def differentiate(op, fn, case, t: TorchInputs, group=None, world_size: int = 1)
     leaves = grad_leaves(t, case)
     second = case.order == 2
     dy = t.dy.detach().requires_grad_() if second else t.dy
-    y = check_tensor("y", op.call(fn, t, case, group, world_size), t.x.shape,
-                     TORCH_DTYPES[op.output_dtype(case, "y")], partial(op.dtype_note, case, "y"))
-    if not y.requires_grad:
+    returned = results(op, case, op.call(fn, t, case, group, world_size), t.x.shape)
+    if not returned["y"].requires_grad:
         raise ImplError("y does not require grad: the implementation detached its output")
+    # y with dy, and each declared result with its cotangent (add + norm's h with dh) where it requires grad: a
+    # result that depends on no input asked about (h, with x frozen) has no gradient to give; one detached while
+    # they require grad drops its cotangent from their gradients, which the comparison shows
+    differentiated = [("y", dy)] + [(r.name, t.extra[r.cotangent]) for r in op.results
+                                    if r.cotangent and returned[r.name].requires_grad]
     # Every rank runs backward, empty ones included: they must still join the collectives.
-    grads = torch.autograd.grad(y, list(leaves.values()), grad_outputs=dy, allow_unused=True, create_graph=second)
-    out: Outputs = {"y": y.detach()}
+    grads = torch.autograd.grad([returned[name] for name, _ in differentiated], list(leaves.values()),
+                                grad_outputs=[cot for _, cot in differentiated], allow_unused=True, create_graph=second)
+    out: Outputs = {name: v.detach() for name, v in returned.items()}
     for name, grad in zip(leaves, grads):
         if grad is None and t.x.numel():
             raise ImplError(f"{name} is None: no gradient reaches that input")
@@ -69,6 +75,17 @@ def differentiate(op, fn, case, t: TorchInputs, group=None, world_size: int = 1)
     if op.running_stats:  # updated in place by the implementation
         out["running_mean"], out["running_var"] = t.running_mean, t.running_var
     return {k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in out.items()}
+
+
+def results(op, case, returned, x_shape) -> dict[str, torch.Tensor]:
+    """y, or (y, *results) for an op that declares results, checked for shape and dtype, by name."""
+    names = ("y",) + tuple(r.name for r in op.results)
+    if op.results and not (isinstance(returned, (tuple, list)) and len(returned) == len(names)):
+        got = f"{len(returned)} values" if isinstance(returned, (tuple, list)) else type(returned).__name__
+        raise ImplError(f"returned {got}, expected ({', '.join(names)})")
+    values = returned if op.results else (returned,)
+    return {name: check_tensor(name, v, x_shape, TORCH_DTYPES[op.output_dtype(case, name)], partial(op.dtype_note, case, name))
+            for name, v in zip(names, values)}
 
 
 def double_backward(case, t: TorchInputs, leaves: dict[str, torch.Tensor], grads, dy: torch.Tensor) -> Outputs:

@@ -1,8 +1,9 @@
 """Torch tensors for a case: dtypes, memory formats, devices, and the inputs an implementation sees."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from torch._prims_common import is_non_overlapping_and_dense_or_false
 
@@ -108,10 +109,11 @@ class TorchInputs:
     ddx: torch.Tensor | None = None  # order 2: the cotangents of dx, dweight and dbias
     ddweight: torch.Tensor | None = None
     ddbias: torch.Tensor | None = None
+    extra: dict[str, torch.Tensor] = field(default_factory=dict)  # the op's declared operands (Op.operands)
 
     def guarded(self) -> dict[str, torch.Tensor]:
-        """The tensors an implementation must not modify (dy is grad_output)."""
-        named = {"x": self.x, "dy": self.dy, "weight": self.weight, "bias": self.bias}
+        """The tensors an implementation must not modify (dy and the declared cotangents are grad_outputs)."""
+        named = {"x": self.x, "dy": self.dy, "weight": self.weight, "bias": self.bias, **self.extra}
         return {k: v for k, v in named.items() if v is not None}
 
     def snapshot(self) -> dict[str, torch.Tensor]:
@@ -137,16 +139,20 @@ def torch_inputs(inputs, rows: slice | None = None, device: torch.device | None 
     def param(a):
         return None if a is None else _move(torch.from_numpy(a.copy()).to(pdt), device)
 
-    def data(a, fmt):
-        t = lay_out(torch.from_numpy(a).to(dt), fmt)
+    def data(a, fmt, dtype=dt):
+        t = lay_out(torch.from_numpy(np.ascontiguousarray(a)).to(dtype), fmt)
         return _move(t if rows is None else t[rows].detach(), device)
+
+    op = case.record
+    extra = {o.name: data(inputs.extra[o.name], case.x_format if o.role == "input" else case.dy_format,
+                          TORCH_DTYPES[op.dtype_of(case, o.dtype)]) for o in op.operands}
 
     return TorchInputs(
         x=data(inputs.x, case.x_format), dy=data(inputs.dy, case.dy_format),
         weight=param(inputs.weight), bias=param(inputs.bias),
         running_mean=param(inputs.running_mean), running_var=param(inputs.running_var),
         ddx=None if inputs.ddx is None else data(inputs.ddx, "contiguous"),
-        ddweight=param(inputs.ddweight), ddbias=param(inputs.ddbias),
+        ddweight=param(inputs.ddweight), ddbias=param(inputs.ddbias), extra=extra,
     )
 
 

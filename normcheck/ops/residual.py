@@ -1,0 +1,58 @@
+"""Residual add + norm records, built from the inner norm's record: its sets, sweep, conventions and eps, with
+the residual stream declared as the fused op's own interface (normcheck.reference.residual has the math).
+
+    fn(input, residual, normalized_shape, weight[, bias], eps) -> (y, h)    h = input + residual, y = norm(h)
+
+The residual stream has a dtype of its own (case field residual_dtype, a convention): "input" (x's, as a
+plain `h = x + residual` in eager code gives) or "f32" (float32 for half input, as kernels that keep the
+residual stream in float32 do; x's own for f32 and f64 input).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from .. import reference
+from ..core.errors import UsageError
+from ..numerics.dtypes import UNIT_ROUNDOFF, quantise
+from .core import Impl, Op, Operand, Result
+
+RESIDUAL_DTYPES = ("input", "f32")
+WHY_ONCE = ("the double backward of a residual add + norm is not judged yet: the second-order formulas "
+            "(reference.setwise) are a norm's of its own inputs, not of a prologue's")
+
+
+def residual_dtype(case) -> str:
+    """The residual stream's dtype in `case`: x's, or float32 where that is wider than x's."""
+    if case.residual_dtype == "f32" and UNIT_ROUNDOFF[case.dtype] > UNIT_ROUNDOFF["f32"]:
+        return "f32"
+    return case.dtype
+
+
+OPERANDS = (Operand("residual", dtype=residual_dtype, gradient="dresidual"),
+            Operand("dh", role="cotangent", dtype=residual_dtype, of="h"))
+RESULTS = (Result("h", dtype=residual_dtype, cotangent="dh"),)
+
+
+def add_norm(inner: Op, name: str, description: str, signature: str, call, impls: tuple[Impl, ...]) -> Op:
+    """The add + `inner` record: `inner`'s geometry and conventions, plus the residual stream."""
+    def reference_outputs(i) -> dict[str, np.ndarray]:
+        c = i.case
+        h = reference.residual_add(i.x, i.extra["residual"], lambda a: quantise(a, residual_dtype(c)))
+        out = inner.reference(replace(i, x=h))
+        dx = reference.residual_backward(out["dx"], i.extra["dh"])
+        return {**out, "h": h, "dx": dx, "dresidual": dx}
+
+    def validate(case) -> None:
+        inner.validate(case)
+        if case.residual_dtype not in RESIDUAL_DTYPES:
+            raise UsageError(f"unknown residual dtype {case.residual_dtype!r}; choose one of {', '.join(RESIDUAL_DTYPES)}")
+
+    return replace(
+        inner, name=name, description=description, signature=signature, call=call, reference=reference_outputs,
+        outputs=inner.outputs + ("h", "dresidual"), required=inner.required + ("h", "dresidual"),
+        case_fields={**inner.case_fields, "residual_dtype": "input"}, validate=validate, impls=impls,
+        operands=OPERANDS, results=RESULTS, prologue=reference.RESIDUAL_ADD, inner=inner.name,
+        double_backward=False, why_once_differentiable=WHY_ONCE, array_signature=None, array_call=None,
+    )

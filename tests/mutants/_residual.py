@@ -1,0 +1,110 @@
+"""Residual add + norm implementations, correct and with the bug classes of real fused add + norm kernels, for
+any inner norm (RMSNorm, LayerNorm): normalising x instead of x + residual, dropping the residual stream's own
+gradient dh, rounding the sum to the input dtype before the statistics when the stream is declared float32,
+updating the residual in place, handing the norm's gradient to x only, returning the stream from before the add.
+
+Two correct styles: `composed` (the project's textbook norm of h = x + residual, gradients through autograd)
+and `fused` (one autograd.Function as a fused kernel is written: the sum and its statistics in float32 registers,
+h stored rounded to the stream's dtype, an explicit backward that adds dh).
+"""
+from __future__ import annotations
+
+from math import prod
+
+import torch
+
+from normcheck import Impl
+from normcheck.frameworks.torch import accumulation_dtype
+
+BUGS = ("normalises_x", "drops_dh", "rounds_sum_to_input", "residual_in_place", "norm_grad_to_x_only",
+        "returns_stream_before_add")
+
+
+class _FusedAddNorm(torch.autograd.Function):
+    """h = x + residual and its statistics in the accumulation dtype; y = γ·x̂ (+ β) in x's dtype; h stored in the
+    residual's dtype. Backward: the norm's closed form, recomputed from the stored h, plus dh."""
+
+    @staticmethod
+    def forward(ctx, x, residual, weight, bias, dims, eps, centred, bug):
+        acc = accumulation_dtype(x.dtype)
+        total = x.to(acc) + residual.to(acc)
+        if bug == "rounds_sum_to_input":
+            total = total.to(x.dtype).to(acc)
+        h = total.to(residual.dtype)
+        ctx.save_for_backward(h, weight)
+        ctx.dims, ctx.eps, ctx.centred, ctx.x_dtype, ctx.bug = dims, eps, centred, x.dtype, bug
+        ctx.bias_dtype = None if bias is None else bias.dtype
+        xhat, _ = _normalise(x if bug == "normalises_x" else total, dims, eps, centred)
+        y = xhat * weight.to(acc) if weight is not None else xhat
+        if bias is not None:
+            y = y + bias.to(acc)
+        return y.to(x.dtype), h
+
+    @staticmethod
+    def backward(ctx, dy, dh):
+        h, weight = ctx.saved_tensors
+        acc = accumulation_dtype(ctx.x_dtype)
+        xhat, rstd = _normalise(h.to(acc), ctx.dims, ctx.eps, ctx.centred)
+        rows = prod(h.shape[: h.dim() - ctx.dims])
+        dy_acc = dy.to(acc)
+        g = (dy_acc * weight.to(acc) if weight is not None else dy_acc).reshape(rows, -1)
+        xh = xhat.reshape(rows, -1)
+        inner = g - xh * (g * xh).mean(dim=1, keepdim=True)
+        if ctx.centred:
+            inner = inner - g.mean(dim=1, keepdim=True)
+        dnorm = (rstd.reshape(rows, 1) * inner).reshape(h.shape)
+        total = dnorm if ctx.bug == "drops_dh" else dnorm + dh.to(acc)
+        dx, dres = total, (dh.to(acc) if ctx.bug == "norm_grad_to_x_only" else total)
+        shape = h.shape[h.dim() - ctx.dims:]
+        dweight = None if weight is None else (dy_acc * xhat).reshape(rows, -1).sum(0).reshape(shape).to(weight.dtype)
+        dbias = None if ctx.bias_dtype is None else dy_acc.reshape(rows, -1).sum(0).reshape(shape).to(ctx.bias_dtype)
+        return dx.to(ctx.x_dtype), dres.to(h.dtype), dweight, dbias, None, None, None, None
+
+
+def _normalise(a, dims, eps, centred):
+    """(x̂, rstd) of `a` over its last `dims` dims, in a's dtype."""
+    axes = tuple(range(a.dim() - dims, a.dim()))
+    dev = a - a.mean(dim=axes, keepdim=True) if centred else a
+    rstd = torch.rsqrt((dev * dev).mean(dim=axes, keepdim=True) + eps)
+    return dev * rstd, rstd
+
+
+def fused(centred: bool, default_eps, bug: str | None = None):
+    """The fused style, under the op's contract (with a bias argument for LayerNorm)."""
+    def add_norm(input, residual, normalized_shape, weight=None, *rest):
+        bias, eps = (rest if centred else (None, *rest))
+        eps = default_eps(input.dtype) if eps is None else eps
+        return _FusedAddNorm.apply(input, residual, weight, bias, len(normalized_shape), eps, centred, bug)
+    return add_norm
+
+
+def composed(norm, bug: str | None = None):
+    """The composed style: `norm` (the textbook norm, F's signature) of h = x + residual, through autograd."""
+    def add_norm(input, residual, normalized_shape, *args):
+        if bug == "residual_in_place":
+            h = residual.add_(input.to(residual.dtype))
+        else:
+            h = input.to(residual.dtype) + residual
+        if bug == "returns_stream_before_add":
+            return norm(h, normalized_shape, *args).to(input.dtype), residual * 1
+        return norm(input if bug == "normalises_x" else h, normalized_shape, *args).to(input.dtype), h
+    return add_norm
+
+
+def catalogue(op: str, norm, centred: bool, default_eps, follows: dict):
+    """(MUTANTS, CORRECT) of an add + norm op: each bug in the style it is written in, the two correct styles
+    under torch's conventions, and the fused style with a float32 residual stream."""
+    f32 = {**follows, "residual_dtype": "f32"}
+
+    def impl(name, fn, what, conventions=follows):
+        fn.__qualname__ = name
+        return Impl(name, op, what, fn, follows=conventions, capabilities="unknown (test code)")
+
+    mutants = {bug: impl(bug, (composed(norm, bug) if bug in ("residual_in_place", "returns_stream_before_add")
+                               else fused(centred, default_eps, bug)),
+                         f"mutant: {bug}", f32 if bug == "rounds_sum_to_input" else follows) for bug in BUGS}
+    correct = {"composed": impl("composed", composed(norm), "the textbook norm of x + residual, through autograd"),
+               "fused": impl("fused", fused(centred, default_eps), "one fused Function, explicit backward"),
+               "fused_f32_residual": impl("fused_f32_residual", fused(centred, default_eps),
+                                          "the fused Function with a float32 residual stream", f32)}
+    return mutants, correct

@@ -1,0 +1,8 @@
+"""Residual add + LayerNorm mutants and correct implementations (tests/mutants/_residual.py)."""
+from normcheck.ops import layernorm
+
+from ._residual import catalogue
+from .layernorm import textbook
+
+MUTANTS, CORRECT = catalogue("add_layernorm", textbook, True, None, {**layernorm.TORCHS, "residual_dtype": "input"})
+globals().update(MUTANTS | CORRECT)

@@ -1,0 +1,15 @@
+"""Residual add + RMSNorm mutants and correct implementations (tests/mutants/_residual.py)."""
+import torch
+
+from normcheck.ops import rmsnorm
+
+from ._residual import catalogue
+from .rmsnorm import textbook
+
+
+def _default_eps(dtype):
+    return rmsnorm.default_eps({torch.float64: "f64"}.get(dtype, "f32"))
+
+
+MUTANTS, CORRECT = catalogue("add_rmsnorm", textbook, False, _default_eps, {**rmsnorm.TORCHS, "residual_dtype": "input"})
+globals().update(MUTANTS | CORRECT)
