@@ -341,13 +341,19 @@ class CaseInputs:
 
 
 def _operands(case: Case) -> dict[str, np.ndarray]:
-    """The op's declared operands, from a stream of their own (x, dy and the parameters stay as they were): a data
-    input drawn from the case's profile like x, a cotangent like dy (laid out as dy: expanded along the batch)."""
+    """The op's declared operands, from a stream of their own (x, dy and the parameters stay as they were): an
+    x-shaped data input drawn from the case's profile like x, a cotangent like dy (laid out as dy: expanded along
+    the batch); one of another shape, or with a draw of its own, by its draw (standard normal by default)."""
     op, view = case.record, case.view
     rng = np.random.default_rng([case.seed, _stable_hash(case), 3])
     out = {}
     for operand in op.operands:
         dtype = op.dtype_of(case, operand.dtype)
+        if operand.draw is not None or operand.shape != "x":
+            shape = op.shape_of(case, operand.shape, case.shape)
+            draw = operand.draw or (lambda g, s: g.normal(size=s))
+            out[operand.name] = quantise(draw(rng, shape), dtype)
+            continue
         x_sets, dy_sets = PROFILES[case.profile](view.set_count, view.set_size, dtype, case.eps_value, rng,
                                                  centred=op.centred)
         values = view.from_sets(x_sets if operand.role == "input" else dy_sets)

@@ -43,6 +43,12 @@ class Operand:
     dtype: "str | Callable[[Any], str]" = "input"
     gradient: str | None = None
     of: str | None = None
+    # "x": shaped and laid out like x (a data input) or dy (a cotangent); or a function of the case giving its
+    # shape (adaln's per-sample scale: (N, *normalized_shape)), made contiguous
+    shape: "str | Callable[[Any], tuple[int, ...]]" = "x"
+    # How a case draws its values: None, from the case's profile like x (a data input) or like dy (a cotangent);
+    # or draw(rng, shape) -> float64 values (then quantised to its dtype)
+    draw: "Callable[[Any, tuple[int, ...]], np.ndarray] | None" = None
 
     def __post_init__(self):
         if self.role not in OPERAND_ROLES:
@@ -53,11 +59,13 @@ class Operand:
 
 @dataclass(frozen=True)
 class Result:
-    """An output an op returns besides y (add + RMSNorm's residual stream h), shaped like x, in `dtype` (as an
-    Operand's), differentiated with the cotangent operand named `cotangent` (None: not differentiable)."""
+    """An output an op returns besides y (add + RMSNorm's residual stream h), shaped like x unless `shape` says
+    otherwise, in `dtype` (as an Operand's), differentiated with the cotangent operand named `cotangent` (None: not
+    differentiable)."""
     name: str
     dtype: "str | Callable[[Any], str]" = "input"
     cotangent: str | None = None
+    shape: "str | Callable[[Any], tuple[int, ...]]" = "x"  # as an Operand's
 
 
 @dataclass(frozen=True)
@@ -262,15 +270,21 @@ class Op:
             return role(case)
         return case.param_dtype if role == "param" else case.dtype
 
-    def _declared_dtype(self, name: str) -> str | None:
-        """The dtype role of a declared result, or of a declared operand's gradient (None: not declared)."""
+    def _declared(self, name: str) -> "Result | Operand | None":
+        """The declaration of a result, or of the operand a declared gradient is taken of (None: not declared)."""
         for r in self.results:
             if r.name == name:
-                return r.dtype
-        for o in self.operands:
-            if o.gradient == name:
-                return o.dtype
-        return None
+                return r
+        return next((o for o in self.operands if o.gradient == name), None)
+
+    def _declared_dtype(self, name: str) -> str | None:
+        """The dtype role of a declared result, or of a declared operand's gradient (None: not declared)."""
+        declared = self._declared(name)
+        return None if declared is None else declared.dtype
+
+    def shape_of(self, case, role, x_shape: tuple[int, ...]) -> tuple[int, ...]:
+        """The shape an operand or result declared with shape `role` has in `case` (x's: `x_shape`)."""
+        return tuple(x_shape) if role == "x" else tuple(role(case))
 
     def output_dtype(self, case, name: str) -> str:
         """The storage dtype an output is expected in: y promoted with the weight's under output_dtype=promote
@@ -297,6 +311,9 @@ class Op:
     def output_shape(self, case, name: str, x_shape: tuple[int, ...]) -> tuple[int, ...]:
         """y and dx are shaped like x (one rank's rows of it in a world); statistics have one value
         per set; running statistics one per channel; the parameters' gradients are shaped like them."""
+        declared = self._declared(name)
+        if declared is not None:
+            return self.shape_of(case, declared.shape, x_shape)
         if name in self.x_shaped:
             return tuple(x_shape)
         if name in self.saved_stats:
@@ -317,7 +334,8 @@ class Op:
     @property
     def x_shaped(self) -> tuple[str, ...]:
         """The outputs shaped like x: y, dx, the second-order ones, and the declared results and gradients."""
-        return X_SHAPED + tuple(r.name for r in self.results) + tuple(o.gradient for o in self.operands if o.gradient)
+        return X_SHAPED + tuple(r.name for r in self.results if r.shape == "x") + tuple(
+            o.gradient for o in self.operands if o.gradient and o.shape == "x")
 
     @property
     def all_outputs(self) -> tuple[str, ...]:

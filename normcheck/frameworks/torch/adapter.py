@@ -84,8 +84,8 @@ def results(op, case, returned, x_shape) -> dict[str, torch.Tensor]:
         got = f"{len(returned)} values" if isinstance(returned, (tuple, list)) else type(returned).__name__
         raise ImplError(f"returned {got}, expected ({', '.join(names)})")
     values = returned if op.results else (returned,)
-    return {name: check_tensor(name, v, x_shape, TORCH_DTYPES[op.output_dtype(case, name)], partial(op.dtype_note, case, name))
-            for name, v in zip(names, values)}
+    return {name: check_tensor(name, v, op.output_shape(case, name, x_shape), TORCH_DTYPES[op.output_dtype(case, name)],
+                               partial(op.dtype_note, case, name)) for name, v in zip(names, values)}
 
 
 def double_backward(case, t: TorchInputs, leaves: dict[str, torch.Tensor], grads, dy: torch.Tensor) -> Outputs:

@@ -144,8 +144,14 @@ def torch_inputs(inputs, rows: slice | None = None, device: torch.device | None 
         return _move(t if rows is None else t[rows].detach(), device)
 
     op = case.record
-    extra = {o.name: data(inputs.extra[o.name], case.x_format if o.role == "input" else case.dy_format,
-                          TORCH_DTYPES[op.dtype_of(case, o.dtype)]) for o in op.operands}
+
+    def operand(o):  # x-shaped ones laid out as x (data) or dy (cotangents); others contiguous, whole
+        dtype = TORCH_DTYPES[op.dtype_of(case, o.dtype)]
+        if o.shape != "x":
+            return _move(torch.from_numpy(inputs.extra[o.name].copy()).to(dtype), device)
+        return data(inputs.extra[o.name], case.x_format if o.role == "input" else case.dy_format, dtype)
+
+    extra = {o.name: operand(o) for o in op.operands}
 
     return TorchInputs(
         x=data(inputs.x, case.x_format), dy=data(inputs.dy, case.dy_format),
