@@ -4,9 +4,12 @@ generated cases, every mutant must go above 1 on the default sweep.
     python benchmarks/calibrate_tolerance.py --cases 2000          # ≈ 15 min on 2 cores
     python benchmarks/calibrate_tolerance.py --cases 50 --json out.json
     python benchmarks/calibrate_tolerance.py --order 2 --cases 200  # the second-order bound (K₂)
+    python benchmarks/calibrate_tolerance.py --ops layernorm,rmsnorm --fp8 --cases 300  # the fp8 output's budget
 
 With --order 2 every generated case takes the double backward too, and the second-order tensors' ratios
-are reported on their own rows ("[2nd order]").
+are reported on their own rows ("[2nd order]"). With --fp8 only the records with fp8 output are judged (torch's
+and the catalogue's, each in the format it follows; the baseline in both), their y_fp8 and amax on rows of their
+own, and only the fp8 mutants' margins are measured.
 
 Correct implementations: torch (autograd) and torch-native-backward outside their recorded known
 issues, the textbook implementation in tests/mutants/textbook.py, and the baseline judged by the formula
@@ -19,6 +22,7 @@ import json
 import sys
 import time
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from normcheck import OPS, compare, resolve_impl  # noqa: E402
 from normcheck.engine import FAIL  # noqa: E402
-from normcheck.numerics.dtypes import DTYPE_CHOICES  # noqa: E402
+from normcheck.numerics.dtypes import DTYPE_CHOICES, FP8_FORMATS  # noqa: E402
 from normcheck.cases.strategies import cases  # noqa: E402
 from normcheck.cases.sweep import default_sweep  # noqa: E402
 from normcheck.engine.tolerance import CONSTANTS, Constants  # noqa: E402
@@ -37,11 +41,17 @@ from tests.mutants import CATALOGUE  # noqa: E402
 FORMULA_ONLY = Constants(CONSTANTS.growth, CONSTANTS.rounding, baseline_factor=0.0)
 
 
-def correct_impls(op: str):
+def correct_impls(op: str, fp8: bool = False):
     """(label, bound implementation, constants): torch's records of the op, the correct ones of its
-    mutant catalogue, and the baseline by the formula alone."""
+    mutant catalogue, and the baseline by the formula alone (fp8: those with fp8 output, the baseline in each format)."""
     named = [(i.name, i) for i in OPS[op].impls] + list(CATALOGUE[op].CORRECT.items())
-    return [(label, resolve_impl(op, impl), CONSTANTS) for label, impl in named] + [
+    if fp8:
+        baseline = resolve_impl(op, "baseline")
+        return [(label, resolve_impl(op, impl), CONSTANTS) for label, impl in named
+                if dict(getattr(impl, "follows", ())).get("fp8")] + [
+            (f"baseline {f} (formula only)", replace(baseline, follows=(("fp8", f),)), FORMULA_ONLY) for f in FP8_FORMATS]
+    return [(label, resolve_impl(op, impl), CONSTANTS) for label, impl in named
+            if not dict(getattr(impl, "follows", ())).get("fp8")] + [
         ("baseline (formula only)", resolve_impl(op, "baseline"), FORMULA_ONLY)]
 
 
@@ -79,8 +89,48 @@ def survey(op: str, dtype: str, count: int, order: int = 1) -> dict:
     } | {"failures": failures}
 
 
-def mutant_margins(op: str) -> dict:
-    table = CATALOGUE[op].MUTANTS
+FP8_TENSORS = ("y_fp8", "amax")
+
+
+def fp8_survey(op: str, dtype: str, count: int) -> dict:
+    """survey() of the records with fp8 output (correct_impls(op, fp8=True)), y_fp8's and amax's ratios on rows of
+    their own. Inside a known issue's region of torch's the fp8 tensors, which no issue's signature names, are still
+    evidence (the row's other tensors are not)."""
+    ratios = defaultdict(list)
+    known = defaultdict(int)
+    failures = []
+    judged = correct_impls(op, fp8=True)
+
+    @settings(max_examples=count, derandomize=True, database=None, phases=[Phase.generate], deadline=None,
+              suppress_health_check=list(HealthCheck))
+    @given(cases(op, dtypes=[dtype]))
+    def run_fp8(drawn):
+        for label, impl, constants in judged:
+            case = drawn.with_(**dict(impl.follows))
+            if impl.unsupported(case):
+                continue
+            issue = any(k.applies(case) for k in impl.known_issues)
+            known[label] += issue
+            report = compare(op, impl, case, constants)
+            judged_tensors = [t for t in report.tensors if not issue or t.name in FP8_TENSORS]
+            if any(t.verdict == FAIL for t in judged_tensors) or (report.verdict == FAIL and not report.tensors):
+                failures.append(f"{label}: {case.label}: {report.summary()}")
+            if judged_tensors and not issue:
+                ratios[label].append(max(t.max_ratio for t in judged_tensors))
+            for t in judged_tensors:
+                if t.name in FP8_TENSORS:
+                    ratios[f"{label} [{t.name}]"].append(t.max_ratio)
+
+    run_fp8()
+    return {
+        label: {"cases": len(r), "known": known[label.split(" [")[0]], "max": float(np.max(r)),
+                "p99": float(np.percentile(r, 99)), "median": float(np.median(r))}
+        for label, r in ratios.items()
+    } | {"failures": failures}
+
+
+def mutant_margins(op: str, fp8: bool = False) -> dict:
+    table = CATALOGUE[op].FP8_MUTANTS if fp8 else CATALOGUE[op].MUTANTS
     out = {}
     for name, fn in table.items():
         impl = resolve_impl(op, fn)
@@ -100,14 +150,18 @@ def main() -> int:
     parser.add_argument("--ops", default="batchnorm,groupnorm")
     parser.add_argument("--json", help="also write the raw results here")
     parser.add_argument("--order", type=int, choices=(1, 2), default=1, help="2: every case with its double backward")
+    parser.add_argument("--fp8", action="store_true", help="the records with fp8 output and the fp8 mutants only "
+                        "(layernorm, rmsnorm)")
     parser.add_argument("--no-mutants", action="store_true", help="skip the mutants' margins (tests/test_ops.py "
                         "checks that the default sweeps catch them)")
     args = parser.parse_args()
     results = {}
     for op in args.ops.split(","):
         start = time.perf_counter()
-        results[op] = {"correct": {d: survey(op, d, args.cases, args.order) for d in DTYPE_CHOICES},
-                       "mutants": {} if args.no_mutants else mutant_margins(op)}
+        survey_of = (lambda d: fp8_survey(op, d, args.cases)) if args.fp8 else (lambda d: survey(op, d, args.cases,
+                                                                                                    args.order))
+        results[op] = {"correct": {d: survey_of(d) for d in DTYPE_CHOICES},
+                       "mutants": {} if args.no_mutants else mutant_margins(op, args.fp8)}
         print(f"## {op}  ({time.perf_counter() - start:.0f} s, constants {CONSTANTS})\n")
         print("| dtype | implementation | cases judged | in a known-issue region | median | p99 | max |")
         print("|---|---|---|---|---|---|---|")

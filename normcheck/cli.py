@@ -21,7 +21,7 @@ from .core.errors import ImplError, UsageError
 from .doctor import run_doctor
 from .engine import FAIL, KNOWN, judge, nothing_tested, runs_per_case
 from .impls import backend_of, check_world, list_impls, resolve_impl, support_text
-from .numerics.dtypes import CASTINGS, COMPUTE_DTYPES, DTYPE_CHOICES, OUTPUT_DTYPES, parse_dtype
+from .numerics.dtypes import CASTINGS, COMPUTE_DTYPES, DTYPE_CHOICES, FP8_FORMATS, OUTPUT_DTYPES, parse_dtype
 from .numerics.formats import FORMATS
 from .numerics.profiles import PROFILES
 from .ops import OPS, get_op
@@ -84,6 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
                      f"dtype: {' or '.join(CASTINGS)} (default end)")
     cmp.add_argument("--residual-dtype", choices=RESIDUAL_DTYPES, help="add_rmsnorm, add_layernorm: the residual "
                      "stream's dtype: input (x's, the default) or f32 (float32 for half input)")
+    cmp.add_argument("--fp8", choices=FP8_FORMATS, metavar="FORMAT", help="layernorm, rmsnorm: the implementation "
+                     "also returns y quantised to fp8 with a scale, and y's amax: e4m3 (float8_e4m3fn) or e5m2 "
+                     "(float8_e5m2); the contract then passes scale= and fp8_dtype= and takes (y, y_fp8, amax) back")
     cmp.add_argument("--output-dtype", choices=OUTPUT_DTYPES, help="the dtype the implementation returns y in: input "
                      "(x's, the default) or promote (result_type(x, weight): f32 for f16/bf16 x with f32 weight)")
     cmp.add_argument("--compute-dtype", choices=COMPUTE_DTYPES, help="the finest precision the implementation "

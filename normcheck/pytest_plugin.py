@@ -4,7 +4,7 @@
            [--normcheck-profile ci|dev|thorough] [--normcheck-mode eval] [--normcheck-frozen x|params]
            [--normcheck-order 2] [--normcheck-eps E] [--normcheck-momentum M] [--normcheck-affine WHICH]
            [--normcheck-normalized-at trailing|channels] [--normcheck-casting MODE] [--normcheck-weight-offset F] [--normcheck-output-dtype input|promote]
-           [--normcheck-compute-dtype f64|f32] [--normcheck-residual-dtype input|f32]
+           [--normcheck-compute-dtype f64|f32] [--normcheck-residual-dtype input|f32] [--normcheck-fp8 e4m3|e5m2]
 
 adds normcheck's suite (normcheck/suite/, shipped inside the package so it runs from any
 directory) to whatever else pytest collects: every case of the default sweep as its own test, and
@@ -72,6 +72,7 @@ def pytest_addoption(parser):
                                ("casting", "end|before-weight|rstd-input", "RMSNorm: where the layer rounds to the input dtype"),
                                ("weight-offset", "F", "RMSNorm: the layer scales by w + F"),
                                ("residual-dtype", "input|f32", "add + norm: the residual stream's dtype"),
+                               ("fp8", "e4m3|e5m2", "LayerNorm, RMSNorm: y also returned quantised to fp8, with its amax"),
                                ("output-dtype", "input|promote", "the dtype y comes back in"),
                                ("compute-dtype", "f64|f32", "the finest precision the layer computes in")):
         group.addoption(f"--normcheck-{name}", metavar=values, help=f"the convention the implementation follows ({what}; "

@@ -62,7 +62,8 @@ def _local_moments(xp, xf, axes, n):
     return mean, xp.sum((xf - mean) ** 2, axis=axes, keepdims=True)
 
 
-def group_norm(framework, x, weight, bias, *, num_groups, eps, channel_axis):
+def group_norm(framework, x, weight, bias, *, num_groups, eps, channel_axis, epilogue=None):
+    """GroupNorm; `epilogue(xp, y)`: applied to the normalised output before its one rounding (a fused epilogue)."""
     xp = _namespace(framework)
     dt = _acc(xp, x)
     axis = channel_axis % x.ndim
@@ -73,7 +74,19 @@ def group_norm(framework, x, weight, bias, *, num_groups, eps, channel_axis):
     var = xp.mean((grouped - mean) ** 2, axis=2, keepdims=True)
     y = xp.reshape((grouped - mean) / xp.sqrt(var + eps), xf.shape)
     y = _affine(xp, y, weight, bias, _param_shape(xf.ndim, 1, c))
+    if epilogue is not None:
+        y = epilogue(xp, y)
     return xp.asarray(xp.moveaxis(y, 1, axis), x.dtype)
+
+
+def _silu(xp, y):
+    return y / (1 + xp.exp(-y))
+
+
+def group_norm_silu(framework, x, weight, bias, *, num_groups, eps, channel_axis):
+    """SiLU(GroupNorm(x)), the SiLU in the accumulation dtype: the fused output rounded once."""
+    return group_norm(framework, x, weight, bias, num_groups=num_groups, eps=eps, channel_axis=channel_axis,
+                      epilogue=_silu)
 
 
 def _over(shape, axes) -> list[int]:
@@ -96,6 +109,20 @@ def rms_norm(framework, x, weight, *, axes, eps):
     xf = xp.asarray(x, _acc(xp, x))
     y = xf / xp.sqrt(xp.mean(xf * xf, axis=axes, keepdims=True) + eps)
     return xp.asarray(_affine(xp, y, weight, None, _over(xf.shape, axes)), x.dtype)
+
+
+def _adding(norm):
+    """add + `norm`: h = x + residual in the residual stream's dtype (the residual's), y = norm(h) in x's dtype."""
+    def add_norm(framework, x, residual, *args, **keywords):
+        xp = _namespace(framework)
+        h = xp.asarray(x, residual.dtype) + residual
+        return xp.asarray(norm(framework, h, *args, **keywords), x.dtype), h
+
+    add_norm.__name__ = f"add_{norm.__name__}"
+    return add_norm
+
+
+add_layer_norm, add_rms_norm = _adding(layer_norm), _adding(rms_norm)
 
 
 def jax_sync_batch_norm(x, weight, bias, running_mean, running_var, *, training, momentum, eps, channel_axis, mask,
@@ -128,6 +155,9 @@ jax_batch_norm, tf_batch_norm = _bound("jax", batch_norm), _bound("tf", batch_no
 jax_group_norm, tf_group_norm = _bound("jax", group_norm), _bound("tf", group_norm)
 jax_layer_norm, tf_layer_norm = _bound("jax", layer_norm), _bound("tf", layer_norm)
 jax_rms_norm, tf_rms_norm = _bound("jax", rms_norm), _bound("tf", rms_norm)
+jax_add_layer_norm, tf_add_layer_norm = _bound("jax", add_layer_norm), _bound("tf", add_layer_norm)
+jax_add_rms_norm, tf_add_rms_norm = _bound("jax", add_rms_norm), _bound("tf", add_rms_norm)
+jax_group_norm_silu, tf_group_norm_silu = _bound("jax", group_norm_silu), _bound("tf", group_norm_silu)
 
 
 # ----------------------------------------------------------------------------- mutants: each must fail
@@ -163,6 +193,78 @@ def tf_batch_norm_biased_running_var(x, weight, bias, running_mean, running_var,
     old = tf.cast(running_var, tf.float64)
     batch = (tf.cast(rv, tf.float64) - (1 - momentum) * old) / momentum * (n - 1) / n
     return y, rm, tf.cast((1 - momentum) * old + momentum * batch, running_var.dtype)
+
+
+def _stop_gradient(framework: str):
+    if framework == "jax":
+        import jax
+
+        return jax.lax.stop_gradient
+    import tensorflow as tf
+
+    return tf.stop_gradient
+
+
+def _normalises_x(norm):
+    """add + norm that normalises x instead of h = x + residual: y wrong wherever the residual is not 0."""
+    def normalises_x(framework, x, residual, *args, **keywords):
+        xp = _namespace(framework)
+        return norm(framework, x, *args, **keywords), xp.asarray(x, residual.dtype) + residual
+
+    normalises_x.__name__ = f"add_{norm.__name__}_normalises_x"
+    return normalises_x
+
+
+def _drops_dh(add_norm):
+    """add + norm whose returned stream is cut from the graph: dh reaches neither dx nor dresidual."""
+    def drops_dh(framework, x, residual, *args, **keywords):
+        y, h = add_norm(framework, x, residual, *args, **keywords)
+        return y, _stop_gradient(framework)(h)
+
+    drops_dh.__name__ = f"{add_norm.__name__}_drops_dh"
+    return drops_dh
+
+
+def _silu_sigma_only(framework):
+    """SiLU differentiated as σ(y) alone (the factor 1 + y(1 − σ(y)) left out), the bug class of hand-written fused
+    backwards: dx, dγ and dβ wrong, y right."""
+    def silu(xp, y):
+        return y * _stop_gradient(framework)(1 / (1 + xp.exp(-y)))
+
+    return silu
+
+
+def _group_norm_silu_sigma_only(framework, x, weight, bias, *, num_groups, eps, channel_axis):
+    return group_norm(framework, x, weight, bias, num_groups=num_groups, eps=eps, channel_axis=channel_axis,
+                      epilogue=_silu_sigma_only(framework))
+
+
+def _silu_before_norm(framework, x, weight, bias, *, num_groups, eps, channel_axis):
+    """GroupNorm(SiLU(x)): the epilogue applied as a prologue."""
+    xp = _namespace(framework)
+    xf = xp.asarray(x, _acc(xp, x))
+    silu = xp.asarray(_silu(xp, xf), x.dtype)
+    return group_norm(framework, silu, weight, bias, num_groups=num_groups, eps=eps, channel_axis=channel_axis)
+
+
+def _stream_in_input_dtype(framework, x, residual, *args, **keywords):
+    """h handed back in x's dtype, where the case declares the residual stream's (residual_dtype=f32)."""
+    y, h = add_rms_norm(framework, x, residual, *args, **keywords)
+    return y, _namespace(framework).asarray(h, x.dtype)
+
+
+def _returns_y_only(framework, x, residual, *args, **keywords):
+    return add_rms_norm(framework, x, residual, *args, **keywords)[0]
+
+
+jax_add_rms_norm_stream_in_input_dtype = _bound("jax", _stream_in_input_dtype)
+tf_add_rms_norm_returns_y_only = _bound("tf", _returns_y_only)
+jax_add_rms_norm_drops_dh = _bound("jax", _drops_dh(add_rms_norm))
+tf_add_rms_norm_normalises_x = _bound("tf", _normalises_x(rms_norm))
+jax_add_layer_norm_normalises_x = _bound("jax", _normalises_x(layer_norm))
+tf_add_layer_norm_drops_dh = _bound("tf", _drops_dh(add_layer_norm))
+jax_group_norm_silu_before_norm = _bound("jax", _silu_before_norm)
+tf_group_norm_silu_sigma_only = _bound("tf", _group_norm_silu_sigma_only)
 
 
 def jax_layer_norm_wrong_signature(x, weight, bias, eps):

@@ -92,8 +92,9 @@ def test_list_says_which_conventions_each_record_follows():
     code, out = run("list", "--op", "rmsnorm")
     assert code == 0 and "follows normalized_at=trailing, weight_offset=0, casting=end" in out
     code, out = run("list", "--op", "layernorm", "--json")
-    torch = next(i for i in json.loads(out)[0]["impls"] if i["name"] == "torch")
-    assert torch["follows"] == {"normalized_at": "trailing"}
+    impls = {i["name"]: i for i in json.loads(out)[0]["impls"]}
+    assert impls["torch"]["follows"] == {"normalized_at": "trailing", "fp8": None}  # (F.layer_norm returns y only)
+    assert impls["torch-fp8-e4m3"]["follows"] == {"normalized_at": "trailing", "fp8": "e4m3"}
 
 
 def test_user_impl_from_a_file(tmp_path):

@@ -8,6 +8,7 @@ sweep here; the whole sweeps are docs/frameworks.md's verdict tables (scripts/fr
 """
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -31,7 +32,12 @@ TEXTBOOK = "tests._array_impls"
 TEXTBOOKS = [("jax", "batchnorm", "jax_batch_norm"), ("jax", "groupnorm", "jax_group_norm"),
              ("jax", "layernorm", "jax_layer_norm"), ("jax", "rmsnorm", "jax_rms_norm"),
              ("jax", "syncbn", "jax_sync_batch_norm"), ("tf", "batchnorm", "tf_batch_norm"),
-             ("tf", "groupnorm", "tf_group_norm"), ("tf", "layernorm", "tf_layer_norm"), ("tf", "rmsnorm", "tf_rms_norm")]
+             ("tf", "groupnorm", "tf_group_norm"), ("tf", "layernorm", "tf_layer_norm"),
+             ("tf", "rmsnorm", "tf_rms_norm"),
+             # fused ops: their declared operands (residual, dh) and results (h) through the adapters
+             ("jax", "add_rmsnorm", "jax_add_rms_norm"), ("jax", "add_layernorm", "jax_add_layer_norm"),
+             ("jax", "groupnorm_silu", "jax_group_norm_silu"), ("tf", "add_rmsnorm", "tf_add_rms_norm"),
+             ("tf", "add_layernorm", "tf_add_layer_norm"), ("tf", "groupnorm_silu", "tf_group_norm_silu")]
 
 
 def textbook(framework: str, op: str, name: str):
@@ -80,6 +86,19 @@ MUTANTS = [
      Case("syncbn", (8, 3, 5, 7), "f32", split=(1, 2, 3, 2)), None),
     ("tf", "batchnorm", "tf_batch_norm_biased_running_var", "tf_batch_norm", Case("batchnorm", (8, 3), "f64"),
      "running_var"),
+    # fused ops: a declared cotangent dropped, a declared operand ignored, an epilogue's derivative or place wrong
+    ("jax", "add_rmsnorm", "jax_add_rms_norm_drops_dh", "jax_add_rms_norm", Case("add_rmsnorm", (3, 4, 8), "f32"),
+     "dresidual"),
+    ("tf", "add_rmsnorm", "tf_add_rms_norm_normalises_x", "tf_add_rms_norm", Case("add_rmsnorm", (3, 4, 8), "f32"),
+     "y"),
+    ("jax", "add_layernorm", "jax_add_layer_norm_normalises_x", "jax_add_layer_norm",
+     Case("add_layernorm", (3, 4, 8), "bf16", normalized_dims=2), "y"),
+    ("tf", "add_layernorm", "tf_add_layer_norm_drops_dh", "tf_add_layer_norm",
+     Case("add_layernorm", (3, 4, 8), "bf16", normalized_dims=2), "dresidual"),
+    ("jax", "groupnorm_silu", "jax_group_norm_silu_before_norm", "jax_group_norm_silu",
+     Case("groupnorm_silu", (2, 6, 5), "f32", groups=3), "y"),
+    ("tf", "groupnorm_silu", "tf_group_norm_silu_sigma_only", "tf_group_norm_silu",
+     Case("groupnorm_silu", (2, 6, 5), "f32", groups=3), "dx"),
 ]
 
 
@@ -91,6 +110,24 @@ def test_a_wrong_array_function_fails_where_it_is_wrong(framework, op, name, twi
     failing = {t.name.split(" ")[0] for t in report.tensors if t.verdict == FAIL}
     assert tensor in failing if tensor else {"y", "dx"} & failing
     assert compare(op, textbook(framework, op, twin), case).verdict == PASS
+
+
+@pytest.mark.parametrize("framework, name, message", [
+    pytest.param("jax", None, None, marks=needs_jax, id="jax"),
+    pytest.param("jax", "jax_add_rms_norm_stream_in_input_dtype", "h has dtype bfloat16, expected float32",
+                 marks=needs_jax, id="jax-h-dtype"),
+    pytest.param("tf", "tf_add_rms_norm_returns_y_only", r"returned \w+, expected \(y, h\)", marks=needs_tf,
+                 id="tf-y-only"),
+])
+def test_a_declared_result_comes_back_in_its_own_dtype_and_place(framework, name, message):
+    """A float32 residual stream under bf16 input: the textbook's h is float32 and passes; an h in x's dtype, or no
+    h at all, is a one-line failure of the interface."""
+    case = Case("add_rmsnorm", (3, 4, 8), "bf16", residual_dtype="f32")
+    report = compare("add_rmsnorm", textbook(framework, "add_rmsnorm", name or f"{framework}_add_rms_norm"), case)
+    if name is None:
+        assert report.verdict == PASS and report.tensor("h").verdict == PASS
+    else:
+        assert report.verdict == FAIL and re.search(message, report.message), report.message
 
 
 REGISTERED = [pytest.param(i.op, i.name, marks=NEEDS[i.framework], id=f"{i.op}-{i.name}")

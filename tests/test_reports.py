@@ -31,7 +31,7 @@ def documented_tables() -> dict[str, dict[str, str]]:
             title = line[3:].strip()
             section = "" if title == "Top level" else title.strip("`")
             tables[section] = {}
-        elif section is not None and (m := re.match(r"\| `([a-z_]+)` \| ([a-z ]+) \|", line)):
+        elif section is not None and (m := re.match(r"\| `([a-z0-9_]+)` \| ([a-z ]+) \|", line)):
             tables[section][m.group(1)] = m.group(2)
     return tables
 
@@ -74,6 +74,8 @@ def strict_json(text: str):
     ["--op", "syncbn", "--impl", "torch19", "--split", "3,0,2", "--dtype", "mixed-bf16"],
     # SKIP: no tensors, null worst
     ["--op", "syncbn", "--impl", "torch", "--backend", "lockstep", "--split", "2,1"],
+    # fp8 output: y_fp8 and a scalar amax (worst_index [])
+    ["--op", "rmsnorm", "--impl", "torch-fp8-e4m3", "--shape", "4,33", "--dtype", "bf16"],
 ])
 def test_json_output_is_what_the_schema_doc_says(argv):
     code, out = run("compare", *argv, "--json")

@@ -27,11 +27,11 @@ from ..ops import GRADIENTS, OPS, Op, get_op
 
 # Fields only the ops that declare them take (Op.case_fields), and how a label shows them: always, or
 # only when the value is not the quiet one (the convention most code follows).
-OP_FIELDS = ("groups", "normalized_dims", "normalized_at", "weight_offset", "casting", "residual_dtype")
+OP_FIELDS = ("groups", "normalized_dims", "normalized_at", "weight_offset", "casting", "residual_dtype", "fp8")
 # The conventions among them (how the layer is defined, not its geometry): a case that leaves one None
 # gets the op's default (its case_fields value); so does normalized_dims (1: the last dim, as F.layer_norm's
 # usual call and the CLI take it). GroupNorm's groups have no default: a count that divides C is the caller's.
-OP_CONVENTIONS = ("normalized_at", "weight_offset", "casting", "residual_dtype")
+OP_CONVENTIONS = ("normalized_at", "weight_offset", "casting", "residual_dtype", "fp8")
 DEFAULTED = OP_CONVENTIONS + ("normalized_dims",)
 # The conventions every op takes: the dtype y comes back in, the finest precision the kernel computes in
 CONVENTIONS = OP_CONVENTIONS + ("output_dtype", "compute_dtype")
@@ -44,7 +44,8 @@ def default_conventions(op: str) -> dict:
             if name not in OP_CONVENTIONS or name in get_op(op).case_fields}
 AFFINE_CHOICES = ("both", "none")  # with the op's parameter names, what --affine takes
 _SHOWN = {"groups": ("G={}", object()), "normalized_dims": ("D={}", object()), "normalized_at": ("set={}", "trailing"),
-          "weight_offset": ("w+{:g}", 0.0), "casting": ("cast={}", "end"), "residual_dtype": ("residual={}", "input")}
+          "weight_offset": ("w+{:g}", 0.0), "casting": ("cast={}", "end"), "residual_dtype": ("residual={}", "input"),
+          "fp8": ("fp8={}", None)}
 DEFAULT_EPS, DEFAULT_MOMENTUM = 1e-5, 0.1  # what a label leaves unsaid
 # The path through the layer a case takes, beyond the training-mode forward and one backward:
 MODES = ("train", "eval")          # eval: normalise with the running statistics, leave them unchanged
@@ -78,6 +79,7 @@ class Case:
     order: int = 1                # ORDERS
     output_dtype: str = "input"   # OUTPUT_DTYPES: y in x's dtype, or promoted with the weight's (result_type)
     compute_dtype: str = "f64"    # COMPUTE_DTYPES: the finest precision the kernel computes in (f32: float64 too)
+    fp8: str | None = None        # ops with fp8 output (LayerNorm, RMSNorm): y also quantised to "e4m3" or "e5m2"
 
     def __post_init__(self):
         object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
@@ -140,8 +142,8 @@ class Case:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise UsageError(f"seed must be an integer >= 0, got {self.seed!r}")
         for name in OP_FIELDS:
-            if getattr(self, name) is not None and name not in op.case_fields:
-                takers = [o.name for o in OPS.values() if name in o.case_fields]
+            if getattr(self, name) is not None and not op.takes(name):
+                takers = [o.name for o in OPS.values() if o.takes(name)]
                 raise UsageError(f"--{name.replace('_', '-')} applies to {listing(takers)} only, not {self.op}")
         op.validate(self)
         if self.view.set_size < op.min_set_size:
@@ -327,7 +329,7 @@ class CaseInputs:
         ddx = quantise(cot.normal(size=case.shape), q) if "dx" in grads else None
         ddweight = quantise(cot.normal(size=p), qp) if "dweight" in grads else None
         ddbias = quantise(cot.normal(size=p), qp) if "dbias" in grads else None
-        return cls(
+        return _derived(cls(
             case=case,
             extra=_operands(case),
             x=quantise(view.from_sets(x_sets), q),
@@ -337,7 +339,7 @@ class CaseInputs:
             running_mean=quantise(running_mean, qp),
             running_var=quantise(running_var, qp),
             ddx=ddx, ddweight=ddweight, ddbias=ddbias,
-        )
+        ))
 
 
 def _operands(case: Case) -> dict[str, np.ndarray]:
@@ -347,7 +349,7 @@ def _operands(case: Case) -> dict[str, np.ndarray]:
     op, view = case.record, case.view
     rng = np.random.default_rng([case.seed, _stable_hash(case), 3])
     out = {}
-    for operand in op.operands:
+    for operand in (o for o in op.operands_of(case) if o.derive is None):
         dtype = op.dtype_of(case, operand.dtype)
         if operand.draw is not None or operand.shape != "x":
             shape = op.shape_of(case, operand.shape, case.shape)
@@ -361,6 +363,14 @@ def _operands(case: Case) -> dict[str, np.ndarray]:
             values = np.broadcast_to(values[:1], case.shape)
         out[operand.name] = quantise(values, dtype)
     return out
+
+
+def _derived(inputs: CaseInputs) -> CaseInputs:
+    """The inputs with the declared operands made from the others (Operand.derive: fp8's scale, from y's range)."""
+    case = inputs.case
+    op = case.record
+    derived = {o.name: quantise(o.derive(inputs), op.dtype_of(case, o.dtype)) for o in op.operands_of(case) if o.derive}
+    return replace(inputs, extra={**inputs.extra, **derived}) if derived else inputs
 
 
 # What judging a case holds at its peak, per element of x: float64 inputs, reference, bounds, baseline and the

@@ -9,6 +9,7 @@ import importlib
 import importlib.util
 import inspect
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Callable
@@ -74,7 +75,11 @@ def check_arity(name: str, fn: Callable, signature: str) -> None:
     missing = [k for k in keywords if k not in named]
     if missing and not any(p.kind == p.VAR_KEYWORD for p in params):
         raise UsageError(f"{name} takes no keyword {missing[0]}; the contract is {signature}")
-    unknown = [p.name for p in params if p.kind == p.KEYWORD_ONLY and p.default is p.empty and p.name not in keywords]
+    # (a later form of the contract in the same text, `fn(..., name=value)`, passes those keywords in the cases a case
+    # field selects: LayerNorm's and RMSNorm's `with --fp8: fn(..., eps, scale=scale, fp8_dtype=dtype)`)
+    variants = {k for form in re.findall(r"\bfn\(([^)]*)\)", signature)[1:] for k in re.findall(r"(\w+)=", form)}
+    unknown = [p.name for p in params if p.kind == p.KEYWORD_ONLY and p.default is p.empty
+               and p.name not in keywords and p.name not in variants]
     if unknown:
         raise UsageError(f"{name} requires a keyword {unknown[0]} the contract does not pass; the contract is {signature}")
 

@@ -175,7 +175,7 @@ def unit_ratios(ratio: np.ndarray, units: int) -> np.ndarray:
     The unit axis is dim 1 of (N, C, ...) and (N, G) tensors and dim 0 of per-channel vectors; an
     axis of C channels folds into `units` consecutive blocks (GroupNorm: C/G channels per group).
     """
-    r = np.moveaxis(np.where(np.isnan(ratio), np.inf, ratio), 1 if ratio.ndim > 1 else 0, 0)
+    r = np.moveaxis(np.atleast_1d(np.where(np.isnan(ratio), np.inf, ratio)), 1 if ratio.ndim > 1 else 0, 0)
     if r.shape[0] % units:  # not laid out by channel or group: one value for the whole tensor
         return np.full(units, r.max(initial=0.0))
     return r.reshape(units, -1).max(axis=1, initial=0.0)

@@ -27,6 +27,7 @@ import numpy as np
 from ..cases import Case, CaseInputs
 from ..ops import get_op
 from ..numerics.dtypes import ROUNDS_XHAT, TINY, UNIT_ROUNDOFF, may_round_across, quantise
+from ..reference.adaln import modulation
 from .expected import Grouped, as_output, effective_affine, grouped, second_order_outputs
 from .running_error import exact, tracked_arithmetic
 
@@ -49,6 +50,8 @@ def element_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) -> 
     op = case.record
     if op.prologue is not None:
         return prologue_bounds(case, inputs, c)
+    if op.modulation is not None:
+        return modulation_bounds(case, inputs, c)
     view = case.view
     axes = view.axes
     ua = UNIT_ROUNDOFF[case.dtypes.accumulation]  # (all three no finer than the precision the kernel computes in)
@@ -194,6 +197,9 @@ def element_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) -> 
         )
     if case.order == 2:
         bounds.update(second_order_bounds(case, inputs, c))
+    for extension in op.own_extensions:  # (results a case field adds, bounded from the outputs': fp8's y_fp8, amax)
+        if extension.applies(case) and extension.bounds is not None:
+            bounds.update(extension.bounds(case, inputs, bounds, c))
     return bounds
 
 
@@ -222,6 +228,50 @@ def prologue_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) ->
     for gradient, wrt in op.gradients.items():
         if wrt in prologue.summands:
             bounds[gradient] = norm_bound + c.rounding * case.dtypes.unit(op.output_dtype(case, gradient)) * terms
+    return bounds
+
+
+def modulation_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) -> dict[str, np.ndarray]:
+    """A modulated norm (reference.Modulation: y = ŷ·m + shift, m = 1 + scale per sample): the inner norm's bounds
+    with dŷ = dy·m as its dy, rounded to the input dtype as an eager kernel stores it (twice what that rounding and
+    m's own moved the inner gradients is allowed on top, as for a prologue); y inherits ŷ's error times |m| plus
+    its own rounding (m, the product, the sum); dscale = Σ_S dy·ŷ and dshift = Σ_S dy are sums over a sample's
+    sequence S of products rounded in the storage dtype."""
+    op = case.record
+    mod, inner = op.modulation, get_op(op.inner)
+    ndim = inputs.x.ndim
+    scale, shift = (modulation(inputs.extra[name], ndim) for name in (mod.scale, mod.shift))
+    m = 1 + scale
+    uo, ua = case.dtypes.unit(case.dtype), UNIT_ROUNDOFF[case.dtypes.accumulation]
+    uy = case.dtypes.unit(op.output_dtype(case, "y"))
+
+    inner_case = case.with_(op=inner.name, **{f: None for f in op.case_fields if f not in inner.case_fields})
+    on_inner = replace(inputs, case=inner_case, dy=quantise(inputs.dy * quantise(m, case.dtype), case.dtype), extra={})
+    bounds = element_bounds(inner_case, on_inner, c)
+    rounded, exact = inner.reference(on_inner), inner.reference(replace(on_inner, dy=inputs.dy * m))
+    for name in inner.gradients:
+        if name in bounds and name in exact:
+            bounds[name] = bounds[name] + 2 * np.abs(exact[name] - rounded[name])
+
+    y_norm = exact["y"]  # ŷ
+    bound_norm = bounds["y"]
+    y = y_norm * m + shift
+    bounds["y"] = (np.abs(m) * bound_norm + c.rounding * uy * (np.abs(y_norm * m) + np.abs(y))
+                   + uo * (1 + np.abs(scale)) * np.abs(y_norm))  # (1 + scale itself rounded)
+
+    per_sample = inputs.extra[mod.scale].ndim
+    terms = inputs.x.size // max(inputs.extra[mod.scale].size, 1)  # each sample's sequence
+
+    def over_sequence(a):
+        axes = tuple(range(1, a.ndim - per_sample + 1))
+        return a.sum(axis=axes) if axes else a
+
+    growth = c.growth * np.sqrt(terms) if terms > 1 else 0.0
+    products = np.abs(inputs.dy * y_norm)
+    bounds[mod.dscale] = (over_sequence(np.abs(inputs.dy) * bound_norm + (c.rounding * uo + growth * ua) * products)
+                          + c.rounding * uo * np.abs(over_sequence(inputs.dy * y_norm)))
+    bounds[mod.dshift] = (growth * ua * over_sequence(np.abs(inputs.dy))
+                          + c.rounding * uo * np.abs(over_sequence(inputs.dy)))
     return bounds
 
 

@@ -13,7 +13,8 @@ from functools import lru_cache
 import jax
 
 from ..core.errors import UsageError
-from .arrays import COTANGENT_OF, INPUT_OF, SIMULATED_DEVICES, forward, master_arrays, to_outputs
+from .arrays import (COTANGENT_OF, SIMULATED_DEVICES, array_names, cotangents_of, data_operands, forward,
+                     master_arrays, row_arrays, to_outputs)
 
 
 jax.config.update("jax_enable_x64", True)  # f64 cases are f64 (JAX's default would make them f32)
@@ -34,7 +35,7 @@ def run(op, impl, case, inputs):
     """One process: forward and backward of impl's function under the op's array contract."""
     arrays = master_arrays(inputs)
     step = _step(impl.callable(), case)
-    out = jax.device_get(step(*_device_args(arrays)))
+    out = jax.device_get(step(_device_args(arrays)))
     return to_outputs(op, case, out, arrays["x"].shape), impl.reported_path(case), KERNELS
 
 
@@ -48,13 +49,13 @@ def run_devices(op, impl, case, inputs) -> list[dict[str, np.ndarray]]:
     rows = max(max(case.split), 1)
     starts = np.cumsum((0,) + case.split)
     shares = [master_arrays(inputs, slice(starts[r], starts[r + 1])) for r in range(size)]
-    padded = {name: _pad_stack([s[name] for s in shares], rows) for name in ("x", "dy", "ddx")}
+    padded = {name: _pad_stack([s[name] for s in shares], rows) for name in row_arrays(case)}
     mask = np.zeros((size * rows,), dtype=bool)
     for r, n in enumerate(case.split):
         mask[r * rows: r * rows + n] = True
     arrays = {**shares[0], **padded, "mask": mask}
     step = _step(impl.callable(), case, devices=True)
-    out = jax.device_get(step(*_device_args(arrays)))
+    out = jax.device_get(step(_device_args(arrays)))
     per_device = []
     for r, n in enumerate(case.split):
         mine = {name: _share(name, value, r, rows, n, op) for name, value in out.items()}
@@ -77,41 +78,40 @@ def _share(name: str, value, rank: int, rows: int, n: int, op):
     return value[rank]
 
 
-_ARGS = ("x", "dy", "weight", "bias", "running_mean", "running_var", "ddx", "ddweight", "ddbias", "mask")
-
-
-def _device_args(arrays: dict) -> list:
-    return [None if arrays.get(k) is None else jnp.asarray(arrays[k]) for k in _ARGS]
+def _device_args(arrays: dict) -> dict:
+    return {k: None if v is None else jnp.asarray(v) for k, v in arrays.items()}
 
 
 @lru_cache(maxsize=2)  # judge runs a case twice: the second run reuses the compiled step
 def _step(fn, case, devices: bool = False):
-    """The jitted forward + backward of `fn` on `case` (under shard_map over the world's devices)."""
+    """The jitted forward + backward of `fn` on `case` (under shard_map over the world's devices), of a dict of
+    arrays (master_arrays', and a device world's row mask)."""
     op = case.record
     mesh = Mesh(np.array(jax.devices("cpu")[:len(case.split)]), (AXIS,)) if devices else None
     ndim = len(case.shape)
-    leaves_of = [g for g in INPUT_OF if g in case.grads]
+    wrt = op.gradients  # gradient name -> the input it is taken of
 
-    def step(x, dy, weight, bias, running_mean, running_var, ddx, ddweight, ddbias, mask):
-        given = {"x": x, "weight": weight, "bias": bias}
+    def step(a):
+        given = {name: a[name] for name in ("x", "weight", "bias", *data_operands(case))}
+        row_mask = None if a.get("mask") is None else a["mask"].reshape((-1,) + (1,) * (ndim - 1))
 
         def primal(leaves):
-            a = {**given, **{INPUT_OF[g]: v for g, v in leaves.items()}}
-            row_mask = None if mask is None else mask.reshape((-1,) + (1,) * (ndim - 1))
-            return forward(op, fn, case, a["x"], a["weight"], a["bias"], running_mean, running_var, row_mask,
-                           AXIS if mesh is not None else None)
+            b = {**given, **{wrt[g]: v for g, v in leaves.items()}}
+            return forward(op, fn, case, b["x"], b["weight"], b["bias"], a["running_mean"], a["running_var"],
+                           row_mask, AXIS if mesh is not None else None, {n: b[n] for n in data_operands(case)})
 
         def first(leaves, dy):
-            y, pullback, stats = jax.vjp(primal, leaves, has_aux=True)
-            return pullback(dy)[0], (y, stats)
+            results, pullback, stats = jax.vjp(primal, leaves, has_aux=True)
+            given_cotangents = cotangents_of(case, {**a, "dy": dy})  # (a result without one pulls back zeros)
+            cotangents = {k: given_cotangents.get(k, jnp.zeros_like(v)) for k, v in results.items()}
+            return pullback(cotangents)[0], (results, stats)
 
-        leaves = {g: given[INPUT_OF[g]] for g in leaves_of}
-        grads, (y, stats) = first(leaves, dy)
-        out = {"y": y, **grads, **stats}
-        if case.order == 2:
-            given_cotangents = {"ddx": ddx, "ddweight": ddweight, "ddbias": ddbias}
-            cotangents = {g: given_cotangents[COTANGENT_OF[g]] for g in leaves_of}
-            _, pullback = jax.vjp(lambda l, d: first(l, d)[0], leaves, dy)
+        leaves = {g: given[wrt[g]] for g in case.grads}
+        grads, (results, stats) = first(leaves, a["dy"])
+        out = {**results, **grads, **stats}
+        if case.order == 2:  # (ops with a double backward: x, γ and β are their only leaves)
+            cotangents = {g: a[COTANGENT_OF[g]] for g in leaves}
+            _, pullback = jax.vjp(lambda l, d: first(l, d)[0], leaves, a["dy"])
             d_leaves, d_dy = pullback(cotangents)
             second = {"d2x": d_leaves.get("dx"), "d2weight": d_leaves.get("dweight"), "d2dy": d_dy}
             out.update({k: second[k] for k in case.second_order})
@@ -122,8 +122,7 @@ def _step(fn, case, devices: bool = False):
     if mesh is None:
         return jax.jit(step)
     P = PartitionSpec
-    rows = P(AXIS)
-    in_specs = (rows, rows, P(), P(), P(), P(), rows, P(), P(), rows)
-    mapped = jax.shard_map(step, mesh=mesh, in_specs=in_specs, out_specs=rows, check_vma=False)
+    by_rows = set(row_arrays(case)) | {"mask"}
+    specs = {name: P(AXIS) if name in by_rows else P() for name in (*array_names(case), "mask")}
+    mapped = jax.shard_map(step, mesh=mesh, in_specs=(specs,), out_specs=P(AXIS), check_vma=False)
     return jax.jit(mapped)
-

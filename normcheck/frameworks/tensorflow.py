@@ -20,7 +20,8 @@ import tensorflow as tf  # noqa: E402
 
 from ..core.errors import ImplError, UsageError  # noqa: E402
 from ..core.text import exception_text, raised_at  # noqa: E402
-from .arrays import COTANGENT_OF, INPUT_OF, SIMULATED_DEVICES, forward, master_arrays, to_outputs  # noqa: E402
+from .arrays import (COTANGENT_OF, SIMULATED_DEVICES, cotangents_of, data_operands, forward,  # noqa: E402
+                     master_arrays, to_outputs)
 
 try:
     tf.config.set_logical_device_configuration(tf.config.list_physical_devices("CPU")[0],
@@ -85,23 +86,27 @@ def _numpy(out: dict) -> dict:
 
 
 def _step(op, fn, case, t: dict) -> dict:
-    """y, the gradients the case asks for and (order 2) the second-order ones, on one replica's tensors."""
+    """y and the op's declared results, the gradients the case asks for (every result with its cotangent) and
+    (order 2) the second-order ones, on one replica's tensors."""
     x, dy = t["x"], t["dy"]
-    leaves = {g: t[INPUT_OF[g]] for g in INPUT_OF if g in case.grads}
+    leaves = {g: t[op.gradients[g]] for g in case.grads}
     second = case.order == 2
     with tf.GradientTape() if second else contextlib.nullcontext() as outer:
         if second:
             outer.watch([*leaves.values(), dy])
         with tf.GradientTape() as tape:
             tape.watch(list(leaves.values()))
-            y, stats = forward(op, fn, case, x, t.get("weight"), t.get("bias"), t["running_mean"], t["running_var"])
-        grads = tape.gradient(y, list(leaves.values()), output_gradients=dy)
-    out = {"y": y, **stats}
+            results, stats = forward(op, fn, case, x, t.get("weight"), t.get("bias"), t["running_mean"],
+                                     t["running_var"], extra={n: t[n] for n in data_operands(case)})
+        cotangents = cotangents_of(case, t)
+        grads = tape.gradient([results[k] for k in cotangents], list(leaves.values()),
+                              output_gradients=list(cotangents.values()))
+    out = {**results, **stats}
     for name, grad in zip(leaves, grads):
         if grad is None and x.shape[0]:
             raise ImplError(f"{name} is None: no gradient reaches that input")
         out[name] = tf.zeros_like(leaves[name]) if grad is None else grad
-    if second:
+    if second:  # (ops with a double backward: x, γ and β are their only leaves)
         wrt = {"d2x": t["x"], "d2weight": t.get("weight"), "d2dy": dy}
         wanted = {k: wrt[k] for k in case.second_order}
         cotangents = [t[COTANGENT_OF[g]] for g in leaves]

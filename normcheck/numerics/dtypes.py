@@ -13,13 +13,20 @@ import numpy as np
 from ..core.errors import UsageError
 
 DTYPES = ("f64", "f32", "f16", "bf16")
+# The 8-bit output formats (Case.fp8: LayerNorm's and RMSNorm's y quantised with a scale): float8_e4m3fn (no inf:
+# torch's cast saturates at ±448) and float8_e5m2 (overflow is ±inf). Storage dtypes of an output, not of a case.
+FP8_FORMATS = ("e4m3", "e5m2")
+FP8_MAX = {"e4m3": 448.0, "e5m2": 57344.0}
+# mantissa bits, smallest normal exponent, whether a cast saturates (rather than overflowing to inf)
+_FP8 = {"e4m3": (3, -6, True), "e5m2": (2, -14, False)}
 
 # Unit roundoff u = 2^-p (half an ulp at 1) of each storage dtype.
-UNIT_ROUNDOFF = {"f64": 2.0**-53, "f32": 2.0**-24, "f16": 2.0**-11, "bf16": 2.0**-8}
+UNIT_ROUNDOFF = {"f64": 2.0**-53, "f32": 2.0**-24, "f16": 2.0**-11, "bf16": 2.0**-8, "e4m3": 2.0**-4, "e5m2": 2.0**-3}
 
 # Smallest positive normal number: errors below this are subnormal noise, never a finding.
 TINY = {"f64": float(np.finfo(np.float64).tiny), "f32": float(np.finfo(np.float32).tiny),
-        "f16": float(np.finfo(np.float16).tiny), "bf16": float(np.finfo(np.float32).tiny)}  # bf16: f32's exponent
+        "f16": float(np.finfo(np.float16).tiny), "bf16": float(np.finfo(np.float32).tiny),  # bf16: f32's exponent
+        "e4m3": 2.0**-6, "e5m2": 2.0**-14}
 
 # The spellings accepted on the command line: plain dtypes, and mixed ones where a
 # half-precision input comes with float32 weight, bias and running statistics.
@@ -108,7 +115,8 @@ def parse_dtype(text: str) -> DtypeSpec:
 def quantise(values: np.ndarray, dtype: str) -> np.ndarray:
     """Round float64 values to `dtype` and return them as float64 (exactly representable).
 
-    Like torch, f16 and bf16 round through float32 (round to nearest even at each step).
+    Like torch, f16, bf16 and the fp8 formats round through float32 (round to nearest even at each step); like
+    torch's cast, e4m3 saturates at ±448 (±inf included) and e5m2 overflows to ±inf.
     """
     a = np.asarray(values, dtype=np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
@@ -124,4 +132,21 @@ def quantise(values: np.ndarray, dtype: str) -> np.ndarray:
             rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
             out = rounded.astype(np.uint32).view(np.float32)
             return np.where(np.isnan(f), np.float32(np.nan), out).astype(np.float64)
+        if dtype in _FP8:
+            return _fp8(f.astype(np.float64), dtype)
     raise UsageError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+
+
+def _fp8(f: np.ndarray, fmt: str) -> np.ndarray:
+    """float32 values (as float64) rounded to the nearest even fp8 number of `fmt`, torch's overflow included."""
+    mantissa, lowest, saturates = _FP8[fmt]
+    _, exponent = np.frexp(f)  # f = m·2^exponent, 0.5 <= |m| < 1 (0 and ±inf: exponent 0)
+    ulp = np.exp2(np.maximum(exponent - 1, lowest) - mantissa)  # the spacing at f (subnormals: at the smallest normal)
+    q = np.rint(f / ulp) * ulp  # (exact: a power-of-two scaling; rint rounds halves to even)
+    over = np.abs(q) > FP8_MAX[fmt]  # (NaN is not)
+    return np.where(over, np.copysign(FP8_MAX[fmt] if saturates else np.inf, f), q)
+
+
+def saturate(values: np.ndarray, fmt: str) -> np.ndarray:
+    """Values clamped to the finite range of the fp8 format `fmt` (what a scaled cast does before it rounds)."""
+    return np.clip(values, -FP8_MAX[fmt], FP8_MAX[fmt])

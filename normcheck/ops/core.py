@@ -49,6 +49,9 @@ class Operand:
     # How a case draws its values: None, from the case's profile like x (a data input) or like dy (a cotangent);
     # or draw(rng, shape) -> float64 values (then quantised to its dtype)
     draw: "Callable[[Any, tuple[int, ...]], np.ndarray] | None" = None
+    # Or made from the case's other inputs once they are made: derive(case_inputs) -> float64 values (then quantised
+    # to its dtype), as fp8's scale is from y's range
+    derive: "Callable[[Any], np.ndarray] | None" = None
 
     def __post_init__(self):
         if self.role not in OPERAND_ROLES:
@@ -66,6 +69,25 @@ class Result:
     dtype: "str | Callable[[Any], str]" = "input"
     cotangent: str | None = None
     shape: "str | Callable[[Any], tuple[int, ...]]" = "x"  # as an Operand's
+
+
+@dataclass(frozen=True)
+class Extension:
+    """What a case field adds to an op's interface in the cases that set it (not None): operands the contract passes
+    and results it returns after y and the op's own results (LayerNorm's and RMSNorm's fp8 output: a scale in, the
+    quantised y and its amax out). Generic code reads Op.operands_of(case) / results_of(case); `operands` and
+    `results` stay the interface every case has. `reference`: the op reference that gives the results (a record
+    built from this one with a reference of its own, add + norm's, has neither the extension nor its field).
+    `bounds(case, inputs, bounds, constants)`: the results' element bounds, from those of the op's own outputs
+    (engine.tolerance calls it last)."""
+    field: str
+    reference: Callable
+    operands: tuple[Operand, ...] = ()
+    results: tuple[Result, ...] = ()
+    bounds: "Callable[[Any, Any, dict, Any], dict[str, np.ndarray]] | None" = None
+
+    def applies(self, case) -> bool:
+        return getattr(case, self.field, None) is not None
 
 
 @dataclass(frozen=True)
@@ -240,10 +262,15 @@ class Op:
     # y; under its contract `call` passes the operands and gets (y, *results) back
     operands: tuple[Operand, ...] = ()
     results: tuple[Result, ...] = ()
+    # What a case field adds to that interface where a case sets it (Extension: fp8's scale, y_fp8 and amax)
+    extensions: tuple[Extension, ...] = ()
     # A fused op made of a prologue and an inner norm (reference.Prologue: h = x + residual, normalised as `inner`,
     # the name of that op): the tolerance model bounds the inner norm on h and adds the prologue's own rounding
     prologue: Any = None
     inner: str | None = None
+    # A fused op whose inner norm's output each sample modulates (reference.Modulation: y = ŷ·(1 + scale) + shift,
+    # adaln's): the tolerance model bounds the inner norm and adds the modulation's own rounding
+    modulation: Any = None
 
     def __post_init__(self):
         names = {i.name for i in self.impls}
@@ -272,10 +299,35 @@ class Op:
 
     def _declared(self, name: str) -> "Result | Operand | None":
         """The declaration of a result, or of the operand a declared gradient is taken of (None: not declared)."""
-        for r in self.results:
+        for r in self.results + tuple(r for e in self.extensions for r in e.results):
             if r.name == name:
                 return r
         return next((o for o in self.operands if o.gradient == name), None)
+
+    # -- one case's interface: the op's own, and what the extensions whose field the case sets add
+    @property
+    def own_extensions(self) -> tuple[Extension, ...]:
+        """The extensions whose results this record's reference gives (not those of a record it was built from)."""
+        return tuple(e for e in self.extensions if e.reference is self.reference)
+
+    def takes(self, field: str) -> bool:
+        """Whether a case of the op may set its case field `field` (an extension's: where the extension is its own)."""
+        extended = {e.field for e in self.extensions}
+        return field in self.case_fields and (field not in extended or field in {e.field for e in self.own_extensions})
+
+    def operands_of(self, case) -> tuple[Operand, ...]:
+        return self.operands + tuple(o for e in self.own_extensions if e.applies(case) for o in e.operands)
+
+    def results_of(self, case) -> tuple[Result, ...]:
+        return self.results + tuple(r for e in self.own_extensions if e.applies(case) for r in e.results)
+
+    def outputs_of(self, case) -> tuple[str, ...]:
+        """Every output `case` may compare: all_outputs, and its extensions' results."""
+        return self.all_outputs + tuple(r.name for r in self.results_of(case) if r.name not in self.all_outputs)
+
+    def required_of(self, case) -> tuple[str, ...]:
+        """What every implementation must produce on `case`: `required`, and its extensions' results."""
+        return self.required + tuple(r.name for r in self.results_of(case) if r.name not in self.required)
 
     def _declared_dtype(self, name: str) -> str | None:
         """The dtype role of a declared result, or of a declared operand's gradient (None: not declared)."""

@@ -16,6 +16,10 @@ WHY_ONCE = ("the double backward of a fused epilogue is not judged yet: the seco
             "stop at the norm's output")
 
 
+# groupnorm's array contract, returning the fused output
+ARRAY_SIGNATURE = groupnorm.ARRAY_SIGNATURE.replace("-> y", "-> SiLU(GroupNorm(x))")
+
+
 def reference_outputs(i) -> dict[str, np.ndarray]:
     c = i.case
     bwd = silu_gn_backward(i.dy, i.x, c.groups, i.weight, i.bias, c.eps)
@@ -33,7 +37,8 @@ OP = replace(
     description="GroupNorm followed by SiLU, fused (the output is SiLU(GN(x)); y names that output)",
     signature="fn(input, num_groups, weight, bias, eps) -> SiLU(GroupNorm(input))",
     reference=reference_outputs, outputs=("y", "dx", "dweight", "dbias"), saved_stats=(), epilogue=reference.SILU,
-    double_backward=False, why_once_differentiable=WHY_ONCE, array_signature=None, array_call=None,
+    double_backward=False, why_once_differentiable=WHY_ONCE, array_signature=ARRAY_SIGNATURE,
+    array_call=groupnorm.array_call,
     impls=(Impl("torch", "groupnorm_silu", "torch.nn.functional.silu of group_norm, through autograd", group_norm_silu,
                 known_issues=groupnorm.TORCH_ISSUES),),
 )

@@ -10,10 +10,12 @@ from ..core.errors import UsageError
 from ..frameworks.torch import grad_mask
 from ..numerics.sets import SetView
 from .batchnorm import double_backward_issues, drop_none
+from . import fp8
 from .core import Impl, KnownIssue, Op, Signature
 from .design import Design, Exclusion, Factor, at_most, eps_factor, levels, spread
 
-SIGNATURE = "fn(input, normalized_shape, weight, bias, eps) -> Tensor  (torch.nn.functional.layer_norm)"
+SIGNATURE = ("fn(input, normalized_shape, weight, bias, eps) -> Tensor  (torch.nn.functional.layer_norm); with "
+             f"--fp8: fn(..., eps, {fp8.KEYWORDS}) -> {fp8.RETURNS}")
 OUTPUTS = ("y", "mean", "rstd", "dx", "dweight", "dbias")
 REQUIRED = ("y", "dx", "dweight", "dbias")
 
@@ -89,6 +91,7 @@ def view(case) -> SetView:
 
 
 def validate(case) -> None:
+    fp8.validate(case)
     k, rank = case.normalized_dims, len(case.shape)
     if case.normalized_at not in NORMALIZED_AT:
         raise UsageError(f"unknown normalized-at {case.normalized_at!r}; choose one of {', '.join(NORMALIZED_AT)}")
@@ -112,7 +115,7 @@ def as_given(case, a: np.ndarray) -> np.ndarray:
 
 
 def call(fn, t, case, group=None, world_size=1):
-    return fn(t.x, normalized_shape(case), t.weight, t.bias, case.eps)
+    return fn(t.x, normalized_shape(case), t.weight, t.bias, case.eps, **fp8.keywords(t, case))
 
 
 ARRAY_SIGNATURE = ("fn(x, weight, bias, *, axes, eps) -> y  (axes: the normalised ones, (-K, ..., -1); "
@@ -125,7 +128,14 @@ def normalized_axes(case) -> tuple[int, ...]:
 
 
 def array_call(fn, a, case):
+    fp8.refuse_arrays(case)
     return fn(a.x, a.weight, a.bias, axes=normalized_axes(case), eps=case.eps)
+
+
+def forward(i) -> np.ndarray:
+    """The reference's y alone."""
+    c = i.case
+    return as_given(c, reference.layer_norm_forward(as_trailing(c, i.x), normalized_shape(c), i.weight, i.bias, c.eps).y)
 
 
 def reference_outputs(i) -> dict[str, np.ndarray]:
@@ -133,8 +143,9 @@ def reference_outputs(i) -> dict[str, np.ndarray]:
     x, dy = as_trailing(c, i.x), as_trailing(c, i.dy)
     fwd = reference.layer_norm_forward(x, d, i.weight, i.bias, c.eps)
     bwd = reference.layer_norm_backward(dy, x, d, i.weight, c.eps, has_bias=i.bias is not None)
-    return drop_none(y=as_given(c, fwd.y), mean=as_given(c, fwd.mean), rstd=as_given(c, fwd.rstd),
-                     dx=as_given(c, bwd.dx), dweight=bwd.dweight, dbias=bwd.dbias)
+    y = as_given(c, fwd.y)
+    return drop_none(y=y, mean=as_given(c, fwd.mean), rstd=as_given(c, fwd.rstd),
+                     dx=as_given(c, bwd.dx), dweight=bwd.dweight, dbias=bwd.dbias, **fp8.outputs(y, i))
 
 
 def native_backward(case, t):
@@ -199,19 +210,28 @@ TORCH_ISSUES = (HALF_PARAM_GRADS, TINY_ROW_STATISTICS, F16_RSTD_OVERFLOW, MIXED_
 
 TORCHS = {"normalized_at": "trailing"}  # torch's convention: the last K dims
 
+
+def layer_norm_fp8(input, normalized_shape, weight=None, bias=None, eps=1e-5, *, scale, fp8_dtype):
+    """F.layer_norm, then y quantised in torch (fp8.quantised)."""
+    return fp8.quantised(F.layer_norm(input, normalized_shape, weight, bias, eps), scale, fp8_dtype)
+
 OP = Op(
     name="layernorm",
     description="LayerNorm: statistics per row over the last K dims, γ and β per element of them",
     signature=SIGNATURE, call=call, reference=reference_outputs, view=view, unit="layer",
     outputs=OUTPUTS, required=REQUIRED, saved_stats=("mean", "rstd"), sweep=SWEEP,
-    case_fields={"normalized_dims": 1, **TORCHS}, set_dim=-1, validate=validate,
+    case_fields={"normalized_dims": 1, **TORCHS, "fp8": None}, set_dim=-1, validate=validate,
     array_signature=ARRAY_SIGNATURE, array_call=array_call, channels=False,
     min_set_size=1,  # a hidden size of 1 is a layer too: x̂ = 0, y = β, dx = 0
+    extensions=(fp8.extension(reference_outputs, forward),),
     impls=(
         Impl("torch", "layernorm", "torch.nn.functional.layer_norm through autograd", F.layer_norm,
-             known_issues=TORCH_ISSUES, follows=TORCHS),
+             known_issues=TORCH_ISSUES, follows={**TORCHS, "fp8": None}),
         Impl("torch-native-backward", "layernorm",
              "aten.native_layer_norm + aten.native_layer_norm_backward called directly", native_backward,
-             convention="direct", known_issues=TORCH_ISSUES, follows=TORCHS),
+             convention="direct", known_issues=TORCH_ISSUES, follows={**TORCHS, "fp8": None}),
+        *(Impl(f"torch-fp8-{f}", "layernorm", f"torch.nn.functional.layer_norm through autograd, y quantised to "
+               f"{fp8.TORCH_NAMES[f]} in torch", layer_norm_fp8, known_issues=TORCH_ISSUES,
+               follows={**TORCHS, "fp8": f}) for f in fp8.FP8_FORMATS),
     ),
 )

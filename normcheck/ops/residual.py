@@ -3,6 +3,9 @@ the residual stream declared as the fused op's own interface (normcheck.referenc
 
     fn(input, residual, normalized_shape, weight[, bias], eps) -> (y, h)    h = input + residual, y = norm(h)
 
+Its array contract is the inner norm's with the residual after x and h returned after y:
+`fn(x, residual, weight[, bias], *, axes, eps) -> (y, h)`.
+
 The residual stream has a dtype of its own (case field residual_dtype, a convention): "input" (x's, as a
 plain `h = x + residual` in eager code gives) or "f32" (float32 for half input, as kernels that keep the
 residual stream in float32 do; x's own for f32 and f64 input).
@@ -10,6 +13,7 @@ residual stream in float32 do; x's own for f32 and f64 input).
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Callable
 
 import numpy as np
 
@@ -35,6 +39,24 @@ OPERANDS = (Operand("residual", dtype=residual_dtype, gradient="dresidual"),
 RESULTS = (Result("h", dtype=residual_dtype, cotangent="dh"),)
 
 
+def array_contract(inner: Op) -> "tuple[str | None, Callable | None]":
+    """(array_signature, array_call) of add + `inner`: `inner`'s, with each declared data input after x (the residual)
+    and (y, *results) returned; (None, None) when `inner` has none."""
+    if inner.array_signature is None:
+        return None, None
+    operands = [o.name for o in OPERANDS if o.role == "input"]
+    returns = f"({', '.join(('y',) + tuple(r.name for r in RESULTS))})"
+    signature = inner.array_signature.replace("fn(x, ", f"fn(x, {', '.join(operands)}, ", 1).replace(
+        ") -> y", f") -> {returns}", 1)
+
+    def array_call(fn, a, case):
+        def with_operands(x, *rest, **keywords):  # (inner's call passes x first: the operands follow it)
+            return fn(x, *(a.extra[name] for name in operands), *rest, **keywords)
+        return inner.array_call(with_operands, a, case)
+
+    return signature, array_call
+
+
 def add_norm(inner: Op, name: str, description: str, signature: str, call, impls: tuple[Impl, ...]) -> Op:
     """The add + `inner` record: `inner`'s geometry and conventions, plus the residual stream."""
     def reference_outputs(i) -> dict[str, np.ndarray]:
@@ -49,10 +71,12 @@ def add_norm(inner: Op, name: str, description: str, signature: str, call, impls
         if case.residual_dtype not in RESIDUAL_DTYPES:
             raise UsageError(f"unknown residual dtype {case.residual_dtype!r}; choose one of {', '.join(RESIDUAL_DTYPES)}")
 
+    array_signature, array_call = array_contract(inner)
     return replace(
         inner, name=name, description=description, signature=signature, call=call, reference=reference_outputs,
         outputs=inner.outputs + ("h", "dresidual"), required=inner.required + ("h", "dresidual"),
         case_fields={**inner.case_fields, "residual_dtype": "input"}, validate=validate, impls=impls,
         operands=OPERANDS, results=RESULTS, prologue=reference.RESIDUAL_ADD, inner=inner.name,
-        double_backward=False, why_once_differentiable=WHY_ONCE, array_signature=None, array_call=None,
+        double_backward=False, why_once_differentiable=WHY_ONCE, array_signature=array_signature,
+        array_call=array_call,
     )

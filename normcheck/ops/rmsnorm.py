@@ -11,13 +11,15 @@ from .. import reference
 from ..core.errors import UsageError
 from ..numerics.dtypes import CASTINGS, accumulation, weight_sees
 from .batchnorm import drop_none
+from . import fp8
 from .core import Impl, Op
 from .design import Design, Factor, eps_factor, levels
 from .layernorm import DIMS, HIDDEN, ROW_EXCLUSIONS, ROWS, as_given, as_trailing, normalized_axes, normalized_shape
 from .layernorm import rows_shape, view
 from .layernorm import validate as validate_dims
 
-SIGNATURE = "fn(input, normalized_shape, weight, eps) -> Tensor  (torch.nn.functional.rms_norm; eps may be None)"
+SIGNATURE = ("fn(input, normalized_shape, weight, eps) -> Tensor  (torch.nn.functional.rms_norm; eps may be None); "
+             f"with --fp8: fn(..., eps, {fp8.KEYWORDS}) -> {fp8.RETURNS}")
 OUTPUTS = ("y", "rstd", "dx", "dweight")
 REQUIRED = ("y", "dx", "dweight")
 
@@ -38,7 +40,7 @@ def default_eps(dtype: str) -> float:
 
 
 def validate(case) -> None:
-    validate_dims(case)
+    validate_dims(case)  # (LayerNorm's: fp8's too)
     if case.casting not in CASTINGS:
         raise UsageError(f"unknown casting {case.casting!r}; choose one of {', '.join(CASTINGS)}")
     if not np.isfinite(case.weight_offset):
@@ -46,7 +48,7 @@ def validate(case) -> None:
 
 
 def call(fn, t, case, group=None, world_size=1):
-    return fn(t.x, normalized_shape(case), t.weight, case.eps)
+    return fn(t.x, normalized_shape(case), t.weight, case.eps, **fp8.keywords(t, case))
 
 
 ARRAY_SIGNATURE = ("fn(x, weight, *, axes, eps) -> y  (axes: the normalised ones, (-K, ..., -1); channels-first: "
@@ -54,16 +56,29 @@ ARRAY_SIGNATURE = ("fn(x, weight, *, axes, eps) -> y  (axes: the normalised ones
 
 
 def array_call(fn, a, case):
+    fp8.refuse_arrays(case)
     return fn(a.x, a.weight, axes=normalized_axes(case), eps=case.eps_value)
+
+
+def _convention(c) -> dict:
+    return dict(eps=c.eps_value, offset=c.weight_offset, rounding=lambda a, x, r: weight_sees(a, c.casting, c.dtype, x, r))
+
+
+def forward(i) -> np.ndarray:
+    """The reference's y alone."""
+    c = i.case
+    return as_given(c, reference.rms_norm_forward(as_trailing(c, i.x), normalized_shape(c), i.weight, **_convention(c)).y)
 
 
 def reference_outputs(i) -> dict[str, np.ndarray]:
     c, d = i.case, normalized_shape(i.case)
-    convention = dict(eps=c.eps_value, offset=c.weight_offset, rounding=lambda a, x, r: weight_sees(a, c.casting, c.dtype, x, r))
+    convention = _convention(c)
     x, dy = as_trailing(c, i.x), as_trailing(c, i.dy)
     fwd = reference.rms_norm_forward(x, d, i.weight, **convention)
     bwd = reference.rms_norm_backward(dy, x, d, i.weight, **convention)
-    return drop_none(y=as_given(c, fwd.y), rstd=as_given(c, fwd.rstd), dx=as_given(c, bwd.dx), dweight=bwd.dweight)
+    y = as_given(c, fwd.y)
+    return drop_none(y=y, rstd=as_given(c, fwd.rstd), dx=as_given(c, bwd.dx), dweight=bwd.dweight,
+                     **fp8.outputs(y, i))
 
 
 def rms_norm(input, normalized_shape, weight=None, eps=None):
@@ -86,19 +101,27 @@ def fused_forward(case, t):
 # torch's convention: the last K dims, w as given, rounded once at the end
 TORCHS = {"normalized_at": "trailing", "weight_offset": 0.0, "casting": "end"}
 
+
+def rms_norm_fp8(input, normalized_shape, weight=None, eps=None, *, scale, fp8_dtype):
+    """F.rms_norm, then y quantised in torch (fp8.quantised)."""
+    return fp8.quantised(rms_norm(input, normalized_shape, weight, eps), scale, fp8_dtype)
+
 OP = Op(
     name="rmsnorm",
     description="RMSNorm: x · rsqrt(mean(x²) + eps) · (w + offset) per row over the last K dims",
     signature=SIGNATURE, call=call, reference=reference_outputs, view=view, unit="layer",
     outputs=OUTPUTS, required=REQUIRED, saved_stats=("rstd",), sweep=SWEEP,
-    case_fields={"normalized_dims": 1, **TORCHS}, set_dim=-1, validate=validate,
+    case_fields={"normalized_dims": 1, **TORCHS, "fp8": None}, set_dim=-1, validate=validate,
     params=("weight",), centred=False, eps_none=default_eps, min_set_size=1,
     array_signature=ARRAY_SIGNATURE, array_call=array_call, channels=False,
+    extensions=(fp8.extension(reference_outputs, forward),),
     impls=(
         Impl("torch", "rmsnorm", "torch.nn.functional.rms_norm through autograd (composite ops on CPU)", rms_norm,
-             follows=TORCHS),
+             follows={**TORCHS, "fp8": None}),
         Impl("torch-fused-forward", "rmsnorm",
              "aten._fused_rms_norm for y and rstd (the inference kernel); gradients through autograd",
-             fused_forward, convention="direct", follows=TORCHS),
+             fused_forward, convention="direct", follows={**TORCHS, "fp8": None}),
+        *(Impl(f"torch-fp8-{f}", "rmsnorm", f"torch.nn.functional.rms_norm through autograd, y quantised to "
+               f"{fp8.TORCH_NAMES[f]} in torch", rms_norm_fp8, follows={**TORCHS, "fp8": f}) for f in fp8.FP8_FORMATS),
     ),
 )

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from normcheck.frameworks.torch import TORCH_DTYPES
-from normcheck.numerics.dtypes import DTYPES, TINY, quantise
+from normcheck.numerics.dtypes import DTYPES, FP8_FORMATS, TINY, quantise
 
 
 def candidates() -> np.ndarray:
@@ -28,9 +28,19 @@ def _candidates() -> np.ndarray:
     return np.concatenate([x, *halves, b + bulp / 2, b + bulp / 2 * (1 + 2.0**-30), b - bulp / 2, special])
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+def fp8_candidates(dtype: str) -> np.ndarray:
+    """Every fp8 number's midpoints with its neighbours, a hair either side of them (double rounding through f32),
+    and a fine grid past both formats' largest values (saturation and overflow)."""
+    every = torch.arange(256, dtype=torch.uint8).view(TORCH_DTYPES[dtype]).double().numpy()
+    q = np.unique(np.abs(every[np.isfinite(every)]))
+    mids = (q[1:] + q[:-1]) / 2
+    near = [mids * (1 + k) for k in (0, 2.0**-30, -2.0**-30, 2.0**-20, -2.0**-20)]
+    return np.concatenate([candidates(), *near, *(-m for m in near), np.arange(-70000, 70000, 0.25)])
+
+
+@pytest.mark.parametrize("dtype", DTYPES + FP8_FORMATS)
 def test_quantise_is_bit_identical_to_torch(dtype):
-    values = candidates()
+    values = fp8_candidates(dtype) if dtype in FP8_FORMATS else candidates()
     ours = quantise(values, dtype)
     with np.errstate(invalid="ignore"):
         theirs = torch.from_numpy(values).to(TORCH_DTYPES[dtype]).double().numpy()
@@ -47,6 +57,6 @@ def test_the_comparison_sees_a_single_rounding_instead_of_torchs_double_rounding
     assert ((direct != theirs) & ~np.isnan(theirs)).any()
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", DTYPES + FP8_FORMATS)
 def test_tiny_is_torchs_smallest_normal(dtype):
     assert TINY[dtype] == torch.finfo(TORCH_DTYPES[dtype]).tiny

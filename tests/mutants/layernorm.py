@@ -1,12 +1,14 @@
 """LayerNorm mutants: the textbook implementation with one bug each, from the bug classes of real
 LayerNorm kernels (statistics and parameter-gradient sums in half precision, a dropped term,
-strides, eps placement, the variance formula, saved statistics rounded, inputs overwritten).
+strides, eps placement, the variance formula, saved statistics rounded, inputs overwritten), and the fp8 output's
+(tests/mutants/_fp8.py: Impl records following fp8=e4m3 or e5m2).
 
 They have F.layer_norm's signature, so each also works as
 `normcheck compare --op layernorm --impl tests.mutants.layernorm:low_precision_param_sums`.
 """
 from __future__ import annotations
 
+from . import _fp8
 from .textbook import layer_norm, named
 
 BUGS = ("unbiased_normalise", "naive_variance", "low_precision_accumulation", "drop_xhat_term",
@@ -18,5 +20,7 @@ BUGS = ("unbiased_normalise", "naive_variance", "low_precision_accumulation", "d
         "one_set_blocks", "long_set_halves", "hard_coded_eps")
 MUTANTS = {bug: named(layer_norm, bug) for bug in BUGS}
 textbook = layer_norm()
-CORRECT = {"textbook": textbook}
-globals().update(MUTANTS)
+FP8_MUTANTS, FP8_CORRECT = _fp8.records(textbook, "layernorm", {}, __name__)
+MUTANTS |= FP8_MUTANTS
+CORRECT = {"textbook": textbook, **FP8_CORRECT}
+globals().update(MUTANTS | FP8_CORRECT)

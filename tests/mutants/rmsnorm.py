@@ -4,7 +4,7 @@ or squared in half precision (x² overflows f16 at |x| > 256), rstd rounded to b
 sqrt or the wrong dtype's eps, the weight offset forgotten (in the forward or only in the backward),
 a casting chain whose dweight does not follow its forward, weight-gradient partial sums in bf16,
 a dropped term, LayerNorm's centring, a multi-dim normalized_shape reduced over its last dim only,
-strides and the storage offset ignored.
+strides and the storage offset ignored; and the fp8 output's (tests/mutants/_fp8.py).
 
 Functions have F.rms_norm's signature (`--impl tests.mutants.rmsnorm:drop_xhat_term`); the mutants of
 a convention (a weight offset, a casting chain) are Impl records that say which one they follow
@@ -20,6 +20,7 @@ import torch
 from normcheck import Impl
 from normcheck.frameworks.torch import accumulation_dtype
 
+from . import _fp8
 from .textbook import _read, _sum
 
 
@@ -158,5 +159,8 @@ CORRECT = {
     "gemma": _impl("gemma", GEMMA, "textbook RMSNorm scaling by w + 1 (Gemma)"),
     "llama": _impl("llama", LLAMA, "textbook RMSNorm rounding x̂ before · w (Llama)"),
 }
+FP8_MUTANTS, FP8_CORRECT = _fp8.records(textbook, "rmsnorm", _convention(Bugs()), __name__)
+MUTANTS |= FP8_MUTANTS
+CORRECT |= FP8_CORRECT
 gemma, llama = CORRECT["gemma"], CORRECT["llama"]  # --impl tests.mutants.rmsnorm:gemma
-globals().update(MUTANTS)
+globals().update(MUTANTS | FP8_CORRECT)

@@ -58,7 +58,7 @@ def differentiate(op, fn, case, t: TorchInputs, group=None, world_size: int = 1)
     # y with dy, and each declared result with its cotangent (add + norm's h with dh) where it requires grad: a
     # result that depends on no input asked about (h, with x frozen) has no gradient to give; one detached while
     # they require grad drops its cotangent from their gradients, which the comparison shows
-    differentiated = [("y", dy)] + [(r.name, t.extra[r.cotangent]) for r in op.results
+    differentiated = [("y", dy)] + [(r.name, t.extra[r.cotangent]) for r in op.results_of(case)
                                     if r.cotangent and returned[r.name].requires_grad]
     # Every rank runs backward, empty ones included: they must still join the collectives.
     grads = torch.autograd.grad([returned[name] for name, _ in differentiated], list(leaves.values()),
@@ -78,12 +78,13 @@ def differentiate(op, fn, case, t: TorchInputs, group=None, world_size: int = 1)
 
 
 def results(op, case, returned, x_shape) -> dict[str, torch.Tensor]:
-    """y, or (y, *results) for an op that declares results, checked for shape and dtype, by name."""
-    names = ("y",) + tuple(r.name for r in op.results)
-    if op.results and not (isinstance(returned, (tuple, list)) and len(returned) == len(names)):
+    """y, or (y, *results) for a case of an op that declares results (Op.results_of), checked for shape and dtype,
+    by name."""
+    names = ("y",) + tuple(r.name for r in op.results_of(case))
+    if len(names) > 1 and not (isinstance(returned, (tuple, list)) and len(returned) == len(names)):
         got = f"{len(returned)} values" if isinstance(returned, (tuple, list)) else type(returned).__name__
         raise ImplError(f"returned {got}, expected ({', '.join(names)})")
-    values = returned if op.results else (returned,)
+    values = returned if len(names) > 1 else (returned,)
     return {name: check_tensor(name, v, op.output_shape(case, name, x_shape), TORCH_DTYPES[op.output_dtype(case, name)],
                                partial(op.dtype_note, case, name)) for name, v in zip(names, values)}
 
@@ -130,7 +131,7 @@ def to_numpy(op, case, outputs: Outputs, x_shape: tuple[int, ...]) -> dict[str, 
     out = {}
     for name, value in outputs.items():
         base = name.split("[")[0]
-        if value is None or base not in op.all_outputs or (base in op.saved_stats and not case.training):
+        if value is None or base not in op.outputs_of(case) or (base in op.saved_stats and not case.training):
             continue  # (eval mode saves no statistics of the batch)
         dtype = None if base in op.saved_stats else TORCH_DTYPES[op.output_dtype(case, base)]
         value = check_tensor(name, value, op.output_shape(case, base, x_shape), dtype, partial(op.dtype_note, case, base))

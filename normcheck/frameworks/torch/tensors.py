@@ -11,7 +11,8 @@ from ...core.errors import UsageError
 from ...numerics.dtypes import accumulation
 from ...numerics.formats import FORMATS
 
-TORCH_DTYPES = {"f64": torch.float64, "f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+TORCH_DTYPES = {"f64": torch.float64, "f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16,
+                "e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}  # (fp8: an output's dtype, never a case's)
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -151,7 +152,7 @@ def torch_inputs(inputs, rows: slice | None = None, device: torch.device | None 
             return _move(torch.from_numpy(inputs.extra[o.name].copy()).to(dtype), device)
         return data(inputs.extra[o.name], case.x_format if o.role == "input" else case.dy_format, dtype)
 
-    extra = {o.name: operand(o) for o in op.operands}
+    extra = {o.name: operand(o) for o in op.operands_of(case)}
 
     return TorchInputs(
         x=data(inputs.x, case.x_format), dy=data(inputs.dy, case.dy_format),

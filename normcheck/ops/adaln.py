@@ -1,0 +1,106 @@
+"""Adaptive (modulated) LayerNorm, a diffusion transformer's adaLN: y = LayerNorm(x)·(1 + scale) + shift, with
+scale and shift one vector per sample (N, *normalized_shape), broadcast over its sequence (normcheck.reference.adaln
+has the math). LayerNorm's rows, hidden sizes and eps; the LayerNorm's own γ, β optional (DiT's has none)."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import torch.nn.functional as F
+
+from ..core.errors import UsageError
+from ..reference.adaln import ADALN, adaln_backward, adaln_forward
+from . import layernorm
+from .batchnorm import drop_none
+from .core import Impl, Operand
+from .design import Design, Exclusion, Factor, at_most, eps_factor, levels, spread
+from .layernorm import HIDDEN, MAX_ELEMENTS, normalized_shape
+
+SIGNATURE = ("fn(input, scale, shift, normalized_shape, weight, bias, eps) -> Tensor  (layer_norm(input)·(1 + scale) "
+             "+ shift; scale and shift shaped (N, *normalized_shape), broadcast over the dims between)")
+WHY_ONCE = ("the double backward of a modulated LayerNorm is not judged yet: the second-order formulas "
+            "(reference.setwise) are a norm's of its own inputs, not of a modulation's")
+
+
+# What modulated-norm kernels dispatch on beyond LayerNorm's hidden size: the samples (which vector a row takes:
+# row // L) and the sequence each vector is broadcast over and dscale/dshift are summed over.
+BATCH = Factor("batch", levels(
+    1, "one sample: a modulation summed over the batch looks right",
+    2, "two samples",
+    5, "an odd number of samples",
+), read=lambda c: c.shape[0], usual=1)
+SEQUENCE = Factor("sequence", levels(
+    1, "one token per sample (a 2-D input, or a decode step): dscale = dy·ŷ, no sum",
+    2, "two tokens",
+    7, "a prime length: rows of one sample do not align with blocks",
+    257, "one past 256 tokens: the sequence sum over blocks",
+    4097, "one past 4096 tokens (DiT's 64x64 latent): a long sequence sum",
+), read=lambda c: c.numel // max(c.shape[0] * c.view.set_size, 1), usual=2)
+
+
+def modulated_shape(v: dict) -> dict:
+    """(N, *S, H): the sequence over the dims between the batch and the last (none for a 2-D input)."""
+    sequence = spread(v["sequence"], v["rank"] - 2) if v["rank"] > 2 else ()
+    return {"shape": (v["batch"],) + sequence + (v["hidden"],), "normalized_dims": 1}
+
+
+SWEEP = Design(
+    factors=(BATCH, SEQUENCE, HIDDEN, eps_factor(0.0, 1e-10, 1e-5, 1e-2)),
+    shape=modulated_shape,
+    exclusions=(
+        Exclusion(("rank", "sequence"), lambda rank, seq: rank > 2 or seq == 1, "a 2-D (N, H) input has no sequence"),
+        at_most(MAX_ELEMENTS // 5, "sequence", "hidden", "a case of over 1.2M elements takes seconds"),
+        Exclusion(("eps", "hidden"), lambda eps, h: eps != 0 or h > 2, "eps = 0 with rows of 1 or 2 values: "
+                  "zero variance (two values can round equal)"),
+    ),
+)
+
+
+def per_sample(case) -> tuple[int, ...]:
+    """The modulation's shape: one vector over the normalised dims per sample."""
+    return (case.shape[0],) + normalized_shape(case)
+
+
+def modulation_values(rng, shape) -> np.ndarray:
+    """Scale and shift as a conditioning MLP gives them: a few tenths, both signs (1 + scale stays away from 0)."""
+    return rng.normal(0.0, 0.5, size=shape)
+
+
+def validate(case) -> None:
+    layernorm.validate(case)
+    if layernorm.channels_first(case) or case.normalized_dims >= len(case.shape):
+        raise UsageError(f"adaln modulates each sample over trailing normalised dims: K < {len(case.shape)} trailing "
+                         f"dims (--normalized-dims {case.normalized_dims}, --normalized-at {case.normalized_at})")
+
+
+def call(fn, t, case, group=None, world_size=1):
+    return fn(t.x, t.extra["scale"], t.extra["shift"], normalized_shape(case), t.weight, t.bias, case.eps)
+
+
+def reference_outputs(i) -> dict[str, np.ndarray]:
+    c, d = i.case, normalized_shape(i.case)
+    scale, shift = i.extra["scale"], i.extra["shift"]
+    bwd = adaln_backward(i.dy, i.x, scale, d, i.weight, i.bias, c.eps)
+    return drop_none(y=adaln_forward(i.x, scale, shift, d, i.weight, i.bias, c.eps), dx=bwd.dx, dscale=bwd.dscale,
+                     dshift=bwd.dshift, dweight=bwd.dweight, dbias=bwd.dbias)
+
+
+def modulate(input, scale, shift, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """The eager composite, as DiT writes it: F.layer_norm, then · (1 + scale) + shift broadcast over the sequence."""
+    def over_sequence(a):
+        return a.reshape(a.shape[:1] + (1,) * (input.dim() - a.dim()) + a.shape[1:])
+    return F.layer_norm(input, normalized_shape, weight, bias, eps) * (1 + over_sequence(scale)) + over_sequence(shift)
+
+
+OPERANDS = (Operand("scale", shape=per_sample, draw=modulation_values, gradient="dscale"),
+            Operand("shift", shape=per_sample, draw=modulation_values, gradient="dshift"))
+
+OP = replace(
+    layernorm.OP, name="adaln", description="adaptive LayerNorm: LayerNorm(x)·(1 + scale) + shift, scale and shift "
+    "per sample", signature=SIGNATURE, call=call, reference=reference_outputs, validate=validate,
+    outputs=("y", "dx", "dscale", "dshift", "dweight", "dbias"), required=("y", "dx", "dscale", "dshift", "dweight", "dbias"),
+    saved_stats=(), sweep=SWEEP, operands=OPERANDS, modulation=ADALN, inner=layernorm.OP.name,
+    double_backward=False, why_once_differentiable=WHY_ONCE, array_signature=None, array_call=None,
+    impls=(Impl("torch", "adaln", "F.layer_norm · (1 + scale) + shift, through autograd", modulate,
+                known_issues=layernorm.TORCH_ISSUES, follows=layernorm.TORCHS),),
+)
