@@ -142,8 +142,8 @@ class Case:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise UsageError(f"seed must be an integer >= 0, got {self.seed!r}")
         for name in OP_FIELDS:
-            if getattr(self, name) is not None and not op.takes(name):
-                takers = [o.name for o in OPS.values() if o.takes(name)]
+            if getattr(self, name) is not None and name not in op.case_fields:
+                takers = [o.name for o in OPS.values() if name in o.case_fields]
                 raise UsageError(f"--{name.replace('_', '-')} applies to {listing(takers)} only, not {self.op}")
         op.validate(self)
         if self.view.set_size < op.min_set_size:

@@ -197,7 +197,7 @@ def element_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) -> 
         )
     if case.order == 2:
         bounds.update(second_order_bounds(case, inputs, c))
-    for extension in op.own_extensions:  # (results a case field adds, bounded from the outputs': fp8's y_fp8, amax)
+    for extension in op.extensions:  # (results a case field adds, bounded from the outputs': fp8's y_fp8, amax)
         if extension.applies(case) and extension.bounds is not None:
             bounds.update(extension.bounds(case, inputs, bounds, c))
     return bounds

@@ -76,12 +76,10 @@ class Extension:
     """What a case field adds to an op's interface in the cases that set it (not None): operands the contract passes
     and results it returns after y and the op's own results (LayerNorm's and RMSNorm's fp8 output: a scale in, the
     quantised y and its amax out). Generic code reads Op.operands_of(case) / results_of(case); `operands` and
-    `results` stay the interface every case has. `reference`: the op reference that gives the results (a record
-    built from this one with a reference of its own, add + norm's, has neither the extension nor its field).
-    `bounds(case, inputs, bounds, constants)`: the results' element bounds, from those of the op's own outputs
+    `results` stay the interface every case has. A record built from this one with a reference of its own
+    (add + norm's) has neither the extension nor its field (Op.fields_without_extensions). `bounds(case, inputs, bounds, constants)`: the results' element bounds, from those of the op's own outputs
     (engine.tolerance calls it last)."""
     field: str
-    reference: Callable
     operands: tuple[Operand, ...] = ()
     results: tuple[Result, ...] = ()
     bounds: "Callable[[Any, Any, dict, Any], dict[str, np.ndarray]] | None" = None
@@ -305,21 +303,17 @@ class Op:
         return next((o for o in self.operands if o.gradient == name), None)
 
     # -- one case's interface: the op's own, and what the extensions whose field the case sets add
-    @property
-    def own_extensions(self) -> tuple[Extension, ...]:
-        """The extensions whose results this record's reference gives (not those of a record it was built from)."""
-        return tuple(e for e in self.extensions if e.reference is self.reference)
-
-    def takes(self, field: str) -> bool:
-        """Whether a case of the op may set its case field `field` (an extension's: where the extension is its own)."""
-        extended = {e.field for e in self.extensions}
-        return field in self.case_fields and (field not in extended or field in {e.field for e in self.own_extensions})
+    def fields_without_extensions(self) -> dict:
+        """Its case fields without those its extensions add: the case fields of a record built from this one that
+        gives its own reference (add + norm, adaln), which then has no extensions (their results are this one's)."""
+        added = {e.field for e in self.extensions}
+        return {k: v for k, v in self.case_fields.items() if k not in added}
 
     def operands_of(self, case) -> tuple[Operand, ...]:
-        return self.operands + tuple(o for e in self.own_extensions if e.applies(case) for o in e.operands)
+        return self.operands + tuple(o for e in self.extensions if e.applies(case) for o in e.operands)
 
     def results_of(self, case) -> tuple[Result, ...]:
-        return self.results + tuple(r for e in self.own_extensions if e.applies(case) for r in e.results)
+        return self.results + tuple(r for e in self.extensions if e.applies(case) for r in e.results)
 
     def outputs_of(self, case) -> tuple[str, ...]:
         """Every output `case` may compare: all_outputs, and its extensions' results."""

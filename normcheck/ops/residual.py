@@ -75,7 +75,8 @@ def add_norm(inner: Op, name: str, description: str, signature: str, call, impls
     return replace(
         inner, name=name, description=description, signature=signature, call=call, reference=reference_outputs,
         outputs=inner.outputs + ("h", "dresidual"), required=inner.required + ("h", "dresidual"),
-        case_fields={**inner.case_fields, "residual_dtype": "input"}, validate=validate, impls=impls,
+        case_fields={**inner.fields_without_extensions(), "residual_dtype": "input"}, extensions=(),
+        validate=validate, impls=impls,
         operands=OPERANDS, results=RESULTS, prologue=reference.RESIDUAL_ADD, inner=inner.name,
         double_backward=False, why_once_differentiable=WHY_ONCE, array_signature=array_signature,
         array_call=array_call,

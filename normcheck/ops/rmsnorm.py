@@ -114,7 +114,7 @@ OP = Op(
     case_fields={"normalized_dims": 1, **TORCHS, "fp8": None}, set_dim=-1, validate=validate,
     params=("weight",), centred=False, eps_none=default_eps, min_set_size=1,
     array_signature=ARRAY_SIGNATURE, array_call=array_call, channels=False,
-    extensions=(fp8.extension(reference_outputs, forward),),
+    extensions=(fp8.extension(forward),),
     impls=(
         Impl("torch", "rmsnorm", "torch.nn.functional.rms_norm through autograd (composite ops on CPU)", rms_norm,
              follows={**TORCHS, "fp8": None}),
