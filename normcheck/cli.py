@@ -107,6 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--split", type=_int_list, help="syncbn: per-rank batch sizes, e.g. 3,0,5 (0: an empty rank)")
     cmp.add_argument("--backend", choices=BACKENDS, help="syncbn: where ranks run (default: the recipe's own, "
                      "gloo for torch's function and user code)")
+    cmp.add_argument("--device", metavar="DEVICE", help="where a single-process op's torch implementation gets the "
+                     "case's tensors (same strides and storage offsets): cpu (the default), cuda, cuda:N or any other "
+                     "device torch names (mps, xpu, ...); outputs come back to the CPU for the comparison")
     cmp.add_argument("--timeout", type=float, metavar="S",
                      help=f"seconds per case (default: {MULTIPLE:g} × the larger of the float64 reference's time on "
                           f"the case and the longest finished case, at least {FLOOR:g} s; {DEFAULT_TIMEOUT:g} s for the "
@@ -279,7 +282,7 @@ def run_compare(args, out) -> int:
     for option, path in (("--junit-xml", args.junit_xml), ("--plot", args.plot)):
         if path is not None:
             _check_writable(option, Path(path))
-    impl = resolve_impl(args.op, args.impl, args.backend, limit, args.framework)
+    impl = resolve_impl(args.op, args.impl, args.backend, limit, args.framework, args.device)
     cases = build_cases(args, impl)
     backend = backend_of(impl)
     if backend is not None:
@@ -324,7 +327,7 @@ def run_compare(args, out) -> int:
         2 if untested else 1 if failed else 0
     if args.json:
         json.dump(run_document(args.op, impl.name, backend, reports, elapsed, status, timeout, limit.describe(),
-                               stopped),
+                               stopped, impl.device),
                   out, indent=1, allow_nan=False)
         print(file=out)
     else:

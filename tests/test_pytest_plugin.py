@@ -170,12 +170,23 @@ def test_without_normcheck_op_the_plugin_adds_nothing(pytester):
     (["--normcheck-op", "layernorm", "--normcheck-impl", "json:dumps", "--normcheck-framework", "mxnet"],
      "unknown framework 'mxnet'; choose one of torch, numpy, jax, tf"),
     (["--normcheck-framework", "jax"], "--normcheck-framework needs --normcheck-op"),
+    (["--normcheck-device", "cpu"], "--normcheck-device needs --normcheck-op"),
+    (["--normcheck-op", "layernorm", "--normcheck-device", "gpu0"], "--normcheck-device gpu0: not a device torch names"),
 ])
 def test_bad_options_are_one_line_usage_errors(pytester, args, message):
     result = pytester.runpytest_inprocess(*args)
     errors = [line for line in result.errlines if line.strip()]
     assert result.ret == pytest.ExitCode.USAGE_ERROR and len(errors) == 1
     assert errors[0].startswith("ERROR: ") and message in errors[0]
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="a CUDA device is visible: the error cannot happen")
+def test_a_device_this_torch_lacks_is_a_one_line_usage_error(pytester):
+    result = pytester.runpytest_inprocess("--collect-only", "-q", "--normcheck-op", "layernorm", "--normcheck-device",
+                                          "cuda")
+    errors = [line for line in result.errlines if line.strip()]
+    assert result.ret == pytest.ExitCode.USAGE_ERROR and len(errors) == 1, errors
+    assert errors[0].startswith("ERROR: --normcheck-device cuda: this torch (") and "has no CUDA device" in errors[0]
 
 
 def test_a_gate_that_tested_nothing_fails(tmp_path):

@@ -88,6 +88,7 @@ class Report:
     traceback: str = ""        # the whole stack, when the implementation raised (here or in its worker)
     time_limit: float | None = None  # the seconds the case was allowed (None: not bound to a limit)
     framework: str = "torch"   # whose contract the implementation follows (a replay line of a JAX function says so)
+    device: str = "cpu"        # where the implementation's tensors lived (the run's --device; a replay line says so)
 
     @property
     def passed(self) -> bool:

@@ -10,10 +10,12 @@ from ..ops import Impl
 from .catalogue import IMPLS, backend_of, bind, check_world, list_impls, register, resolve_impl, support_text, worlds_of
 
 
-def compare(op: str, impl: str | Impl | Callable | None, case: Case, constants: Constants = CONSTANTS) -> Report:
+def compare(op: str, impl: str | Impl | Callable | None, case: Case, constants: Constants = CONSTANTS,
+            device: str | None = None) -> Report:
     """Run `impl` (a registered name, module:attr, a function or an Impl) on `case` and compare
-    each output it produces with the float64 reference."""
-    return judge(case, resolve_impl(op, impl), constants)
+    each output it produces with the float64 reference. `device`: where a torch implementation's tensors live
+    (cpu when None; cuda, cuda:1, mps, ...: a device this torch lacks is a UsageError)."""
+    return judge(case, resolve_impl(op, impl, device=device), constants)
 
 
 __all__ = ["IMPLS", "backend_of", "bind", "check_world", "compare", "list_impls", "register", "resolve_impl", "support_text",

@@ -17,6 +17,7 @@ from ..core.loading import absolute_spec, check_arity, load_callable, load_objec
 from ..engine.baseline import baseline_outputs
 from ..frameworks import FRAMEWORKS
 from ..frameworks.arrays import formats_of
+from ..frameworks.torch.tensors import device_missing
 from ..kernels.groupnorm.impls import IMPLS as GROUPNORM_KERNEL_IMPLS
 from ..kernels.syncbn.recipes import IMPLS as SYNCBN_RECIPES
 from ..ops import OPS, Impl, get_op
@@ -66,17 +67,19 @@ def support_text(impl: Impl) -> str:
 
 
 def resolve_impl(op: str, spec: str | Impl | Callable | None = None, backend: str | None = None,
-                 timeout: CaseLimit | float | None = None, framework: str | None = None) -> Impl:
+                 timeout: CaseLimit | float | None = None, framework: str | None = None,
+                 device: str | None = None) -> Impl:
     """A registered name, a `module:attr` / `path/to/file.py:attr` spec, an Impl or a callable, bound
     to a world: `backend` (the record's own world when None) under `timeout`: seconds per case, a
     CaseLimit, or None (a limit that follows the cases' measured times; normcheck.worlds.limits).
     `framework`: whose contract a function follows (torch's when None; "jax", "tf": the op's array contract).
-    A record already bound stays as it is unless either is given."""
+    `device`: where a torch implementation's case tensors live (cpu when None; cuda, cuda:1, mps, ...).
+    A record already bound stays as it is unless one of backend, timeout and device is given."""
     the_op = get_op(op)
     if spec is None:
         spec = the_op.default_impl
     if isinstance(spec, Impl):
-        if spec.runner is not None and backend is None and timeout is None:
+        if spec.runner is not None and backend is None and timeout is None and device is None:
             return spec
         impl = spec
     elif callable(spec):
@@ -96,7 +99,7 @@ def resolve_impl(op: str, spec: str | Impl | Callable | None = None, backend: st
         impl = user_impl(op, spec, framework or "torch")
     if framework is not None and impl.framework != framework:
         raise UsageError(f"--framework {framework}: {impl.name} is a {FRAMEWORKS.title(impl.framework)} implementation")
-    return bind(impl, backend, timeout)
+    return bind(impl, backend, timeout, device)
 
 
 def user_impl(op: str, target: str | Callable, framework: str = "torch") -> Impl:
@@ -124,8 +127,9 @@ def user_impl(op: str, target: str | Callable, framework: str = "torch") -> Impl
                 modes=("train", "eval") if eval_mode else ("train",), framework=framework, **arrays)
 
 
-def bind(impl: Impl, backend: str | None = None, timeout: CaseLimit | float | None = None) -> Impl:
-    """The record with its world chosen, its time limit and its runner set:
+def bind(impl: Impl, backend: str | None = None, timeout: CaseLimit | float | None = None,
+         device: str | None = None) -> Impl:
+    """The record with its world chosen, its time limit, its device (`device`: see resolve_impl) and its runner set:
     runner(case, inputs) -> (outputs, path, ops)."""
     op = get_op(impl.op)
     why = FRAMEWORKS.missing(impl.framework)
@@ -140,7 +144,8 @@ def bind(impl: Impl, backend: str | None = None, timeout: CaseLimit | float | No
                          f"implementations; {impl.name} is a {FRAMEWORKS.title(impl.framework)} one "
                          f"(its worlds: {', '.join(worlds_of(impl))})")
     limit = as_limit(timeout)
-    bound = replace(impl, world=world.name, runner=None, limit=limit)
+    device = device_of(impl, world, device)
+    bound = replace(impl, world=world.name, runner=None, limit=limit, device=device)
     # A worker process (the isolated world's, a devices world's) rebuilds the record; gloo ranks load the function
     bound = replace(bound, portable=portable(bound) if world.ranks in ("worker", "devices", "process") else None)
 
@@ -150,17 +155,36 @@ def bind(impl: Impl, backend: str | None = None, timeout: CaseLimit | float | No
 
     own_record = (impl.op, impl.name) in _BUILT_IN
     # torch's records run as witnesses under a limit of their own: their times say nothing of this implementation's
-    return replace(bound, runner=runner, witness=None if own_record else partial(witness, CaseLimit(limit.fixed), {}))
+    return replace(bound, runner=runner,
+                   witness=None if own_record else partial(witness, CaseLimit(limit.fixed), {}, device))
 
 
-def witness(limit: CaseLimit, bound: dict, issue, case) -> Impl | None:
+def device_of(impl: Impl, world, device: str | None) -> str:
+    """The device a bound implementation's tensors live on: `device` (cpu when None) for a single-process op's torch
+    implementation; a distributed world's own. One-line UsageError for a device this torch lacks, or one the
+    implementation's framework or world does not take."""
+    if device is None or device == "cpu":
+        return world.device if world.distributed else "cpu"
+    why = device_missing(device)
+    if why:
+        raise UsageError(f"--device {device}: {why}")
+    if impl.framework != "torch":
+        raise UsageError(f"--device {device}: {impl.name} is a {FRAMEWORKS.title(impl.framework)} implementation; "
+                         "--device places torch implementations' tensors")
+    if world.distributed and device != world.device:
+        raise UsageError(f"--device {device}: the {world.name} world runs its ranks on {world.device}; --device "
+                         f"applies to single-process ops (lockstep-cuda runs {impl.op} on CUDA)")
+    return device
+
+
+def witness(limit: CaseLimit, bound: dict, device: str, issue, case) -> Impl | None:
     """torch's own record that `issue` is recorded on and that takes `case`, bound once per binding (`bound`, under
-    `limit`: the witnesses' own) in its default world: its outputs on the case tell whether a failure of code that calls
-    torch's kernel is torch's."""
+    `limit`: the witnesses' own) in its default world on the binding's `device`: its outputs on the case tell whether a
+    failure of code that calls torch's kernel is torch's."""
     for record in IMPLS.get(case.op, {}).values():
         if issue in record.known_issues and (record.op, record.name) in _BUILT_IN:
             if record.name not in bound:
-                bound[record.name] = bind(record, timeout=limit)
+                bound[record.name] = bind(record, timeout=limit, device=None if device == "cpu" else device)
             if bound[record.name].unsupported(case) is None:
                 return bound[record.name]
     return None
@@ -171,8 +195,8 @@ def portable(impl: Impl) -> Callable[[], Impl] | None:
     (without what only this process reads: its known issues and support rule) when it pickles;
     None when it cannot travel (a lambda, a function defined inside another)."""
     key = (impl.op, impl.name)
-    if key in _BUILT_IN and _BUILT_IN[key] == replace(impl, world=_BUILT_IN[key].world):
-        return partial(built_in, *key)
+    if key in _BUILT_IN and _BUILT_IN[key] == replace(impl, world=_BUILT_IN[key].world, device="cpu"):
+        return partial(built_in, *key, impl.device) if impl.device != "cpu" else partial(built_in, *key)
     target = absolute_spec(impl.target) if isinstance(impl.target, str) else impl.target
     travelling = replace(impl, target=target, known_issues=(), supports=supports_everything, world=None,
                          limit=None)
@@ -183,8 +207,9 @@ def portable(impl: Impl) -> Callable[[], Impl] | None:
     return partial(_itself, travelling)
 
 
-def built_in(op: str, name: str) -> Impl:
-    return _BUILT_IN[(op, name)]
+def built_in(op: str, name: str, device: str = "cpu") -> Impl:
+    record = _BUILT_IN[(op, name)]
+    return record if device == "cpu" else replace(record, device=device)
 
 
 def _itself(impl: Impl) -> Impl:

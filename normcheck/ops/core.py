@@ -149,6 +149,9 @@ class Impl:
     path: Callable[[Any], str] | None = None  # the code path it took on the case it just ran
     prepare: Callable[[], Any] | None = None  # readies the code (a C++ build) before its first case in a process
     runner: Callable | None = field(default=None, compare=False, repr=False)
+    # Set by binding: where a torch implementation's case tensors live (the run's --device: cpu, cuda, cuda:1, mps, ...);
+    # a distributed world's own device
+    device: str = "cpu"
     # Set by binding: a picklable callable that rebuilds this record in a worker process (None: it cannot)
     portable: Callable[[], "Impl"] | None = field(default=None, compare=False, repr=False)
     limit: Any = field(default=None, compare=False, repr=False)  # the bound run's CaseLimit

@@ -23,7 +23,7 @@ SCHEMA_VERSION = 1
 
 def run_document(op: str, impl: str, backend: str | None, reports: list[Report], seconds: float,
                  exit_status: int, timeout: float | None = None, time_limit: dict | None = None,
-                 stopped: str = "") -> dict:
+                 stopped: str = "", device: str = "cpu") -> dict:
     counts = {v.lower(): sum(r.verdict == v for r in reports) for v in VERDICTS}
     return {
         "schema": SCHEMA,
@@ -33,6 +33,7 @@ def run_document(op: str, impl: str, backend: str | None, reports: list[Report],
         "op": op,
         "impl": impl,
         "backend": backend,
+        "device": device,
         "seconds": round(seconds, 3),
         "exit_status": exit_status,
         "summary": {"total": len(reports), **counts, "never_checked": never_checked(reports)},

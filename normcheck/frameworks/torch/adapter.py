@@ -53,6 +53,9 @@ def differentiate(op, fn, case, t: TorchInputs, group=None, world_size: int = 1)
     second = case.order == 2
     dy = t.dy.detach().requires_grad_() if second else t.dy
     returned = results(op, case, op.call(fn, t, case, group, world_size), t.x.shape)
+    for name, value in returned.items():
+        if value.device != t.x.device:
+            raise ImplError(f"{name} is on {value.device}, expected {t.x.device} (x's device)")
     if not returned["y"].requires_grad:
         raise ImplError("y does not require grad: the implementation detached its output")
     # y with dy, and each declared result with its cotangent (add + norm's h with dh) where it requires grad: a
@@ -217,8 +220,9 @@ def _guarded_run(t: TorchInputs, produce, watch: bool = True) -> Outputs:
 def run(op, impl, case, inputs) -> tuple[dict[str, np.ndarray], str, frozenset[str]]:
     """One process: impl.target under its convention ("contract": the op's --impl contract through
     autograd; "direct": target(case, tensors) returns every output itself). Returns the outputs, the
-    path the implementation reports, and the aten ops it ran."""
-    t = torch_inputs(inputs)
+    path the implementation reports, and the aten ops it ran. The case's tensors live on impl.device (the run's
+    --device), in the case's exact strides and storage offsets."""
+    t = torch_inputs(inputs, device=None if impl.device == "cpu" else torch.device(impl.device))
     fn = impl.callable()
     call = (fn, case, t) if impl.convention == "direct" else (differentiate, op, fn, case, t)
     recorder, watch = OpRecorder(), impl.dispatch_mode and not compiled(fn)  # (modes would change compiled code)

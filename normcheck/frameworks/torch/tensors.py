@@ -87,6 +87,32 @@ def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     return storage.to(device).as_strided(t.shape, t.stride(), t.storage_offset())
 
 
+def device_missing(name: str) -> str | None:
+    """Why this torch cannot hold a case's tensors on the device `name` (cpu, cuda, cuda:1, mps, xpu, ...), in a
+    clause; None: it can. Asks the device's torch module (torch.cuda, torch.mps, ...) without initialising it."""
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError, TypeError):
+        return "not a device torch names (a device type such as cpu, cuda, mps or xpu, with an optional :INDEX)"
+    if device.type == "cpu":
+        return None if device.index in (None, 0) else "torch has one cpu device (cpu or cpu:0)"
+    if device.type == "meta":
+        return "meta tensors hold no values to compare"
+    title = {"cuda": "CUDA", "mps": "MPS", "xpu": "XPU"}.get(device.type, device.type)
+    module = getattr(torch, device.type, None)  # torch.cuda, torch.mps, torch.xpu, torch.mtia, ...
+    is_available = getattr(module, "is_available", None)
+    if is_available is None:
+        return f"this torch ({torch.__version__}) has no {title} device"
+    if not is_available():
+        return (f"this torch ({torch.__version__}) has no {title} device (torch.{device.type}.is_available() is "
+                f"False)")
+    count = getattr(module, "device_count", None)
+    if device.index is not None and count is not None and device.index >= count():
+        n = count()
+        return f"this machine has {n} {title} device{'s' if n != 1 else ''} (indices 0-{n - 1})"
+    return None
+
+
 def with_threads(threads: int | None, fn, *args):
     """fn(*args) with torch's intra-op pool at `threads` for the call (None: as it is)."""
     old = torch.get_num_threads()
