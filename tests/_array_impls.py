@@ -125,6 +125,16 @@ def _adding(norm):
 add_layer_norm, add_rms_norm = _adding(layer_norm), _adding(rms_norm)
 
 
+def adaln(framework, x, scale, shift, weight, bias, *, axes, eps):
+    """LayerNorm(x)·(1 + scale) + shift in the accumulation dtype, scale and shift (N, *D) over the sequence."""
+    xp = _namespace(framework)
+    acc = _acc(xp, x)
+    y = xp.asarray(layer_norm(framework, xp.asarray(x, acc), weight, bias, axes=axes, eps=eps), acc)
+    over = (scale.shape[0],) + (1,) * (len(x.shape) - len(scale.shape)) + tuple(scale.shape[1:])
+    m, t = (xp.reshape(xp.asarray(a, acc), over) for a in (scale, shift))
+    return xp.asarray(y * (1 + m) + t, x.dtype)
+
+
 def jax_sync_batch_norm(x, weight, bias, running_mean, running_var, *, training, momentum, eps, channel_axis, mask,
                         axis_name):
     """SyncBN on one device: masked sums and counts all-reduced with lax.psum, then the two-pass variance."""
@@ -158,6 +168,7 @@ jax_rms_norm, tf_rms_norm = _bound("jax", rms_norm), _bound("tf", rms_norm)
 jax_add_layer_norm, tf_add_layer_norm = _bound("jax", add_layer_norm), _bound("tf", add_layer_norm)
 jax_add_rms_norm, tf_add_rms_norm = _bound("jax", add_rms_norm), _bound("tf", add_rms_norm)
 jax_group_norm_silu, tf_group_norm_silu = _bound("jax", group_norm_silu), _bound("tf", group_norm_silu)
+jax_adaln, tf_adaln = _bound("jax", adaln), _bound("tf", adaln)
 
 
 # ----------------------------------------------------------------------------- mutants: each must fail
@@ -293,3 +304,14 @@ def jax_sync_hangs(x, weight, bias, running_mean, running_var, *, training, mome
     import time
 
     time.sleep(3600)
+
+
+def jax_adaln_shift_over_batch(x, scale, shift, weight, bias, *, axes, eps):
+    """The shift shared by every sample in the backward (its gradient summed over the batch as well): a stop_gradient
+    mix whose forward is the textbook's."""
+    import jax
+    import jax.numpy as jnp
+
+    shared = jnp.broadcast_to(jnp.mean(shift, axis=0, keepdims=True), shift.shape) * shift.shape[0]
+    mixed = jax.lax.stop_gradient(shift) + shared - jax.lax.stop_gradient(shared)  # forward: shift; backward: Σ_N
+    return adaln("jax", x, scale, mixed, weight, bias, axes=axes, eps=eps)

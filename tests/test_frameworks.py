@@ -37,7 +37,8 @@ TEXTBOOKS = [("jax", "batchnorm", "jax_batch_norm"), ("jax", "groupnorm", "jax_g
              # fused ops: their declared operands (residual, dh) and results (h) through the adapters
              ("jax", "add_rmsnorm", "jax_add_rms_norm"), ("jax", "add_layernorm", "jax_add_layer_norm"),
              ("jax", "groupnorm_silu", "jax_group_norm_silu"), ("tf", "add_rmsnorm", "tf_add_rms_norm"),
-             ("tf", "add_layernorm", "tf_add_layer_norm"), ("tf", "groupnorm_silu", "tf_group_norm_silu")]
+             ("tf", "add_layernorm", "tf_add_layer_norm"), ("tf", "groupnorm_silu", "tf_group_norm_silu"),
+             ("jax", "adaln", "jax_adaln"), ("tf", "adaln", "tf_adaln")]
 
 
 def textbook(framework: str, op: str, name: str):
@@ -99,6 +100,8 @@ MUTANTS = [
      Case("groupnorm_silu", (2, 6, 5), "f32", groups=3), "y"),
     ("tf", "groupnorm_silu", "tf_group_norm_silu_sigma_only", "tf_group_norm_silu",
      Case("groupnorm_silu", (2, 6, 5), "f32", groups=3), "dx"),
+    # a per-sample operand's gradient summed over the batch too (an operand not shaped like x)
+    ("jax", "adaln", "jax_adaln_shift_over_batch", "jax_adaln", Case("adaln", (3, 5, 8), "f32"), "dshift"),
 ]
 
 

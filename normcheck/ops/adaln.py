@@ -14,7 +14,7 @@ from . import layernorm
 from .batchnorm import drop_none
 from .core import Impl, Operand
 from .design import Design, Exclusion, Factor, at_most, eps_factor, levels, spread
-from .layernorm import HIDDEN, MAX_ELEMENTS, normalized_shape
+from .layernorm import HIDDEN, MAX_ELEMENTS, normalized_axes, normalized_shape
 
 SIGNATURE = ("fn(input, scale, shift, normalized_shape, weight, bias, eps) -> Tensor  (layer_norm(input)·(1 + scale) "
              "+ shift; scale and shift shaped (N, *normalized_shape), broadcast over the dims between)")
@@ -77,6 +77,14 @@ def call(fn, t, case, group=None, world_size=1):
     return fn(t.x, t.extra["scale"], t.extra["shift"], normalized_shape(case), t.weight, t.bias, case.eps)
 
 
+ARRAY_SIGNATURE = ("fn(x, scale, shift, weight, bias, *, axes, eps) -> y  (axes: the normalised ones, (-K, ..., -1); "
+                   "scale and shift shaped (N, *normalized_shape))")
+
+
+def array_call(fn, a, case):
+    return fn(a.x, a.extra["scale"], a.extra["shift"], a.weight, a.bias, axes=normalized_axes(case), eps=case.eps)
+
+
 def reference_outputs(i) -> dict[str, np.ndarray]:
     c, d = i.case, normalized_shape(i.case)
     scale, shift = i.extra["scale"], i.extra["shift"]
@@ -100,7 +108,7 @@ OP = replace(
     "per sample", signature=SIGNATURE, call=call, reference=reference_outputs, validate=validate,
     outputs=("y", "dx", "dscale", "dshift", "dweight", "dbias"), required=("y", "dx", "dscale", "dshift", "dweight", "dbias"),
     saved_stats=(), sweep=SWEEP, operands=OPERANDS, case_fields=layernorm.OP.fields_without_extensions(), extensions=(), modulation=ADALN, inner=layernorm.OP.name,
-    double_backward=False, why_once_differentiable=WHY_ONCE, array_signature=None, array_call=None,
+    double_backward=False, why_once_differentiable=WHY_ONCE, array_signature=ARRAY_SIGNATURE, array_call=array_call,
     impls=(Impl("torch", "adaln", "F.layer_norm · (1 + scale) + shift, through autograd", modulate,
                 known_issues=layernorm.TORCH_ISSUES, follows=layernorm.TORCHS),),
 )
