@@ -203,6 +203,11 @@ def element_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) -> 
     return bounds
 
 
+def _inner_case(case: Case, inner) -> Case:
+    """The case as the inner norm of a fused op sees it: the fused op's own fields (residual_dtype) left out."""
+    return case.with_(op=inner.name, **{f: None for f in case.record.case_fields if f not in inner.case_fields})
+
+
 def prologue_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) -> dict[str, np.ndarray]:
     """A fused prologue's op (reference.Prologue: add + norm): the inner norm's bounds on the prologue's output h
     as the reference forms it, plus the prologue's own rounding: h stored in its dtype, and each summand's
@@ -214,7 +219,7 @@ def prologue_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) ->
     prologue, inner = op.prologue, get_op(op.inner)
     ref = op.reference(inputs)
     h = ref[prologue.output]
-    inner_case = case.with_(op=inner.name, **{f: None for f in op.case_fields if f not in inner.case_fields})
+    inner_case = _inner_case(case, inner)
     on_h = replace(inputs, case=inner_case, x=h, extra={})
     bounds = element_bounds(inner_case, on_h, c)
     unrounded = sum(inputs.x if s == "x" else inputs.extra[s] for s in prologue.summands)
@@ -245,7 +250,7 @@ def modulation_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) 
     uo, ua = case.dtypes.unit(case.dtype), UNIT_ROUNDOFF[case.dtypes.accumulation]
     uy = case.dtypes.unit(op.output_dtype(case, "y"))
 
-    inner_case = case.with_(op=inner.name, **{f: None for f in op.case_fields if f not in inner.case_fields})
+    inner_case = _inner_case(case, inner)
     on_inner = replace(inputs, case=inner_case, dy=quantise(inputs.dy * quantise(m, case.dtype), case.dtype), extra={})
     bounds = element_bounds(inner_case, on_inner, c)
     rounded, exact = inner.reference(on_inner), inner.reference(replace(on_inner, dy=inputs.dy * m))
