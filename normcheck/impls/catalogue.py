@@ -196,7 +196,7 @@ def portable(impl: Impl) -> Callable[[], Impl] | None:
     None when it cannot travel (a lambda, a function defined inside another)."""
     key = (impl.op, impl.name)
     if key in _BUILT_IN and _BUILT_IN[key] == replace(impl, world=_BUILT_IN[key].world, device="cpu"):
-        return partial(built_in, *key, impl.device) if impl.device != "cpu" else partial(built_in, *key)
+        return partial(built_in, *key, impl.device)
     target = absolute_spec(impl.target) if isinstance(impl.target, str) else impl.target
     travelling = replace(impl, target=target, known_issues=(), supports=supports_everything, world=None,
                          limit=None)

@@ -93,11 +93,15 @@ def reference_outputs(i) -> dict[str, np.ndarray]:
                      dshift=bwd.dshift, dweight=bwd.dweight, dbias=bwd.dbias)
 
 
+def over_sequence(a, ndim: int):
+    """A per-sample (N, *D) tensor as (N, 1, ..., 1, *D) against an input of `ndim` dims."""
+    return a.reshape(a.shape[:1] + (1,) * (ndim - a.dim()) + a.shape[1:])
+
+
 def modulate(input, scale, shift, normalized_shape, weight=None, bias=None, eps=1e-5):
     """The eager composite, as DiT writes it: F.layer_norm, then · (1 + scale) + shift broadcast over the sequence."""
-    def over_sequence(a):
-        return a.reshape(a.shape[:1] + (1,) * (input.dim() - a.dim()) + a.shape[1:])
-    return F.layer_norm(input, normalized_shape, weight, bias, eps) * (1 + over_sequence(scale)) + over_sequence(shift)
+    y = F.layer_norm(input, normalized_shape, weight, bias, eps)
+    return y * (1 + over_sequence(scale, input.dim())) + over_sequence(shift, input.dim())
 
 
 OPERANDS = (Operand("scale", shape=per_sample, draw=modulation_values, gradient="dscale"),

@@ -33,11 +33,11 @@ OPERAND_ROLES = ("input", "cotangent")
 @dataclass(frozen=True)
 class Operand:
     """A tensor an op takes beyond x, dy and its affine parameters, declared by its record (add + RMSNorm's
-    residual, and the cotangent dh of the residual stream it returns). Shaped like x, laid out like x (a data
-    input) or like dy (a cotangent). `dtype`: "input" (x's), "param" (the parameters'), or a function of the case
-    that names it (add + norm's residual stream: its case field residual_dtype). A data input's values are drawn from the
-    case's profile like x's; a cotangent's like dy's. `gradient`: the gradient a data input defines (asked for
-    unless the case freezes x: the data inputs are frozen together); `of`: the output a cotangent belongs to."""
+    residual, and the cotangent dh of the residual stream it returns; adaln's per-sample scale and shift). `dtype`:
+    "input" (x's), "param" (the parameters'), or a function of the case that names it (add + norm's residual
+    stream: its case field residual_dtype); `shape`, `draw` and `derive` below say its shape and values.
+    `gradient`: the gradient a data input defines (asked for unless the case freezes x: the data inputs are frozen
+    together); `of`: the output a cotangent belongs to."""
     name: str
     role: str = "input"
     dtype: "str | Callable[[Any], str]" = "input"
@@ -77,8 +77,9 @@ class Extension:
     and results it returns after y and the op's own results (LayerNorm's and RMSNorm's fp8 output: a scale in, the
     quantised y and its amax out). Generic code reads Op.operands_of(case) / results_of(case); `operands` and
     `results` stay the interface every case has. A record built from this one with a reference of its own
-    (add + norm's) has neither the extension nor its field (Op.fields_without_extensions). `bounds(case, inputs, bounds, constants)`: the results' element bounds, from those of the op's own outputs
-    (engine.tolerance calls it last)."""
+    (add + norm's) has neither the extension nor its field (Op.fields_without_extensions). `bounds(case, inputs,
+    bounds, constants)`: the results' element bounds, from those of the op's own outputs (engine.tolerance calls it
+    last)."""
     field: str
     operands: tuple[Operand, ...] = ()
     results: tuple[Result, ...] = ()

@@ -17,20 +17,16 @@ from math import prod
 import torch
 
 from normcheck.frameworks.torch import accumulation_dtype
+from normcheck.ops.adaln import over_sequence
 
 from .textbook import layer_norm
 
 _textbook = layer_norm()
 
 
-def _over_sequence(a: torch.Tensor, ndim: int) -> torch.Tensor:
-    """(N, *D) -> (N, 1, ..., 1, *D) against an x of ndim dims."""
-    return a.reshape(a.shape[:1] + (1,) * (ndim - a.dim()) + a.shape[1:])
-
-
 def composed(input, scale, shift, normalized_shape, weight=None, bias=None, eps=1e-5):
     y = _textbook(input, normalized_shape, weight, bias, eps)
-    return y * (1 + _over_sequence(scale, input.dim())) + _over_sequence(shift, input.dim())
+    return y * (1 + over_sequence(scale, input.dim())) + over_sequence(shift, input.dim())
 
 
 class _FusedAdaLN(torch.autograd.Function):
@@ -83,7 +79,7 @@ def _modulation(a: torch.Tensor, x: torch.Tensor, bug) -> torch.Tensor:
     """A per-sample vector against x; the tiling bug lays it over x's flattened rows sample-major where they are
     sequence-major (repeat where repeat_interleave was meant)."""
     if bug != "tiled_rows" or x.dim() - a.dim() < 1:
-        return _over_sequence(a, x.dim())
+        return over_sequence(a, x.dim())
     sequence = prod(x.shape[1: x.dim() - a.dim() + 1])
     flat = a.reshape(a.shape[0], -1).repeat(sequence, 1)  # row r gets sample r % N, not r // sequence
     return flat.reshape(x.shape)
