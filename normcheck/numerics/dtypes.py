@@ -91,11 +91,19 @@ def weight_sees(xhat: np.ndarray, casting: str | None, dtype: str, x: np.ndarray
 
 def may_round_across(values: np.ndarray, error: np.ndarray, dtype: str) -> np.ndarray:
     """One `dtype` ulp where a value known to within `error` may round to the other neighbour (it lies
-    that close to the midpoint between two `dtype` numbers), else 0: what a rounding step can flip."""
-    q = quantise(values, dtype)
+    that close to a midpoint between two `dtype` numbers), else 0: what a rounding step can flip. The midpoints
+    beside its rounded value q are q ± half the spacing on each side; below a power of two the spacing is half
+    the one above it (the binade below), so the midpoint there is a quarter of q's ulp away."""
+    q, a = np.abs(quantise(values, dtype)), np.abs(np.asarray(values, dtype=np.float64))
     with np.errstate(divide="ignore"):
-        ulp = 2 * UNIT_ROUNDOFF[dtype] * np.exp2(np.floor(np.log2(np.maximum(np.abs(q), TINY[dtype]))))
-    return np.where(np.abs(values - q) >= ulp / 2 - error, ulp, 0.0)
+        binade = np.exp2(np.floor(np.log2(np.maximum(q, TINY[dtype]))))
+    ulp = 2 * UNIT_ROUNDOFF[dtype] * binade
+    below = np.where((q == binade) & (q > TINY[dtype]), ulp / 2, ulp)  # the spacing down to q's lower neighbour
+    nearest = np.minimum(np.abs(a - (q + ulp / 2)), np.abs(a - (q - below / 2)))
+    # a narrower format rounds through float32 first (quantise, as torch): within float32's rounding of a
+    # midpoint, a value may land on it and tie to the other neighbour
+    through = a * UNIT_ROUNDOFF["f32"] if UNIT_ROUNDOFF[dtype] > UNIT_ROUNDOFF["f32"] else 0.0
+    return np.where(nearest <= error + through, ulp, 0.0)
 
 
 def accumulation(dtype: str) -> str:

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from normcheck.frameworks.torch import TORCH_DTYPES
-from normcheck.numerics.dtypes import DTYPES, FP8_FORMATS, TINY, quantise
+from normcheck.numerics.dtypes import DTYPES, FP8_FORMATS, TINY, UNIT_ROUNDOFF, may_round_across, quantise
 
 
 def candidates() -> np.ndarray:
@@ -60,3 +60,20 @@ def test_the_comparison_sees_a_single_rounding_instead_of_torchs_double_rounding
 @pytest.mark.parametrize("dtype", DTYPES + FP8_FORMATS)
 def test_tiny_is_torchs_smallest_normal(dtype):
     assert TINY[dtype] == torch.finfo(TORCH_DTYPES[dtype]).tiny
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16", "f32", "e4m3", "e5m2"])
+def test_may_round_across_finds_every_value_that_rounds_to_another_neighbour_when_nudged(dtype):
+    """Brute force: values around powers of two and between (below a power of two the spacing halves, so the
+    midpoint there is a quarter of q's ulp away), each nudged by ± its error: where the two roundings differ,
+    may_round_across must say so with at least the step rounding made."""
+    rng = np.random.default_rng(0)
+    powers = np.exp2(rng.integers(-6, 6, 400).astype(np.float64))
+    values = powers * (1 + rng.uniform(-0.02, 0.02, 400)) * rng.choice([-1.0, 1.0], 400)
+    values = np.concatenate([values, rng.uniform(-3, 3, 400)])
+    error = np.abs(values) * UNIT_ROUNDOFF[dtype] * rng.uniform(0, 0.5, values.size)  # (under half an ulp: one step)
+    up, down = quantise(values + error, dtype), quantise(values - error, dtype)
+    flips = may_round_across(values, error, dtype)
+    moved = np.maximum(np.abs(up - quantise(values, dtype)), np.abs(down - quantise(values, dtype)))
+    assert np.all(flips >= moved), f"{int(np.sum(flips < moved))} values round across unseen"
+    assert np.any(flips == 0)  # (and it does not say every value may)
