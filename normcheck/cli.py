@@ -14,18 +14,17 @@ from pathlib import Path
 from textwrap import indent
 
 from .cases import Case
-from .cases.case import CONVENTIONS, FROZEN, MODES, OP_FIELDS, ORDERS
+from .cases.case import CONVENTIONS, FROZEN, MODES, OP_FIELDS, ORDERS, takers_of
 from .cases.sweep import field_value, fixed_sweep
 from .cases.tokens import decode_case
 from .core.errors import ImplError, UsageError
 from .doctor import run_doctor
 from .engine import FAIL, KNOWN, judge, nothing_tested, runs_per_case
 from .impls import backend_of, check_world, list_impls, resolve_impl, support_text
-from .numerics.dtypes import CASTINGS, COMPUTE_DTYPES, DTYPE_CHOICES, FP8_FORMATS, OUTPUT_DTYPES, parse_dtype
+from .numerics.dtypes import COMPUTE_DTYPES, DTYPE_CHOICES, OUTPUT_DTYPES, parse_dtype
 from .numerics.formats import FORMATS
 from .numerics.profiles import PROFILES
-from .ops import OPS, get_op
-from .ops.residual import RESIDUAL_DTYPES
+from .ops import CASE_FIELDS, OPS, get_op
 from .outputs.coverage import coverage_document, coverage_text
 from .outputs.json_report import run_document
 from .outputs.junit import write_junit
@@ -72,21 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--shape", type=_int_list, help="N,C[,D][,H][,W]")
     cmp.add_argument("--dtype", help=f"one of {', '.join(DTYPE_CHOICES)}")
     cmp.add_argument("--memory-format", help=f"X[:DY], each one of {', '.join(FORMATS)}")
-    cmp.add_argument("--groups", type=int, help="GroupNorm groups (C must be divisible)")
-    cmp.add_argument("--normalized-dims", type=int, metavar="K",
-                     help="LayerNorm: how many trailing dims are normalised (default 1)")
-    cmp.add_argument("--normalized-at", choices=("trailing", "channels"), help="LayerNorm, RMSNorm: which K dims a "
-                     "set spans: trailing (the last K, F.layer_norm; the default) or channels (dims 1..K of N, C, ... "
-                     "input: channels-first, as ConvNeXt's LayerNorm2d)")
-    cmp.add_argument("--weight-offset", type=float, metavar="F",
-                     help="RMSNorm: the implementation scales by w + F (1 for Gemma's zero-centred weight; default 0)")
-    cmp.add_argument("--casting", metavar="MODE", help=f"RMSNorm: where the implementation rounds to the input "
-                     f"dtype: {' or '.join(CASTINGS)} (default end)")
-    cmp.add_argument("--residual-dtype", choices=RESIDUAL_DTYPES, help="add_rmsnorm, add_layernorm: the residual "
-                     "stream's dtype: input (x's, the default) or f32 (float32 for half input)")
-    cmp.add_argument("--fp8", choices=FP8_FORMATS, metavar="FORMAT", help="layernorm, rmsnorm: the implementation "
-                     "also returns y quantised to fp8 with a scale, and y's amax: e4m3 (float8_e4m3fn) or e5m2 "
-                     "(float8_e5m2); the contract then passes scale= and fp8_dtype= and takes (y, y_fp8, amax) back")
+    for f in (CASE_FIELDS[name] for name in OP_FIELDS):  # the ops' own fields, as their records declare them
+        cmp.add_argument(f"--{f.option}", type=_field_value(f), metavar=f.metavar or "|".join(map(str, f.choices)) or None,
+                         help=f"{', '.join(takers_of(f.name))}: {f.help}")
     cmp.add_argument("--output-dtype", choices=OUTPUT_DTYPES, help="the dtype the implementation returns y in: input "
                      "(x's, the default) or promote (result_type(x, weight): f32 for f16/bf16 x with f32 weight)")
     cmp.add_argument("--compute-dtype", choices=COMPUTE_DTYPES, help="the finest precision the implementation "
@@ -234,6 +221,17 @@ def _affine(args) -> bool | str:
     if args.no_affine and args.affine not in (None, "none"):
         raise UsageError(f"--no-affine and --affine {args.affine} disagree: give one")
     return field_value("affine", "none" if args.no_affine else (args.affine or "both"))
+
+
+def _field_value(declared):
+    """An op field's option parser: argparse's own error line carries the field's one-line message."""
+    def value(text: str):
+        try:
+            return declared.value(text)
+        except UsageError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    value.__name__ = declared.option
+    return value
 
 
 def _is_given(value) -> bool:

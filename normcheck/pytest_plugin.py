@@ -6,6 +6,7 @@
            [--normcheck-order 2] [--normcheck-eps E] [--normcheck-momentum M] [--normcheck-affine WHICH]
            [--normcheck-normalized-at trailing|channels] [--normcheck-casting MODE] [--normcheck-weight-offset F] [--normcheck-output-dtype input|promote]
            [--normcheck-compute-dtype f64|f32] [--normcheck-residual-dtype input|f32] [--normcheck-fp8 e4m3|e5m2]
+           [--normcheck-follows NAME=VALUE ...]   (any convention the op's record declares, e.g. returns=y)
 
 adds normcheck's suite (normcheck/suite/, shipped inside the package so it runs from any
 directory) to whatever else pytest collects: every case of the default sweep as its own test, and
@@ -47,6 +48,17 @@ SIGNALS = pytest.StashKey[dict]()  # the signal that interrupted the run, and th
 _STATUS = {"SIGINT": 130, "SIGTERM": 143}  # 128 + the signal's number, as shells report it
 
 
+_SPELLED_OPTIONS = (
+    ("normalized-at", "trailing|channels", "LayerNorm, RMSNorm: the last K dims or dims 1..K"),
+    ("casting", "end|before-weight|rstd-input", "RMSNorm: where the layer rounds to the input dtype"),
+    ("weight-offset", "F", "RMSNorm: the layer scales by w + F"),
+    ("residual-dtype", "input|f32", "add + norm: the residual stream's dtype"),
+    ("fp8", "e4m3|e5m2", "LayerNorm, RMSNorm: y also returned quantised to fp8, with its amax"),
+    ("output-dtype", "input|promote", "the dtype y comes back in"),
+    ("compute-dtype", "f64|f32", "the finest precision the layer computes in"))
+_SPELLED = tuple(name.replace("-", "_") for name, _, _ in _SPELLED_OPTIONS)
+
+
 def pytest_addoption(parser):
     group = parser.getgroup("normcheck", "normcheck: gradient checks of normalization kernels")
     group.addoption("--normcheck-op", metavar="OP",
@@ -72,15 +84,14 @@ def pytest_addoption(parser):
                                ("affine", "both|weight|bias|none", "the parameters given")):
         group.addoption(f"--normcheck-{name}", metavar=values,
                         help=f"every case takes this value ({what}); default: the sweep's own mix")
-    for name, values, what in (("normalized-at", "trailing|channels", "LayerNorm, RMSNorm: the last K dims or dims 1..K"),
-                               ("casting", "end|before-weight|rstd-input", "RMSNorm: where the layer rounds to the input dtype"),
-                               ("weight-offset", "F", "RMSNorm: the layer scales by w + F"),
-                               ("residual-dtype", "input|f32", "add + norm: the residual stream's dtype"),
-                               ("fp8", "e4m3|e5m2", "LayerNorm, RMSNorm: y also returned quantised to fp8, with its amax"),
-                               ("output-dtype", "input|promote", "the dtype y comes back in"),
-                               ("compute-dtype", "f64|f32", "the finest precision the layer computes in")):
+    # The conventions with an option of their own (this module imports no normcheck until --normcheck-op is given,
+    # so it cannot read the ops' records here); any convention a record declares is --normcheck-follows NAME=VALUE
+    for name, values, what in _SPELLED_OPTIONS:
         group.addoption(f"--normcheck-{name}", metavar=values, help=f"the convention the implementation follows ({what}; "
                         "as `normcheck compare --" + name + "`)")
+    group.addoption("--normcheck-follows", metavar="NAME=VALUE", action="append", default=[],
+                    help="any convention the op's record declares (repeatable), e.g. returns=y for add + norm; "
+                         "`normcheck compare --help` lists them")
     group.addoption("--normcheck-timeout", metavar="S", type=float, default=None,
                     help="seconds per case before an implementation counts as hung (default: 20 × the larger of "
                          "the float64 reference's time on the case and the longest finished case, at least 1.5 s; "
@@ -181,8 +192,7 @@ def _options(config) -> Options:
     try:
         fixed = {name: field_value(name, config.getoption(f"normcheck_{name}")) for name in FIXABLE
                  if config.getoption(f"normcheck_{name}") is not None}
-        declared = {name: field_value(name, config.getoption(f"normcheck_{name}")) for name in CONVENTIONS
-                    if config.getoption(f"normcheck_{name}") is not None}
+        declared = {name: field_value(name, text) for name, text in _conventions_given(config, CONVENTIONS)}
         follows = {**default_conventions(op), **dict(impl.follows), **declared}  # (generated cases draw them all)
         for name, value in impl.follows:
             if follows[name] != value:
@@ -192,6 +202,21 @@ def _options(config) -> Options:
     except UsageError as e:
         raise pytest.UsageError(str(e)) from None
     return Options(op, impl, backend_of(impl), profile, timeout, fixed, tuple(follows.items()))
+
+
+def _conventions_given(config, conventions: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(name, text) of each convention the run gives: its own option, or --normcheck-follows NAME=VALUE."""
+    given = [(name, config.getoption(f"normcheck_{name}")) for name in _SPELLED
+             if config.getoption(f"normcheck_{name}") is not None]
+    for item in config.getoption("normcheck_follows"):
+        name, equals, text = item.partition("=")
+        name = name.strip().replace("-", "_")
+        if not equals or name not in conventions:
+            from normcheck.core.errors import UsageError
+            raise UsageError(f"--normcheck-follows {item!r}: give NAME=VALUE with NAME one of "
+                             f"{', '.join(c.replace('_', '-') for c in conventions)}")
+        given.append((name, text.strip()))
+    return given
 
 
 def failure_message(report, backend: str | None, impl_spec: str | None = None, timeout: float | None = None) -> str:

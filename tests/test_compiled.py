@@ -72,7 +72,7 @@ def test_a_fused_ops_compiled_composite_is_compiled_and_judged_on_its_whole_inte
     # compiled whole: no graph break leaves a part of it eager
     assert counters["stats"]["unique_graphs"] > graphs and sum(counters["graph_break"].values()) == breaks
     record = case.record
-    assert {"y", *case.grads, *(r.name for r in record.results)} <= {t.name for t in report.tensors}
+    assert {"y", *case.grads, *(r.name for r in record.results_of(case))} <= {t.name for t in report.tensors}
 
 
 def test_inductors_half_precision_backward_follows_layer_norm_into_add_layernorm():

@@ -202,3 +202,18 @@ def test_an_out_of_bounds_read_of_an_expanded_dy_explains_a_second_run_with_othe
     assert not gn.NATIVE_DY_LAYOUT.signature.explains_message(message.replace("for dweight", "for y"))
     assert gn.NATIVE_DY_LAYOUT.applies(Case("groupnorm", (2, 8, 2048), "f32", groups=2, x_format="sliced",
                                             dy_format="expanded"))
+
+
+def test_a_known_issue_covers_the_kernels_of_the_devices_it_was_found_on_only():
+    """torch's CPU and CUDA kernels are different code: an issue recorded on CPU never explains a failure of the same
+    record bound to another device (a CUDA failure there is a finding to record, not to excuse)."""
+    torch_ln = get_op("layernorm").impls[0]
+    issue = ln.HALF_PARAM_GRADS
+    case = next(c for c in (Case("layernorm", (4096, 8), "bf16", "f32", normalized_dims=1, seed=s) for s in range(3))
+                if issue.applies(c))
+    assert issue in replace(torch_ln, device="cpu").applicable_issues(case)
+    assert issue in replace(torch_ln, device="cpu:0").applicable_issues(case)
+    assert issue not in replace(torch_ln, device="cuda").applicable_issues(case)
+    assert issue not in replace(torch_ln, device="cuda:1").applicable_issues(case)
+    on_both = replace(issue, devices=("cpu", "cuda"))
+    assert on_both in replace(torch_ln, device="cuda:1", known_issues=(on_both,)).applicable_issues(case)

@@ -41,9 +41,11 @@ def test_every_op_has_a_mutant_catalogue():
 # ----------------------------------------------------------------------------- the reference
 
 def _loss(op, inputs) -> float:
-    """⟨y, dy⟩, plus ⟨r, its cotangent⟩ for each result the op declares (add + norm's h with dh)."""
+    """⟨y, dy⟩, plus ⟨r, its cotangent⟩ for each differentiable result the case's op declares (add + norm's h with
+    dh)."""
     out = op.reference(inputs)
-    return float(np.sum(out["y"] * inputs.dy) + sum(np.sum(out[r.name] * inputs.extra[r.cotangent]) for r in op.results))
+    return float(np.sum(out["y"] * inputs.dy) + sum(np.sum(out[r.name] * inputs.extra[r.cotangent])
+                                                    for r in op.results_of(inputs.case) if r.cotangent))
 
 
 def _perturbed(inputs, name, value):

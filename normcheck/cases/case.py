@@ -22,19 +22,7 @@ from ..numerics.dtypes import COMPUTE_DTYPES, DTYPES, OUTPUT_DTYPES, DtypeSpec, 
 from ..numerics.formats import check_format
 from ..numerics.profiles import PROFILES
 from ..numerics.sets import SetView
-from ..ops import GRADIENTS, OPS, Op, get_op
-
-
-# Fields only the ops that declare them take (Op.case_fields), and how a label shows them: always, or
-# only when the value is not the quiet one (the convention most code follows).
-OP_FIELDS = ("groups", "normalized_dims", "normalized_at", "weight_offset", "casting", "residual_dtype", "fp8")
-# The conventions among them (how the layer is defined, not its geometry): a case that leaves one None
-# gets the op's default (its case_fields value); so does normalized_dims (1: the last dim, as F.layer_norm's
-# usual call and the CLI take it). GroupNorm's groups have no default: a count that divides C is the caller's.
-OP_CONVENTIONS = ("normalized_at", "weight_offset", "casting", "residual_dtype", "fp8")
-DEFAULTED = OP_CONVENTIONS + ("normalized_dims",)
-# The conventions every op takes: the dtype y comes back in, the finest precision the kernel computes in
-CONVENTIONS = OP_CONVENTIONS + ("output_dtype", "compute_dtype")
+from ..ops import CASE_FIELDS, GRADIENTS, OPS, Op, get_op
 
 
 def default_conventions(op: str) -> dict:
@@ -43,9 +31,6 @@ def default_conventions(op: str) -> dict:
     return {name: get_op(op).case_fields.get(name, default) for name, default in fields.items()
             if name not in OP_CONVENTIONS or name in get_op(op).case_fields}
 AFFINE_CHOICES = ("both", "none")  # with the op's parameter names, what --affine takes
-_SHOWN = {"groups": ("G={}", object()), "normalized_dims": ("D={}", object()), "normalized_at": ("set={}", "trailing"),
-          "weight_offset": ("w+{:g}", 0.0), "casting": ("cast={}", "end"), "residual_dtype": ("residual={}", "input"),
-          "fp8": ("fp8={}", None)}
 DEFAULT_EPS, DEFAULT_MOMENTUM = 1e-5, 0.1  # what a label leaves unsaid
 # The path through the layer a case takes, beyond the training-mode forward and one backward:
 MODES = ("train", "eval")          # eval: normalise with the running statistics, leave them unchanged
@@ -74,6 +59,7 @@ class Case:
     weight_offset: float | None = None  # ops with a weight offset (RMSNorm): the layer scales by w + offset
     casting: str | None = None    # ops with a casting chain (RMSNorm): where the result is rounded to the input dtype
     residual_dtype: str | None = None  # ops with a residual stream (add + norm): its dtype ("input": x's)
+    returns: str | None = None    # those ops: "y,h" (y and the new residual stream) or "y" (y alone)
     mode: str = "train"           # MODES
     frozen: str = "none"          # FROZEN
     order: int = 1                # ORDERS
@@ -143,8 +129,8 @@ class Case:
             raise UsageError(f"seed must be an integer >= 0, got {self.seed!r}")
         for name in OP_FIELDS:
             if getattr(self, name) is not None and name not in op.case_fields:
-                takers = [o.name for o in OPS.values() if name in o.case_fields]
-                raise UsageError(f"--{name.replace('_', '-')} applies to {listing(takers)} only, not {self.op}")
+                raise UsageError(f"--{CASE_FIELDS[name].option} applies to {listing(takers_of(name))} only, not {self.op}")
+            CASE_FIELDS[name].check(getattr(self, name))
         op.validate(self)
         if self.view.set_size < op.min_set_size:
             raise UsageError(f"shape {self._shape_text} gives {self.view.set_size} values per {op.unit}; "
@@ -254,9 +240,7 @@ class Case:
     def label(self) -> str:
         fmt = self.x_format if self.dy_format == self.x_format else f"{self.x_format}:{self.dy_format}"
         parts = [self._shape_text, self.dtypes.label, fmt, self.profile]
-        own = [shown.format(getattr(self, name)) for name, (shown, quiet) in _SHOWN.items()
-               if getattr(self, name) is not None and getattr(self, name) != quiet]
-        parts[1:1] = own
+        parts[1:1] = [s for name in OP_FIELDS if (s := CASE_FIELDS[name].shown(getattr(self, name))) is not None]
         if self.eps != DEFAULT_EPS:  # (None: the op's default for the dtype)
             parts.append(f"eps={self.eps:g}" if self.eps is not None else "eps=None")
         if self.momentum != DEFAULT_MOMENTUM and self.record.running_stats:
@@ -286,6 +270,31 @@ class Case:
 
     def make_inputs(self) -> "CaseInputs":
         return CaseInputs.make(self)
+
+
+def _op_fields() -> tuple[str, ...]:
+    """The declared op fields in Case's attribute order; a field declared without its Case attribute is refused
+    here, when normcheck is imported, rather than silently dropped from every case."""
+    attributes = [f.name for f in dataclass_fields(Case)]
+    missing = sorted(set(CASE_FIELDS) - set(attributes))
+    if missing:
+        raise TypeError(f"case fields {', '.join(missing)} are declared by an op but Case has no attribute for them")
+    return tuple(name for name in attributes if name in CASE_FIELDS)
+
+
+# Fields only the ops that declare them take (ops.CaseField, listed by Op.fields), in the order a label shows them
+# (Case's); the conventions among them (how the layer is defined, not its geometry), and those a case that leaves
+# None takes the op's default of
+OP_FIELDS = _op_fields()
+OP_CONVENTIONS = tuple(name for name in OP_FIELDS if CASE_FIELDS[name].convention)
+DEFAULTED = tuple(name for name in OP_FIELDS if CASE_FIELDS[name].defaulted)
+# The conventions every op takes: the dtype y comes back in, the finest precision the kernel computes in
+CONVENTIONS = OP_CONVENTIONS + ("output_dtype", "compute_dtype")
+
+
+def takers_of(name: str) -> list[str]:
+    """The ops that take the case field `name`."""
+    return [o.name for o in OPS.values() if name in o.case_fields]
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from covertable import make
 
 from ..core.errors import UsageError
 from ..numerics.formats import expressible
-from ..ops import get_op
+from ..ops import CASE_FIELDS, get_op
 from ..ops.design import Exclusion, Factor, shared_exclusions, shared_factors
 from .case import DEFAULT_EPS, Case
 
@@ -106,7 +106,9 @@ def field_value(name: str, text: str):
         return {"both": True, "none": False}.get(text, text)
     if name == "eps" and text.lower() == "none":
         return None
-    if name in ("eps", "momentum", "weight_offset", "order"):
+    if name in CASE_FIELDS:
+        return CASE_FIELDS[name].value(text)
+    if name in ("eps", "momentum", "order"):
         try:
             return int(text) if name == "order" else float(text)
         except ValueError:

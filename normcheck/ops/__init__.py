@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ..core.errors import UsageError
 from . import adaln, add_layernorm, add_rmsnorm, batchnorm, groupnorm, groupnorm_silu, instancenorm, layernorm, rmsnorm, syncbn, syncbn_silu
-from .core import ALL_CASES, GRADIENTS, Impl, KnownIssue, Op, Operand, Result, Signature
+from .core import ALL_CASES, GRADIENTS, CaseField, Impl, KnownIssue, Op, Operand, Result, Signature
 from .design import Design, Exclusion, Factor, Level
 
 RECORDED_WITH_TORCH = "2.13"  # the torch the known issues were recorded (and are reproduced) with
@@ -28,11 +28,24 @@ _RECORDS = (
 OPS: dict[str, Op] = {op.name: op for op in _RECORDS}
 
 
+def _case_fields() -> dict[str, CaseField]:
+    """Every op's own case fields by name (a field several ops take is one declaration, whatever its defaults)."""
+    declared: dict[str, CaseField] = {}
+    for op in _RECORDS:
+        for f in op.fields:
+            if not declared.setdefault(f.name, f).same_meaning(f):
+                raise ValueError(f"op {op.name}: case field {f.name} is declared otherwise by another op")
+    return declared
+
+
+CASE_FIELDS = _case_fields()
+
+
 def get_op(name: str) -> Op:
     if name not in OPS:
         raise UsageError(f"unknown op {name!r}; choose one of {', '.join(OPS)}")
     return OPS[name]
 
 
-__all__ = ["ALL_CASES", "GRADIENTS", "Operand", "Result", "Design", "Exclusion", "Factor", "Impl", "KnownIssue", "Level", "OPS", "Op", "RECORDED_WITH_TORCH",
+__all__ = ["ALL_CASES", "CASE_FIELDS", "CaseField", "GRADIENTS", "Operand", "Result", "Design", "Exclusion", "Factor", "Impl", "KnownIssue", "Level", "OPS", "Op", "RECORDED_WITH_TORCH",
            "Signature", "get_op"]

@@ -111,7 +111,7 @@ OP = replace(
     layernorm.OP, name="adaln", description="adaptive LayerNorm: LayerNorm(x)·(1 + scale) + shift, scale and shift "
     "per sample", signature=SIGNATURE, call=call, reference=reference_outputs, validate=validate,
     outputs=("y", "dx", "dscale", "dshift", "dweight", "dbias"), required=("y", "dx", "dscale", "dshift", "dweight", "dbias"),
-    saved_stats=(), sweep=SWEEP, operands=OPERANDS, case_fields=layernorm.OP.fields_without_extensions(), extensions=(), modulation=ADALN, inner=layernorm.OP.name,
+    saved_stats=(), sweep=SWEEP, operands=OPERANDS, fields=layernorm.OP.fields_without_extensions(), extensions=(), modulation=ADALN, inner=layernorm.OP.name,
     double_backward=False, why_once_differentiable=WHY_ONCE, array_signature=ARRAY_SIGNATURE, array_call=array_call,
     impls=(Impl("torch", "adaln", "F.layer_norm · (1 + scale) + shift, through autograd", modulate,
                 known_issues=layernorm.TORCH_ISSUES, follows=layernorm.TORCHS),),

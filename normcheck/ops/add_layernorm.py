@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from . import layernorm
 from .core import Impl
 from .layernorm import normalized_shape
-from .residual import add_norm
+from .residual import STREAM_RETURNED, add_norm
 
 SIGNATURE = ("fn(input, residual, normalized_shape, weight, bias, eps) -> (y, h)  (h = input + residual in the "
              "residual dtype, y = layer_norm(h) in input's dtype)")
@@ -29,8 +29,8 @@ OP = add_norm(layernorm.OP, "add_layernorm", "residual add + LayerNorm: h = x + 
               "y and h", SIGNATURE, call, impls=(
                   Impl("torch", "add_layernorm", "x + residual, then torch.nn.functional.layer_norm, through autograd",
                        add_layer_norm, known_issues=layernorm.TORCH_ISSUES,
-                       follows={**layernorm.TORCHS, "residual_dtype": "input"}),
+                       follows={**layernorm.TORCHS, **STREAM_RETURNED, "residual_dtype": "input"}),
                   Impl("torch-f32-residual", "add_layernorm", "the same composite with the residual stream in float32",
                        add_layer_norm, known_issues=layernorm.TORCH_ISSUES,
-                       follows={**layernorm.TORCHS, "residual_dtype": "f32"}),
+                       follows={**layernorm.TORCHS, **STREAM_RETURNED, "residual_dtype": "f32"}),
               ))

@@ -4,7 +4,7 @@ from __future__ import annotations
 from . import rmsnorm
 from .core import Impl
 from .layernorm import normalized_shape
-from .residual import add_norm
+from .residual import STREAM_RETURNED, add_norm
 
 SIGNATURE = ("fn(input, residual, normalized_shape, weight, eps) -> (y, h)  (h = input + residual in the residual "
              "dtype, y = rms_norm(h) in input's dtype; eps may be None)")
@@ -33,7 +33,7 @@ add_rms_norm = composite(rmsnorm.rms_norm)
 OP = add_norm(rmsnorm.OP, "add_rmsnorm", "residual add + RMSNorm: h = x + residual, y = RMSNorm(h); returns y and h",
               SIGNATURE, call, impls=(
                   Impl("torch", "add_rmsnorm", "x + residual, then torch.nn.functional.rms_norm, through autograd",
-                       add_rms_norm, follows={**rmsnorm.TORCHS, "residual_dtype": "input"}),
+                       add_rms_norm, follows={**rmsnorm.TORCHS, **STREAM_RETURNED, "residual_dtype": "input"}),
                   Impl("torch-f32-residual", "add_rmsnorm", "the same composite with the residual stream in float32",
-                       add_rms_norm, follows={**rmsnorm.TORCHS, "residual_dtype": "f32"}),
+                       add_rms_norm, follows={**rmsnorm.TORCHS, **STREAM_RETURNED, "residual_dtype": "f32"}),
               ))

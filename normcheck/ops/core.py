@@ -73,7 +73,7 @@ class Result:
 
 @dataclass(frozen=True)
 class Extension:
-    """What a case field adds to an op's interface in the cases that set it (not None): operands the contract passes
+    """What a case field adds to an op's interface in the cases that set it (not None, or one of `values`): operands the contract passes
     and results it returns after y and the op's own results (LayerNorm's and RMSNorm's fp8 output: a scale in, the
     quantised y and its amax out). Generic code reads Op.operands_of(case) / results_of(case); `operands` and
     `results` stay the interface every case has. A record built from this one with a reference of its own
@@ -84,9 +84,64 @@ class Extension:
     operands: tuple[Operand, ...] = ()
     results: tuple[Result, ...] = ()
     bounds: "Callable[[Any, Any, dict, Any], dict[str, np.ndarray]] | None" = None
+    # The field's values that add them (empty: any but None): add + norm's residual stream h is returned, and dh
+    # taken, where its field `returns` is "y,h", not in the form that returns y alone
+    values: tuple = ()
 
     def applies(self, case) -> bool:
-        return getattr(case, self.field, None) is not None
+        value = getattr(case, self.field, None)
+        return value is not None and (not self.values or value in self.values)
+
+
+# A label shows a field with this quiet value always (GroupNorm's groups, LayerNorm's K: a case's geometry)
+ALWAYS = object()
+
+
+@dataclass(frozen=True)
+class CaseField:
+    """A case field an op declares beyond those every case has (GroupNorm's groups, RMSNorm's casting chain, add +
+    norm's residual dtype, fp8 output): its default on that op, what it means, the values it takes and how a case's
+    label shows it. Declared once, where its meaning lives, and listed by each record that takes it (Op.fields);
+    the Case attribute of that name holds its value, and the CLI's options, the pytest plugin's and the case labels
+    follow from the declaration. A `convention` says how an implementation defines the layer (Impl.follows: every
+    case it is judged on has its value); otherwise the field is the case's geometry. A `defaulted` one left None
+    takes the op's default (GroupNorm's groups are not: a count that divides C is the caller's)."""
+    name: str
+    default: Any
+    help: str                              # what it says, after the names of the ops that take it
+    choices: tuple = ()                    # the values it takes (empty: whatever `parse` makes of the text)
+    parse: Callable[[str], Any] = str      # the text of an option -> the value
+    metavar: str | None = None
+    label: str = "{}"                      # how a case label shows a value
+    quiet: Any = None                      # the value a label leaves unsaid (the convention most code follows)
+    convention: bool = True
+    defaulted: bool = True
+
+    @property
+    def option(self) -> str:
+        return self.name.replace("_", "-")
+
+    def value(self, text: str):
+        """The value an option's text gives; UsageError (one line) for one the field does not take."""
+        try:
+            value = self.parse(text)
+        except ValueError:
+            kind = {int: "an integer", float: "a number"}.get(self.parse, f"a {self.parse.__name__}")
+            raise UsageError(f"{self.option} must be {kind}, got {text!r}") from None
+        self.check(value)
+        return value
+
+    def check(self, value) -> None:
+        if value is not None and self.choices and value not in self.choices:
+            raise UsageError(f"unknown {self.option} {value!r}; choose one of {', '.join(map(str, self.choices))}")
+
+    def shown(self, value) -> str | None:
+        """How a case label shows `value` (None: not at all)."""
+        return None if value is None or (self.quiet is not ALWAYS and value == self.quiet) else self.label.format(value)
+
+    def same_meaning(self, other: "CaseField") -> bool:
+        """The same field, whatever default each op gives it."""
+        return replace(self, default=None) == replace(other, default=None)
 
 
 @dataclass(frozen=True)
@@ -112,12 +167,19 @@ class Signature:
 class KnownIssue:
     """A failure of someone else's code (torch's) that normcheck found: the cases it covers, the
     signature of the failure it explains, and the aten ops whose kernels have it (`code`: the issue
-    follows those kernels into any implementation that calls them)."""
+    follows those kernels into any implementation that calls them). `devices`: the device types whose kernels it
+    was found in (torch's CPU kernels and its CUDA kernels are different code: an issue of one never excuses a
+    failure on the other)."""
     key: str
     summary: str
     applies: Callable[[Any], bool]
     signature: Signature
     code: tuple[str, ...] = ()
+    devices: tuple[str, ...] = ("cpu",)
+
+    def covers(self, device: str) -> bool:
+        """Recorded for the kernels of `device` (cpu, cuda:1, ...: its type)."""
+        return device.split(":")[0] in self.devices
 
 
 def supports_everything(case) -> str | None:
@@ -220,7 +282,7 @@ class Impl:
         """The known issues that may explain a failure on `case`: the record's own, and those of its op
         whose kernels (`code`) the run called."""
         issues = list(self.known_issues) + [k for k in of_op if k not in self.known_issues and set(k.code) & ops_called]
-        return [k for k in issues if k.applies(case)]
+        return [k for k in issues if k.covers(self.device) and k.applies(case)]
 
 
 @dataclass(frozen=True)
@@ -239,7 +301,7 @@ class Op:
     running_stats: bool = False         # a training step updates running_mean/running_var
     distributed: bool = False           # cases split the batch over the ranks of a world
     world: str = "isolated"             # where user implementations of this op run by default
-    case_fields: dict[str, Any] = field(default_factory=dict)  # the op's own case fields -> CLI default
+    fields: tuple[CaseField, ...] = ()  # the op's own case fields (CaseField), each with its default on this op
     set_dim: int = 0                    # a dim every normalisation set spans (strategies grow it)
     validate: Callable[[Any], None] = lambda case: None  # op-specific checks of a case (UsageError)
     epilogue: Any = None                # an element-wise function applied after the norm (reference.Epilogue)
@@ -306,12 +368,17 @@ class Op:
                 return r
         return next((o for o in self.operands if o.gradient == name), None)
 
+    @property
+    def case_fields(self) -> dict[str, Any]:
+        """Its own case fields' names -> their defaults on this op."""
+        return {f.name: f.default for f in self.fields}
+
     # -- one case's interface: the op's own, and what the extensions whose field the case sets add
-    def fields_without_extensions(self) -> dict:
+    def fields_without_extensions(self) -> tuple[CaseField, ...]:
         """Its case fields without those its extensions add: the case fields of a record built from this one that
         gives its own reference (add + norm, adaln), which then has no extensions (their results are this one's)."""
         added = {e.field for e in self.extensions}
-        return {k: v for k, v in self.case_fields.items() if k not in added}
+        return tuple(f for f in self.fields if f.name not in added)
 
     def operands_of(self, case) -> tuple[Operand, ...]:
         return self.operands + tuple(o for e in self.extensions if e.applies(case) for o in e.operands)

@@ -31,7 +31,7 @@ from ..core.errors import UsageError
 from ..frameworks.torch import TORCH_DTYPES
 from ..numerics.dtypes import FP8_FORMATS, TINY, quantise, saturate
 from ..reference.fp8 import fp8_outputs, saturating_scale
-from .core import Extension, Operand, Result
+from .core import CaseField, Extension, Operand, Result
 
 KEYWORDS = "scale=scale, fp8_dtype=dtype"
 RETURNS = "(y, y_fp8, amax)"
@@ -50,9 +50,9 @@ def scalar(case) -> tuple[int, ...]:
     return ()
 
 
-def validate(case) -> None:
-    if case.fp8 is not None and case.fp8 not in FP8_FORMATS:
-        raise UsageError(f"unknown fp8 format {case.fp8!r}; choose one of {', '.join(FP8_FORMATS)}")
+FIELD = CaseField("fp8", None, "the implementation also returns y quantised to fp8 with a scale, and y's amax: e4m3 "
+                  "(float8_e4m3fn) or e5m2 (float8_e5m2); the contract then passes scale= and fp8_dtype= and takes "
+                  "(y, y_fp8, amax) back", choices=FP8_FORMATS, metavar="FORMAT", label="fp8={}")
 
 
 def refuse_arrays(case) -> None:

@@ -12,7 +12,7 @@ from ..core.errors import UsageError
 from ..frameworks.torch import grad_mask
 from ..numerics.sets import SetView
 from .batchnorm import drop_none
-from .core import Impl, KnownIssue, Op, Signature
+from .core import ALWAYS, CaseField, Impl, KnownIssue, Op, Signature
 from .design import (SPATIAL_NEEDS_RANK, Design, Exclusion, Factor, at_most, channel_factor, eps_factor,
                      levels, nc_spatial, spatial_size)
 
@@ -20,6 +20,8 @@ SIGNATURE = "fn(input, num_groups, weight, bias, eps) -> Tensor  (torch.nn.funct
 OUTPUTS = ("y", "mean", "rstd", "dx", "dweight", "dbias")
 REQUIRED = ("y", "dx", "dweight", "dbias")
 DEFAULT_GROUPS = 3  # for cases built from options without --groups
+GROUPS_FIELD = CaseField("groups", DEFAULT_GROUPS, "groups (C must be divisible)", parse=int, metavar="G", label="G={}",
+                         quiet=ALWAYS, convention=False, defaulted=False)
 
 
 MAX_ELEMENTS = 1_200_000  # a case of at most this many elements takes well under a second
@@ -206,7 +208,7 @@ OP = Op(
     description="GroupNorm: statistics per (sample, group) over (C/G, spatial)",
     signature=SIGNATURE, call=call, reference=reference_outputs, view=view, unit="group",
     outputs=OUTPUTS, required=REQUIRED, saved_stats=("mean", "rstd"), sweep=SWEEP,
-    case_fields={"groups": DEFAULT_GROUPS}, set_dim=1, validate=validate,
+    fields=(GROUPS_FIELD,), set_dim=1, validate=validate,
     array_signature=ARRAY_SIGNATURE, array_call=array_call,
     impls=(
         Impl("torch", "groupnorm", "torch.nn.functional.group_norm through autograd", F.group_norm,

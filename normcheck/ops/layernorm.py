@@ -11,7 +11,7 @@ from ..frameworks.torch import grad_mask
 from ..numerics.sets import SetView
 from .batchnorm import double_backward_issues, drop_none
 from . import fp8
-from .core import Impl, KnownIssue, Op, Signature
+from .core import ALWAYS, CaseField, Impl, KnownIssue, Op, Signature
 from .design import Design, Exclusion, Factor, at_most, eps_factor, levels, spread
 
 SIGNATURE = ("fn(input, normalized_shape, weight, bias, eps) -> Tensor  (torch.nn.functional.layer_norm); with "
@@ -74,6 +74,12 @@ SWEEP = Design(
 # Which K dims a set spans (Case.normalized_at, a convention): the last K (F.layer_norm), or dims 1..K of
 # (N, C, ...) input (channels-first: ConvNeXt's and ViTDet's LayerNorm2d)
 NORMALIZED_AT = ("trailing", "channels")
+NORMALIZED_DIMS_FIELD = CaseField("normalized_dims", 1, "how many dims a set spans (default 1: the last)", parse=int,
+                                  metavar="K", label="D={}", quiet=ALWAYS, convention=False)
+NORMALIZED_AT_FIELD = CaseField(
+    "normalized_at", "trailing", "which K dims a set spans: trailing (the last K, F.layer_norm; the default) or "
+    "channels (dims 1..K of N, C, ... input: channels-first, as ConvNeXt's LayerNorm2d)", choices=NORMALIZED_AT,
+    label="set={}", quiet="trailing")
 
 
 def channels_first(case) -> bool:
@@ -91,10 +97,7 @@ def view(case) -> SetView:
 
 
 def validate(case) -> None:
-    fp8.validate(case)
     k, rank = case.normalized_dims, len(case.shape)
-    if case.normalized_at not in NORMALIZED_AT:
-        raise UsageError(f"unknown normalized-at {case.normalized_at!r}; choose one of {', '.join(NORMALIZED_AT)}")
     if channels_first(case) and k is not None and not 1 <= k < rank:
         raise UsageError(f"{case.op} channels-first normalises dims 1..K of the {rank}-D input: 1 <= K <= {rank - 1} "
                          f"(--normalized-dims), not {k}")
@@ -220,7 +223,7 @@ OP = Op(
     description="LayerNorm: statistics per row over the last K dims, γ and β per element of them",
     signature=SIGNATURE, call=call, reference=reference_outputs, view=view, unit="layer",
     outputs=OUTPUTS, required=REQUIRED, saved_stats=("mean", "rstd"), sweep=SWEEP,
-    case_fields={"normalized_dims": 1, **TORCHS, "fp8": None}, set_dim=-1, validate=validate,
+    fields=(NORMALIZED_DIMS_FIELD, NORMALIZED_AT_FIELD, fp8.FIELD), set_dim=-1, validate=validate,
     array_signature=ARRAY_SIGNATURE, array_call=array_call, channels=False,
     min_set_size=1,  # a hidden size of 1 is a layer too: x̂ = 0, y = β, dx = 0
     extensions=(fp8.extension(forward),),

@@ -3,10 +3,14 @@ the residual stream declared as the fused op's own interface (normcheck.referenc
 
     fn(input, residual, normalized_shape, weight[, bias], eps) -> (y, h)    h = input + residual, y = norm(h)
 
+or, in the form that returns y alone (case field returns="y", as the last norm of a network or a kernel's
+`prenorm=False` mode in flash-attention's fused add + norm), `-> y`: then there is no h to differentiate and dx =
+dresidual is the norm's gradient alone.
+
 Its array contract is the inner norm's with the residual after x and h returned after y:
 `fn(x, residual, weight[, bias], *, axes, eps) -> (y, h)`.
 
-The residual stream has a dtype of its own (case field residual_dtype, a convention): "input" (x's, as a
+Its array contract follows the same field. The residual stream has a dtype of its own (case field residual_dtype, a convention): "input" (x's, as a
 plain `h = x + residual` in eager code gives) or "f32" (float32 for half input, as kernels that keep the
 residual stream in float32 do; x's own for f32 and f64 input).
 """
@@ -18,11 +22,17 @@ from typing import Callable
 import numpy as np
 
 from .. import reference
-from ..core.errors import UsageError
 from ..numerics.dtypes import UNIT_ROUNDOFF, quantise
-from .core import Impl, Op, Operand, Result
+from .core import CaseField, Extension, Impl, Op, Operand, Result
 
 RESIDUAL_DTYPES = ("input", "f32")
+RETURNS = ("y,h", "y")
+STREAM_RETURNED = {"returns": "y,h"}  # torch's composites return the stream: a convention they follow
+RESIDUAL_DTYPE = CaseField("residual_dtype", "input", "the residual stream's dtype: input (x's, the default) or f32 "
+                           "(float32 for half input)", choices=RESIDUAL_DTYPES, label="residual={}", quiet="input")
+RETURNS_FIELD = CaseField("returns", "y,h", "what the implementation returns: y,h (the norm's output and the new "
+                          "residual stream, the default) or y (the norm's output alone)", choices=RETURNS,
+                          label="returns={}", quiet="y,h")
 WHY_ONCE = ("the double backward of a residual add + norm is not judged yet: the second-order formulas "
             "(reference.setwise) are a norm's of its own inputs, not of a prologue's")
 
@@ -34,9 +44,10 @@ def residual_dtype(case) -> str:
     return case.dtype
 
 
-OPERANDS = (Operand("residual", dtype=residual_dtype, gradient="dresidual"),
-            Operand("dh", role="cotangent", dtype=residual_dtype, of="h"))
-RESULTS = (Result("h", dtype=residual_dtype, cotangent="dh"),)
+OPERANDS = (Operand("residual", dtype=residual_dtype, gradient="dresidual"),)
+# The residual stream returned, and its cotangent taken, unless the case's implementation returns y alone
+STREAM = Extension("returns", values=("y,h",), operands=(Operand("dh", role="cotangent", dtype=residual_dtype, of="h"),),
+                   results=(Result("h", dtype=residual_dtype, cotangent="dh"),))
 
 
 def array_contract(inner: Op) -> "tuple[str | None, Callable | None]":
@@ -45,7 +56,7 @@ def array_contract(inner: Op) -> "tuple[str | None, Callable | None]":
     if inner.array_signature is None:
         return None, None
     operands = [o.name for o in OPERANDS if o.role == "input"]
-    returns = f"({', '.join(('y',) + tuple(r.name for r in RESULTS))})"
+    returns = f"({', '.join(('y',) + tuple(r.name for r in STREAM.results))}), or y alone with returns=y"
     signature = inner.array_signature.replace("fn(x, ", f"fn(x, {', '.join(operands)}, ", 1).replace(
         ") -> y", f") -> {returns}", 1)
 
@@ -63,21 +74,16 @@ def add_norm(inner: Op, name: str, description: str, signature: str, call, impls
         c = i.case
         h = reference.residual_add(i.x, i.extra["residual"], lambda a: quantise(a, residual_dtype(c)))
         out = inner.reference(replace(i, x=h))
-        dx = reference.residual_backward(out["dx"], i.extra["dh"])
+        dx = reference.residual_backward(out["dx"], i.extra.get("dh"))
         return {**out, "h": h, "dx": dx, "dresidual": dx}
-
-    def validate(case) -> None:
-        inner.validate(case)
-        if case.residual_dtype not in RESIDUAL_DTYPES:
-            raise UsageError(f"unknown residual dtype {case.residual_dtype!r}; choose one of {', '.join(RESIDUAL_DTYPES)}")
 
     array_signature, array_call = array_contract(inner)
     return replace(
         inner, name=name, description=description, signature=signature, call=call, reference=reference_outputs,
-        outputs=inner.outputs + ("h", "dresidual"), required=inner.required + ("h", "dresidual"),
-        case_fields={**inner.fields_without_extensions(), "residual_dtype": "input"}, extensions=(),
-        validate=validate, impls=impls,
-        operands=OPERANDS, results=RESULTS, prologue=reference.RESIDUAL_ADD, inner=inner.name,
+        outputs=inner.outputs + ("h", "dresidual"), required=inner.required + ("dresidual",),
+        fields=(*inner.fields_without_extensions(), RESIDUAL_DTYPE, RETURNS_FIELD), extensions=(STREAM,),
+        impls=impls,
+        operands=OPERANDS, prologue=reference.RESIDUAL_ADD, inner=inner.name,
         double_backward=False, why_once_differentiable=WHY_ONCE, array_signature=array_signature,
         array_call=array_call,
     )

@@ -12,10 +12,10 @@ from ..core.errors import UsageError
 from ..numerics.dtypes import CASTINGS, accumulation, weight_sees
 from .batchnorm import drop_none
 from . import fp8
-from .core import Impl, Op
+from .core import CaseField, Impl, Op
 from .design import Design, Factor, eps_factor, levels
 from .layernorm import DIMS, HIDDEN, ROW_EXCLUSIONS, ROWS, as_given, as_trailing, normalized_axes, normalized_shape
-from .layernorm import rows_shape, view
+from .layernorm import NORMALIZED_AT_FIELD, NORMALIZED_DIMS_FIELD, rows_shape, view
 from .layernorm import validate as validate_dims
 
 SIGNATURE = ("fn(input, normalized_shape, weight, eps) -> Tensor  (torch.nn.functional.rms_norm; eps may be None); "
@@ -41,8 +41,6 @@ def default_eps(dtype: str) -> float:
 
 def validate(case) -> None:
     validate_dims(case)  # (LayerNorm's: fp8's too)
-    if case.casting not in CASTINGS:
-        raise UsageError(f"unknown casting {case.casting!r}; choose one of {', '.join(CASTINGS)}")
     if not np.isfinite(case.weight_offset):
         raise UsageError(f"the weight offset must be a finite number, got {case.weight_offset}")
 
@@ -100,6 +98,11 @@ def fused_forward(case, t):
 
 # torch's convention: the last K dims, w as given, rounded once at the end
 TORCHS = {"normalized_at": "trailing", "weight_offset": 0.0, "casting": "end"}
+WEIGHT_OFFSET = CaseField("weight_offset", 0.0, "the implementation scales by w + F (1 for Gemma's zero-centred "
+                          "weight; default 0)", parse=float, metavar="F", label="w+{:g}", quiet=0.0)
+CASTING = CaseField("casting", "end", "where the implementation rounds to the input dtype: "
+                    f"{' or '.join(CASTINGS)} (default end)", choices=CASTINGS, metavar="MODE", label="cast={}",
+                    quiet="end")
 
 
 def rms_norm_fp8(input, normalized_shape, weight=None, eps=None, *, scale, fp8_dtype):
@@ -111,7 +114,7 @@ OP = Op(
     description="RMSNorm: x · rsqrt(mean(x²) + eps) · (w + offset) per row over the last K dims",
     signature=SIGNATURE, call=call, reference=reference_outputs, view=view, unit="layer",
     outputs=OUTPUTS, required=REQUIRED, saved_stats=("rstd",), sweep=SWEEP,
-    case_fields={"normalized_dims": 1, **TORCHS, "fp8": None}, set_dim=-1, validate=validate,
+    fields=(NORMALIZED_DIMS_FIELD, NORMALIZED_AT_FIELD, WEIGHT_OFFSET, CASTING, fp8.FIELD), set_dim=-1, validate=validate,
     params=("weight",), centred=False, eps_none=default_eps, min_set_size=1,
     array_signature=ARRAY_SIGNATURE, array_call=array_call, channels=False,
     extensions=(fp8.extension(forward),),

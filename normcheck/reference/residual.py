@@ -46,5 +46,5 @@ def residual_add(x, residual, rounding: Callable[[np.ndarray], np.ndarray] | Non
 
 
 def residual_backward(norm_dx, dh) -> np.ndarray:
-    """dx = dresidual = dh + the norm's gradient of h."""
-    return as_working(norm_dx) + as_working(dh)
+    """dx = dresidual = dh + the norm's gradient of h (the norm's gradient alone where h is not returned: dh None)."""
+    return as_working(norm_dx) if dh is None else as_working(norm_dx) + as_working(dh)

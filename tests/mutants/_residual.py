@@ -1,7 +1,8 @@
 """Residual add + norm implementations, correct and with the bug classes of real fused add + norm kernels, for
 any inner norm (RMSNorm, LayerNorm): normalising x instead of x + residual, dropping the residual stream's own
 gradient dh, rounding the sum to the input dtype before the statistics when the stream is declared float32,
-updating the residual in place, handing the norm's gradient to x only, returning the stream from before the add.
+updating the residual in place, handing the norm's gradient to x only, returning the stream from before the add;
+in the form that returns y alone (returns=y), the norm's gradient handed to x only there too.
 
 Two correct styles: `composed` (the project's textbook norm of h = x + residual, gradients through autograd)
 and `fused` (one autograd.Function as a fused kernel is written: the sum and its statistics in float32 registers,
@@ -18,6 +19,7 @@ from normcheck.frameworks.torch import accumulation_dtype
 
 BUGS = ("normalises_x", "drops_dh", "rounds_sum_to_input", "residual_in_place", "norm_grad_to_x_only",
         "returns_stream_before_add")
+Y_ONLY_BUGS = ("y_only_grad_to_x_only",)  # of the form that returns y alone
 
 
 class _FusedAddNorm(torch.autograd.Function):
@@ -54,7 +56,7 @@ class _FusedAddNorm(torch.autograd.Function):
             inner = inner - g.mean(dim=1, keepdim=True)
         dnorm = (rstd.reshape(rows, 1) * inner).reshape(h.shape)
         total = dnorm if ctx.bug == "drops_dh" else dnorm + dh.to(acc)
-        dx, dres = total, (dh.to(acc) if ctx.bug == "norm_grad_to_x_only" else total)
+        dx, dres = total, (dh.to(acc) if ctx.bug in ("norm_grad_to_x_only", "y_only_grad_to_x_only") else total)
         shape = h.shape[h.dim() - ctx.dims:]
         dweight = None if weight is None else (dy_acc * xhat).reshape(rows, -1).sum(0).reshape(shape).to(weight.dtype)
         dbias = None if ctx.bias_dtype is None else dy_acc.reshape(rows, -1).sum(0).reshape(shape).to(ctx.bias_dtype)
@@ -78,6 +80,13 @@ def fused(centred: bool, default_eps, bug: str | None = None):
     return add_norm
 
 
+def y_only(add_norm):
+    """The form that returns y alone, of an add + norm that returns (y, h) (autograd gives h's cotangent as 0)."""
+    def add_norm_y(*args):
+        return add_norm(*args)[0]
+    return add_norm_y
+
+
 def composed(norm, bug: str | None = None):
     """The composed style: `norm` (the textbook norm, F's signature) of h = x + residual, through autograd."""
     def add_norm(input, residual, normalized_shape, *args):
@@ -95,6 +104,7 @@ def catalogue(op: str, norm, centred: bool, default_eps, follows: dict):
     """(MUTANTS, CORRECT) of an add + norm op: each bug in the style it is written in, the two correct styles
     under torch's conventions, and the fused style with a float32 residual stream."""
     f32 = {**follows, "residual_dtype": "f32"}
+    alone = {**follows, "returns": "y"}
 
     def impl(name, fn, what, conventions=follows):
         fn.__qualname__ = name
@@ -103,8 +113,12 @@ def catalogue(op: str, norm, centred: bool, default_eps, follows: dict):
     mutants = {bug: impl(bug, (composed(norm, bug) if bug in ("residual_in_place", "returns_stream_before_add")
                                else fused(centred, default_eps, bug)),
                          f"mutant: {bug}", f32 if bug == "rounds_sum_to_input" else follows) for bug in BUGS}
+    mutants.update({bug: impl(bug, y_only(fused(centred, default_eps, bug)), f"mutant: {bug}", alone)
+                    for bug in Y_ONLY_BUGS})
     correct = {"composed": impl("composed", composed(norm), "the textbook norm of x + residual, through autograd"),
                "fused": impl("fused", fused(centred, default_eps), "one fused Function, explicit backward"),
                "fused_f32_residual": impl("fused_f32_residual", fused(centred, default_eps),
-                                          "the fused Function with a float32 residual stream", f32)}
+                                          "the fused Function with a float32 residual stream", f32),
+               "fused_y_only": impl("fused_y_only", y_only(fused(centred, default_eps)),
+                                    "the fused Function returning y alone", alone)}
     return mutants, correct
