@@ -97,6 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--device", metavar="DEVICE", help="where a single-process op's torch implementation gets the "
                      "case's tensors (same strides and storage offsets): cpu (the default), cuda, cuda:N or any other "
                      "device torch names (mps, xpu, ...); outputs come back to the CPU for the comparison")
+    cmp.add_argument("--triton-interpret", action="store_true", help="run the implementation's Triton kernels in "
+                     "Triton's interpreter (TRITON_INTERPRET=1 in its worker process, set before its module is "
+                     "imported): Triton kernels judged on a CPU; the cases the interpreter cannot run (bf16, fp8) are "
+                     "SKIP rows (needs the triton extra)")
     cmp.add_argument("--timeout", type=float, metavar="S",
                      help=f"seconds per case (default: {MULTIPLE:g} × the larger of the float64 reference's time on "
                           f"the case and the longest finished case, at least {FLOOR:g} s; {DEFAULT_TIMEOUT:g} s for the "
@@ -280,7 +284,7 @@ def run_compare(args, out) -> int:
     for option, path in (("--junit-xml", args.junit_xml), ("--plot", args.plot)):
         if path is not None:
             _check_writable(option, Path(path))
-    impl = resolve_impl(args.op, args.impl, args.backend, limit, args.framework, args.device)
+    impl = resolve_impl(args.op, args.impl, args.backend, limit, args.framework, args.device, args.triton_interpret)
     cases = build_cases(args, impl)
     backend = backend_of(impl)
     if backend is not None:
@@ -325,7 +329,7 @@ def run_compare(args, out) -> int:
         2 if untested else 1 if failed else 0
     if args.json:
         json.dump(run_document(args.op, impl.name, backend, reports, elapsed, status, timeout, limit.describe(),
-                               stopped, impl.device),
+                               stopped, impl.device, impl.triton_interpret),
                   out, indent=1, allow_nan=False)
         print(file=out)
     else:

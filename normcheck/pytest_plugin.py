@@ -1,7 +1,7 @@
 """pytest plugin: gate your own normalization kernel in CI with one option set.
 
     pytest --normcheck-op syncbn --normcheck-impl mypkg.sync:sync_bn [--normcheck-backend gloo] [--normcheck-framework jax]
-           [--normcheck-device cpu|cuda|cuda:N|mps|...]
+           [--normcheck-device cpu|cuda|cuda:N|mps|...] [--normcheck-triton-interpret]
            [--normcheck-profile ci|dev|thorough] [--normcheck-mode eval] [--normcheck-frozen x|params]
            [--normcheck-order 2] [--normcheck-eps E] [--normcheck-momentum M] [--normcheck-affine WHICH]
            [--normcheck-normalized-at trailing|channels] [--normcheck-casting MODE] [--normcheck-weight-offset F] [--normcheck-output-dtype input|promote]
@@ -74,6 +74,9 @@ def pytest_addoption(parser):
     group.addoption("--normcheck-device", metavar="DEVICE",
                     help="where a single-process op's torch implementation gets the case's tensors: cpu (default), "
                          "cuda, cuda:N, mps, ... (as `normcheck compare --device`)")
+    group.addoption("--normcheck-triton-interpret", action="store_true",
+                    help="run the implementation's Triton kernels in Triton's interpreter in its worker process (as "
+                         "`normcheck compare --triton-interpret`)")
     group.addoption("--normcheck-profile", metavar="PROFILE", default="ci",
                     help="hypothesis budget: ci (default, derandomized), dev or thorough")
     for name, values, what in (("mode", "train|eval", "batch or running statistics"),
@@ -100,9 +103,9 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     if config.getoption("normcheck_op") is None:
-        for name in ("impl", "backend", "framework", "device"):
-            if config.getoption(f"normcheck_{name}") is not None:
-                raise pytest.UsageError(f"--normcheck-{name} needs --normcheck-op")
+        for name in ("impl", "backend", "framework", "device", "triton_interpret"):
+            if config.getoption(f"normcheck_{name}") not in (None, False):
+                raise pytest.UsageError(f"--normcheck-{name.replace('_', '-')} needs --normcheck-op")
         return
     config.stash[OPTIONS] = _options(config)
     config.stash[SIGNALS] = _catch_signals()
@@ -143,6 +146,7 @@ def pytest_report_header(config):
     if OPTIONS in config.stash:
         o = config.stash[OPTIONS]
         world = f", {o.backend} world" if o.backend else f", on {o.impl.device}" if o.impl.device != "cpu" else ""
+        world += ", Triton's interpreter" if o.impl.triton_interpret else ""
         return f"normcheck: {o.op} / {o.impl.name}{world}, hypothesis profile {o.profile}"
     return None
 
@@ -185,10 +189,12 @@ def _options(config) -> Options:
     timeout = config.getoption("normcheck_timeout")
     try:
         impl = resolve_impl(op, config.getoption("normcheck_impl"), backend, CaseLimit(timeout, "--normcheck-timeout"),
-                            config.getoption("normcheck_framework"), config.getoption("normcheck_device"))
+                            config.getoption("normcheck_framework"), config.getoption("normcheck_device"),
+                            config.getoption("normcheck_triton_interpret"))
     except UsageError as e:
         raise pytest.UsageError(str(e).replace("--impl ", "--normcheck-impl ", 1)
-                                .replace("--device ", "--normcheck-device ", 1)) from None
+                                .replace("--device ", "--normcheck-device ", 1)
+                                .replace("--triton-interpret", "--normcheck-triton-interpret", 1)) from None
     try:
         fixed = {name: field_value(name, config.getoption(f"normcheck_{name}")) for name in FIXABLE
                  if config.getoption(f"normcheck_{name}") is not None}
@@ -224,7 +230,7 @@ def failure_message(report, backend: str | None, impl_spec: str | None = None, t
     from normcheck.outputs.replay import replay_command
 
     return (f"{report.verdict} {report.case.label}: {report.summary()}\n"
-            f"replay: {replay_command(report.op, impl_spec or report.impl, report.case, backend, timeout, report.framework, report.device)}")
+            f"replay: {replay_command(report.op, impl_spec or report.impl, report.case, backend, timeout, report.framework, report.device, report.triton_interpret)}")
 
 
 @pytest.fixture(scope="session")
@@ -264,8 +270,9 @@ def normcheck_compare():
     from normcheck.engine import FAIL, judge
     from normcheck.impls import backend_of, resolve_impl
 
-    def check(impl, case, backend: str | None = None, timeout: float | None = None, device: str | None = None):
-        resolved = resolve_impl(case.op, impl, backend, timeout, device=device)
+    def check(impl, case, backend: str | None = None, timeout: float | None = None, device: str | None = None,
+              triton_interpret: bool = False):
+        resolved = resolve_impl(case.op, impl, backend, timeout, device=device, triton_interpret=triton_interpret)
         report = judge(case, resolved)
         if report.verdict == FAIL:
             # A function is replayed by the name it is importable under.

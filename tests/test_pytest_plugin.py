@@ -171,6 +171,7 @@ def test_without_normcheck_op_the_plugin_adds_nothing(pytester):
      "unknown framework 'mxnet'; choose one of torch, numpy, jax, tf"),
     (["--normcheck-framework", "jax"], "--normcheck-framework needs --normcheck-op"),
     (["--normcheck-device", "cpu"], "--normcheck-device needs --normcheck-op"),
+    (["--normcheck-triton-interpret"], "--normcheck-triton-interpret needs --normcheck-op"),
     (["--normcheck-op", "layernorm", "--normcheck-device", "gpu0"], "--normcheck-device gpu0: not a device torch names"),
 ])
 def test_bad_options_are_one_line_usage_errors(pytester, args, message):

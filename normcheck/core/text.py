@@ -9,7 +9,7 @@ import traceback
 MAX_LINE = 300
 _HARNESS = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # normcheck/
 _OURS_UNDER_TEST = os.path.join(_HARNESS, "kernels") + os.sep                   # code under test, though ours
-_LIBRARIES = ("torch", "numpy", "jax", "tensorflow", "keras")
+_LIBRARIES = ("torch", "numpy", "jax", "tensorflow", "keras", "triton")  # (a row names the kernel's caller)
 
 
 def clip(text: str, limit: int = MAX_LINE) -> str:

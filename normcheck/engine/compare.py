@@ -42,7 +42,7 @@ def judge(case: Case, impl: Impl, constants: Constants = CONSTANTS) -> Report:
             if verdict == KNOWN and followed and attribute(own, tensors, raw)[0] != KNOWN:
                 verdict, message = reproduced(case, impl, followed, tensors, raw, outputs, constants)
         return Report(op.name, impl.name, case, verdict, list(tensors), message, time.perf_counter() - start, path,
-                      stack, time_limit, impl.framework, impl.device)
+                      stack, time_limit, impl.framework, impl.device, impl.triton_interpret)
 
     reason = impl.unsupported(case)
     if reason:

@@ -89,6 +89,7 @@ class Report:
     time_limit: float | None = None  # the seconds the case was allowed (None: not bound to a limit)
     framework: str = "torch"   # whose contract the implementation follows (a replay line of a JAX function says so)
     device: str = "cpu"        # where the implementation's tensors lived (the run's --device; a replay line says so)
+    triton_interpret: bool = False  # its Triton kernels ran in Triton's interpreter (a replay line says so)
 
     @property
     def passed(self) -> bool:

@@ -11,11 +11,12 @@ from .catalogue import IMPLS, backend_of, bind, check_world, list_impls, registe
 
 
 def compare(op: str, impl: str | Impl | Callable | None, case: Case, constants: Constants = CONSTANTS,
-            device: str | None = None) -> Report:
+            device: str | None = None, triton_interpret: bool = False) -> Report:
     """Run `impl` (a registered name, module:attr, a function or an Impl) on `case` and compare
     each output it produces with the float64 reference. `device`: where a torch implementation's tensors live
-    (cpu when None; cuda, cuda:1, mps, ...: a device this torch lacks is a UsageError)."""
-    return judge(case, resolve_impl(op, impl, device=device), constants)
+    (cpu when None; cuda, cuda:1, mps, ...: a device this torch lacks is a UsageError). `triton_interpret`: its
+    Triton kernels run in Triton's interpreter, in its worker process (a case the interpreter cannot run is a SKIP)."""
+    return judge(case, resolve_impl(op, impl, device=device, triton_interpret=triton_interpret), constants)
 
 
 __all__ = ["IMPLS", "backend_of", "bind", "check_world", "compare", "list_impls", "register", "resolve_impl", "support_text",

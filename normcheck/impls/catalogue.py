@@ -18,6 +18,7 @@ from ..engine.baseline import baseline_outputs
 from ..frameworks import FRAMEWORKS
 from ..frameworks.arrays import formats_of
 from ..frameworks.torch.tensors import device_missing
+from ..frameworks.torch.triton import Interpreted, interpreter_missing, own_support
 from ..kernels.groupnorm.impls import IMPLS as GROUPNORM_KERNEL_IMPLS
 from ..kernels.syncbn.recipes import IMPLS as SYNCBN_RECIPES
 from ..ops import OPS, Impl, get_op
@@ -68,18 +69,19 @@ def support_text(impl: Impl) -> str:
 
 def resolve_impl(op: str, spec: str | Impl | Callable | None = None, backend: str | None = None,
                  timeout: CaseLimit | float | None = None, framework: str | None = None,
-                 device: str | None = None) -> Impl:
+                 device: str | None = None, triton_interpret: bool = False) -> Impl:
     """A registered name, a `module:attr` / `path/to/file.py:attr` spec, an Impl or a callable, bound
     to a world: `backend` (the record's own world when None) under `timeout`: seconds per case, a
     CaseLimit, or None (a limit that follows the cases' measured times; normcheck.worlds.limits).
     `framework`: whose contract a function follows (torch's when None; "jax", "tf": the op's array contract).
     `device`: where a torch implementation's case tensors live (cpu when None; cuda, cuda:1, mps, ...).
-    A record already bound stays as it is unless one of backend, timeout and device is given."""
+    `triton_interpret`: its Triton kernels run in Triton's interpreter, in its worker process (bind).
+    A record already bound stays as it is unless one of backend, timeout, device and triton_interpret is given."""
     the_op = get_op(op)
     if spec is None:
         spec = the_op.default_impl
     if isinstance(spec, Impl):
-        if spec.runner is not None and backend is None and timeout is None and device is None:
+        if spec.runner is not None and backend is None and timeout is None and device is None and not triton_interpret:
             return spec
         impl = spec
     elif callable(spec):
@@ -99,7 +101,7 @@ def resolve_impl(op: str, spec: str | Impl | Callable | None = None, backend: st
         impl = user_impl(op, spec, framework or "torch")
     if framework is not None and impl.framework != framework:
         raise UsageError(f"--framework {framework}: {impl.name} is a {FRAMEWORKS.title(impl.framework)} implementation")
-    return bind(impl, backend, timeout, device)
+    return bind(impl, backend, timeout, device, triton_interpret)
 
 
 def user_impl(op: str, target: str | Callable, framework: str = "torch") -> Impl:
@@ -128,9 +130,10 @@ def user_impl(op: str, target: str | Callable, framework: str = "torch") -> Impl
 
 
 def bind(impl: Impl, backend: str | None = None, timeout: CaseLimit | float | None = None,
-         device: str | None = None) -> Impl:
+         device: str | None = None, triton_interpret: bool = False) -> Impl:
     """The record with its world chosen, its time limit, its device (`device`: see resolve_impl) and its runner set:
-    runner(case, inputs) -> (outputs, path, ops)."""
+    runner(case, inputs) -> (outputs, path, ops). `triton_interpret`: its worker process runs Triton's interpreter,
+    and the cases that cannot run there are SKIP rows (its `supports`)."""
     op = get_op(impl.op)
     why = FRAMEWORKS.missing(impl.framework)
     if why:
@@ -145,9 +148,13 @@ def bind(impl: Impl, backend: str | None = None, timeout: CaseLimit | float | No
                          f"(its worlds: {', '.join(worlds_of(impl))})")
     limit = as_limit(timeout)
     device = device_of(impl, world, device)
-    bound = replace(impl, world=world.name, runner=None, limit=limit, device=device)
+    supports = Interpreted(own_support(impl.supports)) if triton_interpret else own_support(impl.supports)
+    bound = replace(impl, world=world.name, runner=None, limit=limit, device=device, supports=supports,
+                    triton_interpret=triton_interpret)
     # A worker process (the isolated world's, a devices world's) rebuilds the record; gloo ranks load the function
     bound = replace(bound, portable=portable(bound) if world.ranks in ("worker", "devices", "process") else None)
+    if triton_interpret:
+        check_interpretable(bound, world)
 
     def runner(case, inputs):
         world.check(case)
@@ -175,6 +182,25 @@ def device_of(impl: Impl, world, device: str | None) -> str:
         raise UsageError(f"--device {device}: the {world.name} world runs its ranks on {world.device}; --device "
                          f"applies to single-process ops (lockstep-cuda runs {impl.op} on CUDA)")
     return device
+
+
+def check_interpretable(impl: Impl, world) -> None:
+    """One-line UsageError unless `impl` runs in a worker process of its own that can take Triton's interpreter:
+    a torch implementation in the isolated world that pickles (the variable must be set before its module is
+    imported, so never in this process)."""
+    why = interpreter_missing()
+    if why:
+        raise UsageError(why)
+    if impl.framework != "torch":
+        raise UsageError(f"--triton-interpret: {impl.name} is a {FRAMEWORKS.title(impl.framework)} implementation; "
+                         "Triton kernels are torch code")
+    if world.ranks != "worker":
+        raise UsageError(f"--triton-interpret runs a single-process op's implementation in the isolated world's worker "
+                         f"process, not {'the ranks of ' if world.distributed else ''}the {world.name} world")
+    if impl.portable is None:
+        raise UsageError(f"--triton-interpret: {impl.name} does not pickle (a lambda, or a function defined inside "
+                         "another), so it would run in this process; the interpreter runs only in a worker process "
+                         "(define it at module level)")
 
 
 def witness(limit: CaseLimit, bound: dict, device: str, issue, case) -> Impl | None:

@@ -215,6 +215,9 @@ class Impl:
     # Set by binding: where a torch implementation's case tensors live (the run's --device: cpu, cuda, cuda:1, mps, ...);
     # a distributed world's own device
     device: str = "cpu"
+    # Set by binding: the run's --triton-interpret: its worker process runs Triton kernels in Triton's interpreter
+    # (TRITON_INTERPRET=1 there before the implementation is imported), and `supports` adds what that cannot run
+    triton_interpret: bool = False
     # Set by binding: a picklable callable that rebuilds this record in a worker process (None: it cannot)
     portable: Callable[[], "Impl"] | None = field(default=None, compare=False, repr=False)
     limit: Any = field(default=None, compare=False, repr=False)  # the bound run's CaseLimit

@@ -23,7 +23,7 @@ SCHEMA_VERSION = 1
 
 def run_document(op: str, impl: str, backend: str | None, reports: list[Report], seconds: float,
                  exit_status: int, timeout: float | None = None, time_limit: dict | None = None,
-                 stopped: str = "", device: str = "cpu") -> dict:
+                 stopped: str = "", device: str = "cpu", triton_interpret: bool = False) -> dict:
     counts = {v.lower(): sum(r.verdict == v for r in reports) for v in VERDICTS}
     return {
         "schema": SCHEMA,
@@ -34,6 +34,7 @@ def run_document(op: str, impl: str, backend: str | None, reports: list[Report],
         "impl": impl,
         "backend": backend,
         "device": device,
+        "triton_interpret": triton_interpret,
         "seconds": round(seconds, 3),
         "exit_status": exit_status,
         "summary": {"total": len(reports), **counts, "never_checked": never_checked(reports)},

@@ -4,17 +4,20 @@
   one that hangs is stopped at the case's time limit, one that kills its process (os._exit, a
   segfault, an abort in C++) is reported with its exit code or signal, and the run goes on in a
   fresh worker. An implementation that cannot reach another process (a lambda, a function defined
-  inside another: it does not pickle) runs in this process instead, without that protection.
+  inside another: it does not pickle) runs in this process instead, without that protection. One pool per
+  worker setup: an implementation bound with --triton-interpret gets workers of its own, which switch Triton's
+  interpreter on before they import it, and no other implementation runs there.
 * in-process — this process (for a debugger, or code that must share this process's state).
 """
 from __future__ import annotations
 
 from ..core.errors import ImplError, NotDifferentiable, RaisedElsewhere, UsageError
 from ..frameworks import run_case
+from ..frameworks.torch.triton import interpret_here
 from .limits import CaseLimit
 from .workers import WorkerPool
 
-_POOL: list[WorkerPool] = []
+_POOLS: dict[object, WorkerPool] = {}  # what its workers run first (None: nothing) -> the pool
 
 
 def run_here(impl, case, inputs, limit: CaseLimit):
@@ -29,7 +32,8 @@ def run_isolated(impl, case, inputs, limit: CaseLimit):
     if impl.portable is None:
         return run_here(impl, case, inputs, limit)
     try:
-        [outcome] = _pool().run_job(case, ("solo", impl.portable, inputs), limit, load=("load", impl.portable))
+        pool = _pool(interpret_here if impl.triton_interpret else None)
+        [outcome] = pool.run_job(case, ("solo", impl.portable, inputs), limit, load=("load", impl.portable))
     except ImplError as e:  # a one-process pool names its only rank: a single process needs no name
         raise type(e)(str(e).removeprefix("rank 0: ")) from None
     kind, *details = outcome
@@ -44,8 +48,9 @@ def run_isolated(impl, case, inputs, limit: CaseLimit):
     raise ImplError(details[0])
 
 
-def _pool() -> WorkerPool:
-    if not _POOL or _POOL[0].closed:
-        _POOL[:] = [WorkerPool(1, group=False, name="isolated")]
-        _POOL[0].kind = "isolated worker process"
-    return _POOL[0]
+def _pool(setup) -> WorkerPool:
+    pool = _POOLS.get(setup)
+    if pool is None or pool.closed:
+        pool = _POOLS[setup] = WorkerPool(1, group=False, name="isolated", setup=setup)
+        pool.kind = "isolated worker process"
+    return pool

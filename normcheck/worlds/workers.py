@@ -165,8 +165,9 @@ def _ops_called(e: BaseException) -> tuple[str, ...]:
     return tuple(sorted(getattr(e, "ops_called", ())))
 
 
-def _worker_main(rank: int, size: int, port: int | None, gloo_timeout: float, conn, ctrl, stderr_path: str) -> None:
-    """A worker: join the gloo process group on `port` (None: a single-process worker, no group),
+def _worker_main(rank: int, size: int, port: int | None, gloo_timeout: float, conn, ctrl, stderr_path: str,
+                 setup: Callable[[], None] | None = None) -> None:
+    """A worker: run `setup`, join the gloo process group on `port` (None: a single-process worker, no group),
     then serve (seq, case, job, parent's sys.path) messages until told to stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it kills us
     # What a worker prints (an implementation's debug output, a dying worker's C++ abort message) goes to a file the
@@ -176,6 +177,8 @@ def _worker_main(rank: int, size: int, port: int | None, gloo_timeout: float, co
     os.dup2(printed, 1)
     group = None
     try:
+        if setup is not None:  # before the first message: unpickling a job may import the implementation's module
+            setup()
         import torch
         import torch.distributed as dist
 
@@ -255,7 +258,7 @@ class _Workers:
     """One incarnation of a pool: W processes, their pipes, and (joined in a process group) the
     TCPStore they met at."""
 
-    def __init__(self, size: int, gloo_timeout: float, group: bool = True, name: str = "gloo"):
+    def __init__(self, size: int, gloo_timeout: float, group: bool = True, name: str = "gloo", setup=None):
         import torch.distributed as dist
 
         self.size = size
@@ -286,7 +289,7 @@ class _Workers:
                 ctrl, child_ctrl = ctx.Pipe()
                 proc = ctx.Process(target=_worker_main, name=f"normcheck-{name}{size}-rank{rank}", daemon=True,
                                    args=(rank, size, self.port, gloo_timeout, child_conn, child_ctrl,
-                                         self.stderr_paths[rank]))
+                                         self.stderr_paths[rank], setup))
                 self.procs.append(proc)
                 self.conns.append(conn)
                 self.ctrls.append(ctrl)
@@ -475,15 +478,18 @@ class _Workers:
 class WorkerPool:
     """`size` persistent worker processes serving case after case: started on demand, killed after
     any failure (their state is unknown) and started afresh for the next case, closed at exit.
-    `group`: the workers join one gloo process group (the gloo world's ranks)."""
+    `group`: the workers join one gloo process group (the gloo world's ranks). `setup`: a picklable function each worker
+    runs before anything else, there only (never in this process or the fork server)."""
 
     kind = "worker pool"
 
     def __init__(self, size: int, timeout: float = DEFAULT_TIMEOUT, *, group: bool = True,
-                 startup_timeout: float = STARTUP_TIMEOUT, name: str = "workers"):
+                 startup_timeout: float = STARTUP_TIMEOUT, name: str = "workers",
+                 setup: Callable[[], None] | None = None):
         self.size = size
         self.group = group
         self.name = name
+        self.setup = setup
         self.timeout = positive_seconds(timeout, "timeout")
         self.startup_timeout = positive_seconds(startup_timeout, "startup_timeout")
         self.starts = 0           # how many times worker processes were started (1 + restarts)
@@ -560,7 +566,7 @@ class WorkerPool:
     def _start(self, gloo_timeout: float) -> _Workers:
         problem = ""
         for _ in range(_START_ATTEMPTS):
-            workers = _Workers(self.size, gloo_timeout, self.group, self.name)
+            workers = _Workers(self.size, gloo_timeout, self.group, self.name, self.setup)
             self.starts += 1
             try:
                 workers.wait_ready(self.startup_timeout)

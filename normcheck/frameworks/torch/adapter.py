@@ -17,6 +17,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ...core.errors import ImplError, NotDifferentiable
 from ...core.text import called_at, exception_text
 from .tensors import TORCH_DTYPES, TorchInputs, dtype_name, torch_inputs, with_threads
+from .triton import no_driver
 
 Outputs = dict[str, "torch.Tensor | None"]
 
@@ -231,6 +232,11 @@ def run(op, impl, case, inputs) -> tuple[dict[str, np.ndarray], str, frozenset[s
             outputs = _guarded_run(t, partial(with_threads, impl.threads, *call), watch)
     except BaseException as e:  # the kernels it ran before it raised: a known issue of theirs may explain it
         e.ops_called = frozenset(recorder.ops)
+        launched = no_driver(e)  # (Triton's own message names no kernel and no remedy)
+        if launched:
+            error = ImplError(launched)
+            error.ops_called = e.ops_called
+            raise error from e
         raise
     return to_numpy(op, case, outputs, tuple(t.x.shape)), impl.reported_path(case), frozenset(recorder.ops)
 
