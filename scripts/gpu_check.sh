@@ -10,8 +10,10 @@
 # 3. runs tests/test_syncbn_cuda.py: every primitive against the CPU primitives / the float64
 #    reference and against torch's CUDA primitives, 64-bit indexing, and the SyncBN property suite
 #    in lockstep worlds on one GPU on our kernels and on torch's;
-# 4. benchmarks ours against torch's primitives (bytes moved / time, against measured copy bandwidth);
-# 5. writes docs/gpu-results.md (dated) and copies it to $OUT when that is a directory.
+# 4. judges every op's default sweep on CUDA for torch's records and the project's Triton kernels
+#    (scripts/device_sweeps.py), and torch's SyncBN on NCCL under torchrun when the machine has >= 2 GPUs;
+# 5. benchmarks ours against torch's primitives (bytes moved / time, against measured copy bandwidth);
+# 6. writes docs/gpu-results.md (dated) and copies it to $OUT when that is a directory.
 # Exit status: 0 when the tests pass, 1 when some fail, 2 when the check could not run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -72,6 +74,25 @@ tests_rc=$?
 if [ "$tests_rc" -eq 0 ] && grep -q "no CUDA device" "$WORK/tests.txt"; then tests_rc=3; fi
 tail -25 "$WORK/tests.txt" >&2
 
+say "every op on CUDA (torch's records, the project's Triton kernels)"
+$PY -c 'import triton' 2>/dev/null || $PY -m pip install --quiet --disable-pip-version-check "triton>=3.0" >&2 \
+  || say "triton could not be installed: the Triton kernels' rows will say so"
+timeout 240 $PY scripts/device_sweeps.py --device cuda --markdown "$WORK/sweeps.md" >"$WORK/sweeps.txt" 2>&1
+sweeps_rc=$?
+[ -f "$WORK/sweeps.md" ] || echo "(the sweeps did not start: exit $sweeps_rc; $(tail -1 "$WORK/sweeps.txt"))" >"$WORK/sweeps.md"
+[ "$sweeps_rc" -eq 124 ] && echo "(cut at 240 s: the ops above are those that finished)" >>"$WORK/sweeps.md"
+tail -15 "$WORK/sweeps.txt" >&2
+
+gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)
+if [ "$gpus" -ge 2 ]; then
+  say "torch's SyncBN on NCCL under torchrun ($gpus GPUs)"
+  NORMCHECK_ENV_BACKEND=nccl timeout 120 $PY -m torch.distributed.run --nproc-per-node "$gpus" -m normcheck compare --op syncbn \
+    --backend env >"$WORK/nccl.txt" 2>&1
+  echo "(exit $?)" >>"$WORK/nccl.txt"
+else
+  echo "one GPU: torch's SyncBN on NCCL needs two (skipped)" >"$WORK/nccl.txt"
+fi
+
 say "benchmark"
 timeout 150 $PY benchmarks/test_syncbn_cuda_speed.py --markdown "$WORK/bench.md" >"$WORK/bench.log" 2>&1
 bench_rc=$?
@@ -80,7 +101,7 @@ bench_rc=$?
 verdict="PASSED"
 [ "$tests_rc" -ne 0 ] && verdict="FAILED (pytest exit $tests_rc$([ "$tests_rc" -eq 124 ] && echo ', timed out')$([ "$tests_rc" -eq 3 ] && echo ': GPU tests skipped with "no CUDA device"'))"
 {
-  echo "# GPU results: normcheck's CUDA SyncBN kernels"
+  echo "# GPU results: normcheck's CUDA SyncBN kernels, torch's CUDA kernels of every op, Triton kernels"
   echo
   echo "Run $(date -u '+%Y-%m-%d %H:%M UTC') by \`bash scripts/gpu_check.sh\` (issue 5)."
   echo
@@ -101,6 +122,16 @@ verdict="PASSED"
   grep -E "passed|failed|error|FAILED|ERROR|SKIPPED|slowest|s call|s setup" "$WORK/tests.txt" | tail -60
   echo '```'
   echo
+  echo "## Every op on CUDA"
+  echo
+  cat "$WORK/sweeps.md"
+  echo
+  echo "## torch's SyncBN on NCCL"
+  echo
+  echo '```'
+  tail -5 "$WORK/nccl.txt"
+  echo '```'
+  echo
   echo "## Benchmark: ours vs torch's CUDA primitives"
   echo
   cat "$WORK/bench.md"
@@ -109,4 +140,4 @@ say "wrote $RESULTS"
 if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then
   cp "$RESULTS" "$WORK/tests.txt" "$WORK/bench.log" "$OUT/" 2>/dev/null
 fi
-[ "$tests_rc" -eq 0 ] && exit 0 || exit 1
+[ "$tests_rc" -eq 0 ] && [ "$sweeps_rc" -eq 0 ] && exit 0 || exit 1

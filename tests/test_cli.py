@@ -106,6 +106,25 @@ def test_user_impl_from_a_file(tmp_path):
     assert code == 0 and out.splitlines()[0].startswith("PASS")
 
 
+def test_a_user_file_may_define_dataclasses_and_shadows_no_module(tmp_path):
+    """A file given by path runs as a module registered under a name of its own (a dataclass under postponed
+    annotations looks its module up while the class is made), not as the stem's name: a file called json.py leaves
+    the json module alone."""
+    (tmp_path / "json.py").write_text(
+        "from __future__ import annotations\n"
+        "from dataclasses import dataclass\n"
+        "import torch.nn.functional as F\n"
+        "@dataclass(frozen=True)\n"
+        "class Blocks:\n"
+        "    rows: int = 4\n"
+        "def bn(x, rm, rv, w, b, training, momentum, eps):\n"
+        "    assert Blocks().rows == 4\n"
+        "    return F.batch_norm(x, rm, rv, w, b, training, momentum, eps)\n")
+    code, out = run("compare", "--op", "batchnorm", "--impl", f"{tmp_path / 'json.py'}:bn", "--shape", "3,2,4")
+    assert code == 0 and out.splitlines()[0].startswith("PASS")
+    assert json.dumps({"a": 1}) == '{"a": 1}'
+
+
 def test_user_impl_module_is_importable_from_the_current_directory(tmp_path):
     (tmp_path / "mygn.py").write_text("from torch.nn.functional import group_norm as gn\n")
     proc = run_process("compare", "--op", "groupnorm", "--impl", "mygn:gn", "--shape", "2,4,3", "--groups", "2",

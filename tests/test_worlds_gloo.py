@@ -18,10 +18,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from normcheck.cases import Case
 from normcheck.reference import batch_norm_backward, batch_norm_forward
-from normcheck.core.errors import ImplError
+from normcheck.core.errors import ImplError, UsageError
 from normcheck.worlds import assemble
 from normcheck.worlds.env import EnvWorld
 from normcheck.worlds.gloo import GlooWorld, get_world
@@ -270,7 +271,9 @@ import json, sys
 import numpy as np
 from normcheck.cases import Case
 from normcheck.reference import batch_norm_backward, batch_norm_forward
-from normcheck.core.errors import ImplError
+import torch
+
+from normcheck.core.errors import ImplError, UsageError
 from normcheck.worlds import assemble
 from normcheck.worlds.env import EnvWorld
 
@@ -319,3 +322,18 @@ def test_nothing_left_behind_after_closing_every_world(world):
     # (Only this module's workers: another module's session-wide world may legitimately be alive.)
     assert [p for p in multiprocessing.active_children() if p.pid in SEEN_PIDS] == []
     assert [p for p in SEEN_PIDS if not pid_gone(p)] == []
+
+
+def test_env_world_under_nccl_needs_cuda_and_says_so_in_one_line(monkeypatch):
+    """$NORMCHECK_ENV_BACKEND=nccl (how `normcheck compare --backend env` reaches NCCL under torchrun) on a machine
+    whose torch sees no GPU: one line, before any process group is joined."""
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: scripts/gpu_check.sh runs NCCL under torchrun where it has two GPUs")
+    for key, value in {"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29999",
+                       "NORMCHECK_ENV_BACKEND": "nccl"}.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(UsageError, match=r"^--backend env with nccl needs CUDA, and torch sees no GPU here$"):
+        EnvWorld.from_environment()
+    monkeypatch.setenv("NORMCHECK_ENV_BACKEND", "mpi")
+    with pytest.raises(UsageError, match="unknown backend 'mpi' for the env world; choose gloo or nccl"):
+        EnvWorld.from_environment()

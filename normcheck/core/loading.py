@@ -11,6 +11,7 @@ import inspect
 import os
 import re
 import sys
+import zlib
 from pathlib import Path
 from typing import Callable
 
@@ -36,9 +37,16 @@ def load_object(spec: str):
             path = Path(module_name)
             if not path.is_file():
                 raise UsageError(f"--impl {spec}: no file {module_name}")
-            mod_spec = importlib.util.spec_from_file_location(path.stem, path)
-            module = importlib.util.module_from_spec(mod_spec)
-            mod_spec.loader.exec_module(module)
+            # Registered under a name of its own before it runs: a dataclass (or anything else that looks its module
+            # up in sys.modules while the module is executing) needs it there, and no real module may be shadowed
+            name = f"_normcheck_file_{path.stem}_{zlib.crc32(str(path.resolve()).encode()):08x}"
+            mod_spec = importlib.util.spec_from_file_location(name, path)
+            module = sys.modules[name] = importlib.util.module_from_spec(mod_spec)
+            try:
+                mod_spec.loader.exec_module(module)
+            except BaseException:
+                del sys.modules[name]
+                raise
         else:
             if os.getcwd() not in sys.path:
                 sys.path.insert(0, os.getcwd())  # like `python -m`: the user's project is importable

@@ -53,10 +53,13 @@ class EnvWorld:
     def from_environment(cls, backend: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> EnvWorld:
         """Join the default process group (initialising it from RANK, WORLD_SIZE, MASTER_ADDR and
         MASTER_PORT when nobody has yet). `backend`: None or "gloo" (CPU), or "nccl" (needs CUDA;
-        each rank then uses the GPU LOCAL_RANK). `timeout` bounds every collective in seconds."""
+        each rank then uses the GPU LOCAL_RANK, its tensors there). None: $NORMCHECK_ENV_BACKEND where the launcher's
+        environment sets it (how the CLI's `--backend env` reaches NCCL), else gloo. `timeout` bounds every collective
+        in seconds."""
         missing = [k for k in ("RANK", "WORLD_SIZE") if not os.environ.get(k)]
         if missing:
             raise UsageError(_NEEDS_ENV)
+        backend = backend or os.environ.get("NORMCHECK_ENV_BACKEND") or None
         if backend not in (None, "gloo", "nccl"):
             raise UsageError(f"unknown backend {backend!r} for the env world; choose gloo or nccl")
         timeout = positive_seconds(timeout, "timeout")
@@ -81,7 +84,8 @@ class EnvWorld:
         # Outcomes travel on their own gloo group, with a longer timeout than the cases' collectives:
         # an exchange there is never matched with a collective an implementation left stranded.
         control = dist.new_group(backend="gloo", timeout=2 * delta + datetime.timedelta(seconds=30))
-        return cls(rank, size, dist.group.WORLD, control, owns)
+        device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else None
+        return cls(rank, size, dist.group.WORLD, control, owns, device)
 
     def run(self, case: Case, impl_spec: str) -> list[RankOutputs] | None:
         """Run this rank's part of `case`; every rank's outputs on rank 0, None elsewhere."""
@@ -95,7 +99,8 @@ class EnvWorld:
             fn = self._fns[impl_spec] = load_callable(impl_spec)
         outputs: RankOutputs | None = None
         try:
-            outputs = run_rank(case.record, fn, case, case.make_inputs(), self.rank, self.group, self.world_size)
+            outputs = run_rank(case.record, fn, case, case.make_inputs(), self.rank, self.group, self.world_size,
+                               self.device)
             status = None
         except Exception as e:  # noqa: BLE001 - every rank must reach the exchange below
             status = failure_of(e)
