@@ -41,8 +41,10 @@ _NEEDS_ENV = "--backend env needs RANK and WORLD_SIZE set, e.g. by torchrun"
 class EnvWorld:
     """This process's rank in the default process group of a launcher-started job."""
 
-    def __init__(self, rank: int, world_size: int, group=None, control_group=None, owns_group: bool = False):
+    def __init__(self, rank: int, world_size: int, group=None, control_group=None, owns_group: bool = False,
+                 device: torch.device | None = None):
         self.rank = rank
+        self.device = device  # where this rank's tensors live: its GPU under NCCL, the CPU (None) under gloo
         self.world_size = world_size
         self.group = group if group is not None else dist.group.WORLD
         self._control = control_group
