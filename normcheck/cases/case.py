@@ -146,8 +146,7 @@ class Case:
                 raise UsageError(f"split {self.split} has a negative size")
             extent = op.layout.extent(self.shape)
             if sum(self.split) != extent:
-                raise UsageError(f"split {self.split} sums to {sum(self.split)}, not {extent}: {self.op} splits "
-                                 f"{op.layout.axis_name()} over the ranks")
+                raise UsageError(f"split {self.split} sums to {sum(self.split)}, not {op.layout.extent_text(self.shape)}")
 
     def _validate_path(self, op: Op) -> None:
         if self.mode not in MODES:

@@ -38,8 +38,9 @@ class Layout:
         """The length of the split axis of a case of `shape` (what its split must sum to)."""
         return shape[0] if self.axis == ROWS else shape[-1]
 
-    def axis_name(self) -> str:
-        return "N (the rows)" if self.axis == ROWS else "the hidden size (the last dim)"
+    def extent_text(self, shape: tuple[int, ...]) -> str:
+        """What a split must sum to, as a message says it: N=8, or H=16 (the hidden size, the last dim)."""
+        return f"N={shape[0]}" if self.axis == ROWS else f"H={shape[-1]} (the hidden size, the last dim)"
 
     def start(self, split: tuple[int, ...], rank: int) -> int:
         """`rank`'s first index along the split axis: the offset its contract passes it."""
