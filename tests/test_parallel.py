@@ -62,7 +62,7 @@ def test_a_replicated_gradient_that_differs_names_the_ranks_and_by_how_much():
 
 
 def test_without_reduces_grads_the_world_sums_the_partial_gradients():
-    case = Case("layernorm_sp", (6, 4), "f64", split=(2, 2, 2), reduces_grads=False)
+    case = Case("layernorm_sp", (6, 4), "f64", split=(2, 2, 2), reduces_grads="no")
     ranks = [{"y": np.zeros((2, 4)), "dweight": np.full(4, r + 1.0), "dbias": np.ones(4)} for r in range(3)]
     assert np.array_equal(assemble(case, ranks)["dweight"], np.full(4, 6.0))
 
@@ -71,7 +71,7 @@ def test_without_reduces_grads_the_world_sums_the_partial_gradients():
     (dict(op="layernorm_hp", shape=(2, 16), split=(7, 8)), "sums to 15, not H=16"),
     (dict(op="rmsnorm_sp", shape=(4, 16), split=(1, 2)), "sums to 3, not N=4"),
     (dict(op="layernorm_hp", shape=(2, 3, 4), split=(6, 6), normalized_dims=2), "--normalized-dims 1"),
-    (dict(op="layernorm", shape=(2, 16), reduces_grads=False), "reduces-grads applies to layernorm_sp and rmsnorm_sp"),
+    (dict(op="layernorm", shape=(2, 16), reduces_grads="no"), "reduces-grads applies to layernorm_sp and rmsnorm_sp"),
 ])
 def test_bad_parallel_cases_are_one_line(kw, message):
     with pytest.raises(UsageError, match=message) as e:

@@ -66,7 +66,7 @@ class Case:
     output_dtype: str = "input"   # OUTPUT_DTYPES: y in x's dtype, or promoted with the weight's (result_type)
     compute_dtype: str = "f64"    # COMPUTE_DTYPES: the finest precision the kernel computes in (f32: float64 too)
     fp8: str | None = None        # ops with fp8 output (LayerNorm, RMSNorm): y also quantised to "e4m3" or "e5m2"
-    reduces_grads: bool | None = None  # sequence-parallel ops: the function all-reduces the replicated γ/β gradients
+    reduces_grads: str | None = None  # sequence-parallel ops: "yes", the function all-reduces the replicated γ/β gradients
 
     def __post_init__(self):
         object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))

@@ -75,7 +75,7 @@ class Layout:
 
     def reduced_by_function(self, case) -> bool:
         """Every rank returns the full gradient of a replicated parameter (the case's reduces_grads convention)."""
-        return self.params == REPLICATED and self.reduces_grads and bool(case.reduces_grads)
+        return self.params == REPLICATED and self.reduces_grads and case.reduces_grads == "yes"
 
 
 BATCH = Layout("batch", ROWS, REPLICATED, description="the batch rows split; γ, β replicated; the world sums the "

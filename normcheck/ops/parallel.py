@@ -36,17 +36,10 @@ SHARES = {
 }
 
 
-def _yes_no(text: str) -> bool:
-    if text.lower() not in ("yes", "no"):
-        raise ValueError(text)
-    return text.lower() == "yes"
-
-
 REDUCES_GRADS = CaseField(
-    "reduces_grads", True, "whether the function all-reduces the replicated γ/β gradients itself (yes, the "
+    "reduces_grads", "yes", "whether the function all-reduces the replicated γ/β gradients itself (yes, the "
     "default: every rank's must be the full sum, the same on every rank) or leaves that to the framework (no: each "
-    "rank's partial sum, which the world adds)", parse=_yes_no, metavar="yes|no", label="reduces-grads={}",
-    quiet=True)
+    "rank's partial sum, which the world adds)", choices=("yes", "no"), label="reduces-grads={}", quiet="yes")
 
 WHY_ONCE = ("a double backward across a world is not defined by normcheck yet (the cotangent of a replicated or "
             "sharded γ's gradient needs a convention of its own)")

@@ -66,7 +66,7 @@ def sequence_catalogue(op: str, norm: str) -> tuple[dict, dict]:
     as not reducing its gradients (the framework's job: the world adds them)."""
     mutants = {bug: _sequence(op, norm, bug) for bug in SEQUENCE_BUGS}
     local = Impl("local_grads", op, "the local norm, γ/β gradients left to the framework (reduces_grads no)",
-                 f"tests.mutants.{op}:no_grad_reduction", follows={"reduces_grads": False, **_RMS.get(norm, {})})
+                 f"tests.mutants.{op}:no_grad_reduction", follows={"reduces_grads": "no", **_RMS.get(norm, {})})
     return mutants, {"local_grads": local}
 
 
