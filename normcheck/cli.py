@@ -25,6 +25,7 @@ from .numerics.dtypes import COMPUTE_DTYPES, DTYPE_CHOICES, OUTPUT_DTYPES, parse
 from .numerics.formats import FORMATS
 from .numerics.profiles import PROFILES
 from .ops import CASE_FIELDS, OPS, get_op
+from .ops.layouts import ROWS
 from .outputs.coverage import coverage_document, coverage_text
 from .outputs.json_report import run_document
 from .outputs.junit import write_junit
@@ -254,27 +255,35 @@ def _token_case(args, given: list[str]) -> Case:
 
 def _shape_and_split(args) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
     """--split fixes N when --shape does not; --world-size alone splits N as evenly as possible."""
-    if not get_op(args.op).distributed:
+    op = get_op(args.op)
+    if not op.distributed:
         if args.split is not None or args.world_size is not None:
-            raise UsageError(f"--split and --world-size apply to syncbn only, not {args.op}")
+            raise UsageError(f"--split and --world-size apply to {_distributed_ops()} only, not {args.op}")
         return args.shape or _DEFAULT_SHAPE, None
     split = args.split
     if split is not None and args.world_size is not None and len(split) != args.world_size:
         raise UsageError(f"--split has {len(split)} ranks but --world-size is {args.world_size}")
     if split is not None and any(s < 0 for s in split):
         raise UsageError(f"--split {','.join(map(str, split))} has a negative size")
-    shape = args.shape or ((sum(split),) + _DEFAULT_SHAPE[1:] if split is not None else _DEFAULT_SHAPE)
+    shape = args.shape or _DEFAULT_SHAPE
+    if split is not None and not args.shape:  # the split fixes the length of the axis it divides (Op.layout)
+        shape = (sum(split),) + shape[1:] if op.layout.axis == ROWS else shape[:-1] + (sum(split),)
     if split is None:
         world = 1 if args.world_size is None else args.world_size
         if world < 1:
             raise UsageError(f"--world-size must be >= 1, got {world}")
-        split = tuple(shape[0] // world + (r < shape[0] % world) for r in range(world))
+        extent = op.layout.extent(shape)
+        split = tuple(extent // world + (r < extent % world) for r in range(world))
     return shape, split
+
+
+def _distributed_ops() -> str:
+    return ", ".join(name for name, op in OPS.items() if op.distributed)
 
 
 def run_compare(args, out) -> int:
     if args.backend is not None and not get_op(args.op).distributed:
-        raise UsageError(f"--backend applies to syncbn only, not {args.op}")
+        raise UsageError(f"--backend applies to {_distributed_ops()} only, not {args.op}")
     # Report problems found before the run, not after it.
     limit = CaseLimit(args.timeout, "--timeout")
     if args.plot:

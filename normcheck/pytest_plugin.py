@@ -180,7 +180,8 @@ def _options(config) -> Options:
     if profile not in PROFILES:
         raise pytest.UsageError(f"--normcheck-profile {profile!r}: choose one of {', '.join(PROFILES)}")
     if backend is not None and not OPS[op].distributed:
-        raise pytest.UsageError(f"--normcheck-backend applies to syncbn only, not {op}")
+        takers = ", ".join(name for name, record in OPS.items() if record.distributed)
+        raise pytest.UsageError(f"--normcheck-backend applies to {takers} only, not {op}")
     if backend is not None and backend not in BACKENDS:
         raise pytest.UsageError(f"--normcheck-backend {backend!r}: choose one of {', '.join(BACKENDS)} "
                                 "(for torchrun's env world use `normcheck compare --backend env`)")

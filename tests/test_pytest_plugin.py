@@ -161,7 +161,7 @@ def test_without_normcheck_op_the_plugin_adds_nothing(pytester):
      "--normcheck-impl no_such_module:fn: cannot import no_such_module: ModuleNotFoundError: No module named"),
     (["--normcheck-op", "batchnorm", "--normcheck-impl", "json:nothing"], "json has no attribute nothing"),
     (["--normcheck-op", "batchnorm", "--normcheck-profile", "fast"], "--normcheck-profile 'fast'"),
-    (["--normcheck-op", "groupnorm", "--normcheck-backend", "gloo"], "applies to syncbn only"),
+    (["--normcheck-op", "groupnorm", "--normcheck-backend", "gloo"], "applies to syncbn, syncbn_silu, layernorm_sp"),
     (["--normcheck-op", "syncbn", "--normcheck-backend", "env"], "use `normcheck compare --backend env`"),
     (["--normcheck-impl", "mybn:bn"], "--normcheck-impl needs --normcheck-op"),
     (["--normcheck-op", "groupnorm", "--normcheck-mode", "eval"], "--mode eval applies to the ops with running statistics"),

@@ -33,7 +33,11 @@ def test_the_token_holds_every_case_field():
     rms = encode_case(Case("rmsnorm", (4, 6), normalized_dims=1, weight_offset=1.0, eps=None))
     # absent ones are left out, and so are the path fields at their defaults (tokens from before them stay the same)
     quiet = {"mode", "frozen", "order", "output_dtype", "compute_dtype", "normalized_at"}
-    assert set(json.loads(_payload(rms))) == set(FIELDS) - {"groups", "split", "residual_dtype", "returns", "fp8"} - quiet
+    assert set(json.loads(_payload(rms))) == set(FIELDS) - {"groups", "split", "residual_dtype", "returns", "fp8",
+                                                           "reduces_grads"} - quiet
+    sequence = Case("layernorm_sp", (5, 6), split=(2, 0, 3), reduces_grads="no")
+    assert json.loads(_payload(encode_case(sequence)))["reduces_grads"] == "no" and \
+        decode_case(encode_case(sequence)) == sequence
     path = encode_case(Case("rmsnorm", (4, 6), normalized_dims=1, frozen="x", order=2))
     assert {"frozen", "order"} <= set(json.loads(_payload(path)))
     declared = Case("layernorm", (4, 6), dtype="bf16", param_dtype="f32", output_dtype="promote", compute_dtype="f32")

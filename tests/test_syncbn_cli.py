@@ -93,6 +93,6 @@ def test_bad_syncbn_input_is_one_line_exit_2(argv, message, capsys):
     assert code == 2 and err.count("\n") == 1 and message in err, err
 
 
-def test_split_applies_to_syncbn_only(capsys):
+def test_split_applies_to_distributed_ops_only(capsys):
     assert main(["compare", "--op", "batchnorm", "--split", "2,2"], io.StringIO()) == 2
-    assert "syncbn only" in capsys.readouterr().err
+    assert "syncbn, syncbn_silu, layernorm_sp" in capsys.readouterr().err

@@ -52,7 +52,7 @@ class Case:
     affine: bool | str = True     # True: every parameter the op takes; False: none; "weight" / "bias": that one only
     groups: int | None = None     # ops whose record takes groups (GroupNorm)
     seed: int = 0
-    split: tuple[int, ...] | None = None  # per-rank batch sizes (SyncBN); None: one process
+    split: tuple[int, ...] | None = None  # per-rank shares of the op's split axis (Op.layout); None: one process
     gamma_scale: float = 1.0      # multiplies γ: recipes that divide by γ fail as it shrinks
     normalized_dims: int | None = None  # ops whose record normalises the last k dims (LayerNorm): k
     normalized_at: str | None = None  # those ops: which k dims, "trailing" (the last) or "channels" (1..k, channels-first)
@@ -66,6 +66,7 @@ class Case:
     output_dtype: str = "input"   # OUTPUT_DTYPES: y in x's dtype, or promoted with the weight's (result_type)
     compute_dtype: str = "f64"    # COMPUTE_DTYPES: the finest precision the kernel computes in (f32: float64 too)
     fp8: str | None = None        # ops with fp8 output (LayerNorm, RMSNorm): y also quantised to "e4m3" or "e5m2"
+    reduces_grads: str | None = None  # sequence-parallel ops: "yes", the function all-reduces the replicated γ/β gradients
 
     def __post_init__(self):
         object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
@@ -83,7 +84,7 @@ class Case:
         if self.split is not None:
             object.__setattr__(self, "split", tuple(int(s) for s in self.split))
         elif self.op in OPS and OPS[self.op].distributed and self.shape:
-            object.__setattr__(self, "split", (int(self.shape[0]),))  # one rank holds the whole batch
+            object.__setattr__(self, "split", (OPS[self.op].layout.extent(self.shape),))  # one rank holds it all
         self.validate()
 
     # -- validation: every message is one line a person can act on -------------------------
@@ -143,8 +144,9 @@ class Case:
                 raise UsageError("split must name at least one rank")
             if any(s < 0 for s in self.split):
                 raise UsageError(f"split {self.split} has a negative size")
-            if sum(self.split) != self.shape[0]:
-                raise UsageError(f"split {self.split} sums to {sum(self.split)}, not N={self.shape[0]}")
+            extent = op.layout.extent(self.shape)
+            if sum(self.split) != extent:
+                raise UsageError(f"split {self.split} sums to {sum(self.split)}, not {op.layout.extent_text(self.shape)}")
 
     def _validate_path(self, op: Op) -> None:
         if self.mode not in MODES:
@@ -224,9 +226,18 @@ class Case:
         return self.record.view(self)
 
     def rank_rows(self, rank: int) -> slice:
-        """The batch rows `rank` holds under `split`."""
+        """The batch rows `rank` holds under `split` (a layout that splits the rows)."""
         start = sum(self.split[:rank])
         return slice(start, start + self.split[rank])
+
+    def rank_shard(self, rank: int) -> tuple[tuple, tuple]:
+        """(index of `rank`'s share of x and dy, index of its share of γ and β) under `split` and the op's layout."""
+        layout = self.record.layout
+        return layout.data_index(self.split, rank), layout.param_index(self.split, rank)
+
+    def rank_offset(self, rank: int) -> int:
+        """`rank`'s first index along the split axis (its rows' or its hidden slice's start)."""
+        return self.record.layout.start(self.split, rank)
 
     @property
     def channels(self) -> int:

@@ -96,7 +96,7 @@ def tensor_reports(case: Case, outputs: dict, constants: Constants = CONSTANTS) 
         ratio = budget_ratio(got, ref[base_name], allowed, None, op.output_dtype(case, base_name), constants)
         tensor = tensor_report(name, got, ref[base_name], ratio, op.units(case), slack(ref[base_name], allowed))
         if case.split is not None and base_name in ("y", "dx") and tensor.worst_index:
-            tensor = replace(tensor, rank=_rank_of_row(case.split, tensor.worst_index[0]))
+            tensor = replace(tensor, rank=op.layout.rank_of(case.split, tensor.worst_index))
         tensors.append(tensor)
     return tensors
 
@@ -206,10 +206,6 @@ def _explained(issues, tensors, message: str) -> tuple[list[str], list[str]]:
         return list(dict.fromkeys(k for ks in by.values() for k in ks)), [n for n, ks in by.items() if not ks]
     keys = [k.key for k in issues if k.signature.explains_message(message)]
     return keys, [] if keys else ["its message"]
-
-
-def _rank_of_row(split: tuple[int, ...], row: int) -> int:
-    return next(r for r in range(len(split)) if row < sum(split[: r + 1]))
 
 
 def _same_bits(a, b) -> bool:

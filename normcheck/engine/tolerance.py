@@ -26,6 +26,7 @@ import numpy as np
 
 from ..cases import Case, CaseInputs
 from ..ops import get_op
+from ..ops.layouts import REPLICATED
 from ..numerics.dtypes import ROUNDS_XHAT, TINY, UNIT_ROUNDOFF, may_round_across, quantise
 from ..reference.adaln import modulation
 from .expected import Grouped, as_output, effective_affine, grouped, second_order_outputs
@@ -43,6 +44,17 @@ class Constants:
 
 
 CONSTANTS = Constants()
+
+
+def rank_masks(case: Case, view) -> list[np.ndarray]:
+    """Per rank of a split case, 1 where it holds an element and 0 elsewhere, in the grouped view (the split axis
+    may be any of its dims: the rows for SyncBN, the hidden dim for a hidden-parallel norm)."""
+    masks = []
+    for rank in range(len(case.split)):
+        m = np.zeros(case.shape)
+        m[case.record.layout.data_index(case.split, rank)] = 1.0
+        masks.append(view.group(m))
+    return masks
 
 
 def element_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) -> dict[str, np.ndarray]:
@@ -83,10 +95,10 @@ def element_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) -> 
         constant = x.max(axis=axes, keepdims=True) == x.min(axis=axes, keepdims=True)
         mean_growth = np.where(constant, float(size), rho(size))
         d_mu = (ua * mean_growth * mean(np.abs(x)) + c.rounding * us * np.abs(mu)) if op.centred else np.zeros_like(mu)
-        if case.split is not None:  # the ranks' means, each rounded (to the moments' dtype), merged by their
-            starts = np.cumsum((0,) + case.split)  # counts: c·u_s·Σ_r n_r/N·|μ_r|
-            d_mu = d_mu + c.rounding * us * sum(np.abs(mean(x[a:b])) * (b - a) / max(case.shape[0], 1)
-                                                 for a, b in zip(starts[:-1], starts[1:]) if b > a)
+        if case.split is not None and op.layout.splits_sets:  # the ranks' means, each rounded (to the moments'
+            # dtype), merged by their counts: c·u_s·Σ_r n_r/M·|μ_r| = c·u_s·Σ_r |Σ_{set ∩ r} x| / M
+            d_mu = d_mu + c.rounding * us * sum(np.abs((x * m).sum(axis=axes, keepdims=True)) / max(size, 1)
+                                                 for m in rank_masks(case, view))
         # Two-pass and Welford variances both lose about u_a·ρ(M) of σ², and Welford's running mean adds
         # a term in |μ|·mean|x − μ|; E[x²] − E[x]² would lose u_a·μ², which is what we must not allow.
         # Σ(x − μ̃)² = Σ(x − μ)² + M·δμ², and the variance may be held in the moments' dtype. SyncBN's
@@ -170,12 +182,11 @@ def element_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) -> 
     )
     bounds["dbias"] = (ua * param_growth(dy) * view.channel_sum(np.abs(dy)) + view.channel_sum(d_dy)
                        + c.rounding * up * np.abs(dbias))
-    if case.split is not None:
+    if case.split is not None and op.layout.params == REPLICATED:
         # Each rank rounds its local dγ/dβ to the parameter dtype before they are summed, and local
         # sums can be much larger than their total: c·u_p·Σ_r |local_r| on top.
         for name, per_element in (("dweight", dy * xhat), ("dbias", dy)):
-            starts = np.cumsum((0,) + case.split)
-            local = [np.abs(view.channel_sum(per_element[a:b])) for a, b in zip(starts[:-1], starts[1:])]
+            local = [np.abs(view.channel_sum(per_element * m)) for m in rank_masks(case, view)]
             bounds[name] = bounds[name] + c.rounding * up * np.sum(local, axis=0)
 
     # Saved statistics are returned in the accumulation precision, one per set.

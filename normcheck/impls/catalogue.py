@@ -21,6 +21,7 @@ from ..frameworks.torch.tensors import device_missing
 from ..frameworks.torch.triton import Interpreted, interpreter_missing, own_support
 from ..kernels.groupnorm.impls import IMPLS as GROUPNORM_KERNEL_IMPLS
 from ..kernels.syncbn.recipes import IMPLS as SYNCBN_RECIPES
+from ..kernels.parallel import IMPLS as PARALLEL_TEXTBOOKS
 from ..ops import OPS, Impl, get_op
 from ..ops.core import supports_everything
 from ..worlds import BACKENDS, WORLDS, CaseLimit, as_limit, default_world, get_world
@@ -41,7 +42,7 @@ def register(impl: Impl) -> Impl:
     return impl
 
 
-for _impl in (*(i for op in OPS.values() for i in op.impls), *BASELINES, *SYNCBN_RECIPES, *GROUPNORM_KERNEL_IMPLS,
+for _impl in (*(i for op in OPS.values() for i in op.impls), *BASELINES, *SYNCBN_RECIPES, *PARALLEL_TEXTBOOKS, *GROUPNORM_KERNEL_IMPLS,
               *FRAMEWORK_IMPLS):
     register(_impl)
 # What every process that imports normcheck has: a worker rebuilds these records by name.

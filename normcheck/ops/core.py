@@ -19,6 +19,7 @@ from ..core.loading import load_callable, spec_of
 from ..numerics.formats import expressible
 from ..numerics.sets import SetView
 from .design import Design
+from .layouts import BATCH, SHARDED, Layout
 
 ALL_CASES = "all dtypes (f64, f32, f16, bf16, mixed), all memory formats, every rank the op takes"
 CONVENTIONS = ("contract", "direct")
@@ -338,8 +339,13 @@ class Op:
     # A fused op whose inner norm's output each sample modulates (reference.Modulation: y = ŷ·(1 + scale) + shift,
     # adaln's): the tolerance model bounds the inner norm and adds the modulation's own rounding
     modulation: Any = None
+    # How a distributed op's cases are laid out over the ranks (ops.layouts: which axis the split divides, what each
+    # rank holds of γ and β, how the ranks' outputs are assembled); a distributed op without one has SyncBN's, BATCH
+    layout: Layout | None = None
 
     def __post_init__(self):
+        if self.distributed and self.layout is None:
+            object.__setattr__(self, "layout", BATCH)
         names = {i.name for i in self.impls}
         if len(names) != len(self.impls) or any(i.op != self.name for i in self.impls):
             raise ValueError(f"op {self.name}: implementations must be unique and of this op")
@@ -440,6 +446,8 @@ class Op:
             return self.view(case).stats_shape
         if name.startswith("running_"):
             return (case.channels,)
+        if self.layout is not None and self.layout.params == SHARDED:
+            return (x_shape[-1],)  # a rank's slice of γ along the hidden dim it holds
         return self.view(case).param_shape
 
     def contract(self, kind: str) -> tuple[str, Callable]:

@@ -8,8 +8,9 @@ from typing import Callable
 
 import numpy as np
 
-from ..core.errors import UsageError
+from ..core.errors import ImplError, UsageError
 from ..numerics.dtypes import quantise
+from ..ops.layouts import SHARDED
 from .limits import DEFAULT_TIMEOUT, CaseLimit, positive_seconds  # noqa: F401 - shared by every world
 
 RankOutputs = dict[str, "np.ndarray | None"]  # one rank's float64 outputs (framework adapters' run_rank)
@@ -46,14 +47,22 @@ class World:
 
 
 def assemble(case, per_rank: list[RankOutputs]) -> dict[str, np.ndarray]:
-    """The ranks' outputs as one: y and dx (where asked for) concatenated over ranks; dweight/dbias summed (a rank's
-    None counts as zero) and rounded to their dtype; running stats from rank 0, plus
-    `running_mean[rank r]` for every rank that disagrees with rank 0, so those are compared too."""
-    op = case.record
-    out = {name: np.concatenate([r[name] for r in per_rank]) for name in ("y", "dx") if name in per_rank[0]}
+    """The ranks' outputs as one, under the op's layout (ops.layouts): y and dx (where asked for) joined along the
+    split axis; the parameter gradients joined (sharded parameters), taken from rank 0 once every rank is seen to
+    hold the same full gradient (replicated ones the function reduces), or summed (a rank's None counts as zero) and
+    rounded to their dtype; running stats from rank 0, plus `running_mean[rank r]` for every rank that disagrees
+    with rank 0, so those are compared too."""
+    op, layout = case.record, case.record.layout
+    out = {name: np.concatenate([r[name] for r in per_rank], axis=layout.data_axis(per_rank[0][name].ndim))
+           for name in ("y", "dx") if name in per_rank[0]}
     for name in ("dweight", "dbias"):
-        present = [r[name] for r in per_rank if r.get(name) is not None]
-        if name in case.grads and present:
+        if name not in case.grads:
+            continue
+        if layout.params == SHARDED:  # (an empty share's None is its empty slice)
+            out[name] = np.concatenate([np.zeros(0) if r.get(name) is None else r[name] for r in per_rank])
+        elif layout.reduced_by_function(case):
+            out[name] = replicated(name, [r.get(name) for r in per_rank])
+        elif present := [r[name] for r in per_rank if r.get(name) is not None]:
             out[name] = quantise(np.sum(present, axis=0), op.output_dtype(case, name))
     for name in ("running_mean", "running_var"):
         if name not in per_rank[0]:
@@ -63,6 +72,34 @@ def assemble(case, per_rank: list[RankOutputs]) -> dict[str, np.ndarray]:
             if not np.array_equal(r.get(name), out[name]):
                 out[f"{name}[rank {rank}]"] = r.get(name)
     return out
+
+
+def replicated(name: str, grads: list["np.ndarray | None"]) -> np.ndarray:
+    """The gradient of a replicated parameter that every rank must hold in full and bit for bit alike; ImplError
+    naming the ranks that differ from the value most ranks hold (rank 0's when no value has a majority) and by how
+    much."""
+    groups: dict[bytes | None, list[int]] = {}
+    for rank, g in enumerate(grads):
+        groups.setdefault(None if g is None else g.tobytes(), []).append(rank)
+    if len(groups) == 1:
+        if grads[0] is None:
+            raise ImplError(f"{name} is None on every rank: no gradient reaches that input")
+        return grads[0]
+    largest = max(groups.values(), key=lambda ranks: (len(ranks), -ranks[0]))
+    agreed = largest if 2 * len(largest) > len(grads) else next(r for r in groups.values() if 0 in r)
+    base = grads[agreed[0]]
+    parts = []
+    for rank, g in enumerate(grads):
+        if rank in agreed:
+            continue
+        if g is None or base is None:
+            parts.append(f"rank {rank} {'has none' if g is None else 'has one where they have none'}")
+        else:
+            with np.errstate(invalid="ignore"):
+                parts.append(f"rank {rank} by up to {float(np.nanmax(np.abs(g - base), initial=0.0)):.3g}")
+    held = f"rank{'s' if len(agreed) > 1 else ''} {', '.join(map(str, agreed))}"
+    raise ImplError(f"{name} is not the same on every rank (a replicated parameter's gradient, reduced by the function "
+                    f"under reduces_grads): it differs from {held}'s: {'; '.join(parts)}")
 
 
 def distributed(run_ranks: Callable) -> Callable:

@@ -243,9 +243,10 @@ def run(op, impl, case, inputs) -> tuple[dict[str, np.ndarray], str, frozenset[s
 
 def run_rank(op, fn, case, inputs, rank: int, group, world_size: int,
              device: torch.device | None = None) -> dict[str, np.ndarray]:
-    """One rank of a world: `fn` (the op's distributed contract) on this rank's rows of x and dy
-    and its own replicas of γ, β and the running statistics (on `device` when given)."""
-    t = torch_inputs(inputs, case.rank_rows(rank), device)
+    """One rank of a world: `fn` (the op's distributed contract) on this rank's share of x and dy
+    and its share of γ and β (all of them where they are replicated), and the running statistics (on
+    `device` when given); Case.rank_shard says which under the op's layout."""
+    t = torch_inputs(inputs, case.rank_shard(rank), device)
     outputs = _guarded_run(t, lambda: differentiate(op, fn, case, t, group, world_size))
     return to_numpy(op, case, outputs, tuple(t.x.shape))
 

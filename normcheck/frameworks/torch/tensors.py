@@ -157,18 +157,21 @@ def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     )
 
 
-def torch_inputs(inputs, rows: slice | None = None, device: torch.device | None = None) -> TorchInputs:
+def torch_inputs(inputs, shard: tuple[tuple, tuple] | None = None, device: torch.device | None = None) -> TorchInputs:
     """Fresh tensors (new storage on every call) in the case's dtypes and layouts from its NumPy
-    master inputs; `rows`: one rank's slice of x and dy; `device`: where they live (same layout)."""
+    master inputs; `shard`: one rank's (index into x and dy, index into γ and β), Case.rank_shard;
+    `device`: where they live (same layout)."""
     case = inputs.case
     dt, pdt = TORCH_DTYPES[case.dtype], TORCH_DTYPES[case.param_dtype]
 
     def param(a):
-        return None if a is None else _move(torch.from_numpy(a.copy()).to(pdt), device)
+        if a is None:
+            return None
+        return _move(torch.from_numpy((a if shard is None else a[shard[1]]).copy()).to(pdt), device)  # (its own storage)
 
     def data(a, fmt, dtype=dt):
         t = lay_out(torch.from_numpy(np.ascontiguousarray(a)).to(dtype), fmt)
-        return _move(t if rows is None else t[rows].detach(), device)
+        return _move(t if shard is None else t[shard[0]].detach(), device)
 
     op = case.record
 

@@ -28,6 +28,9 @@ def all_reduce(tensor: torch.Tensor, group, async_op: bool = False) -> Handle | 
     """Sum `tensor` over the ranks of `group`, in place."""
     if _simulated(group):
         handle = Handle(lambda: group.simulated_all_reduce(tensor))
+    elif not async_op:  # waiting inside torch.distributed's own call lets a world's deadlock watch see the collective
+        dist.all_reduce(tensor, dist.ReduceOp.SUM, group)
+        return None
     else:
         work = dist.all_reduce(tensor, dist.ReduceOp.SUM, group, async_op=True)
         handle = Handle(work.wait)

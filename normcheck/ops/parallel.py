@@ -1,0 +1,139 @@
+"""Parallel norms: LayerNorm and RMSNorm with their input sharded over the ranks of a world (ops.layouts).
+
+Records built from the single-process ones (their reference, sets and conventions), distributed, each with a
+layout; the reference is always of the whole, unsharded case:
+
+* layernorm_sp, rmsnorm_sp — sequence-parallel: each rank holds its rows of x and dy (uneven and empty shares) and
+  the whole γ (and β). Under the `reduces_grads` convention (the default) the function reduces dγ/dβ itself: the
+  gradient autograd gives each rank is the full sum over every rank's rows, bit for bit the same on every rank (the
+  world names the ranks that differ and by how much). With `--reduces-grads no` each rank's gradient is its own
+  partial sum, which the world adds (the framework's reduction, as for SyncBN).
+* layernorm_hp, rmsnorm_hp — hidden-parallel: the one normalised (last) dim split; each rank holds every row of its
+  slice of x and dy, and its slice of γ and β; the statistics of a row need every rank's part of it; its γ/β
+  gradient is its slice of the full one, and y and dx are its slices of theirs.
+
+Contract (both layouts): fn(input, normalized_shape, weight, bias, eps, process_group, world_size, offset) -> its
+share of y (RMSNorm: no bias), where normalized_shape is the WHOLE (H,) and offset the rank's first row
+(sequence-parallel) or first hidden index (hidden-parallel).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..core.errors import UsageError
+from . import layernorm, rmsnorm
+from .core import CaseField, Op
+from .design import DTYPE, LAYOUT, PROFILE, Design, Exclusion, Factor, eps_factor, levels, rank_factor, spread
+from .layouts import HIDDEN_PARALLEL, SEQUENCE_PARALLEL, Layout
+
+ARGS = "process_group, world_size, offset"
+SHARES = {
+    SEQUENCE_PARALLEL.name: "input: this rank's rows of x; weight, bias: the whole γ, β (replicated); offset: its first "
+    "row. Under reduces_grads (the default) autograd's dγ, dβ on every rank are the full sums over all ranks' rows, "
+    "the same bits on every rank; --reduces-grads no: its rows' partial sums, which the world adds",
+    HIDDEN_PARALLEL.name: "input: every row, this rank's slice of the last dim; weight, bias: its slices of γ, β; "
+    "normalized_shape: the whole (H,); offset: its slice's first index; returns its slice of y",
+}
+
+
+REDUCES_GRADS = CaseField(
+    "reduces_grads", "yes", "whether the function all-reduces the replicated γ/β gradients itself (yes, the "
+    "default: every rank's must be the full sum, the same on every rank) or leaves that to the framework (no: each "
+    "rank's partial sum, which the world adds)", choices=("yes", "no"), label="reduces-grads={}", quiet="yes")
+
+WHY_ONCE = ("a double backward across a world is not defined by normcheck yet (the cotangent of a replicated or "
+            "sharded γ's gradient needs a convention of its own)")
+
+
+def _validate(base: Op, layout: Layout):
+    def validate(case) -> None:
+        base.validate(case)
+        if layout.axis == "hidden" and (case.normalized_dims != 1 or case.normalized_at != "trailing"):
+            raise UsageError(f"{case.op} splits the one normalised dim, the last: --normalized-dims 1 and "
+                             f"--normalized-at trailing only")
+    return validate
+
+
+def _call(base: Op):
+    def call(fn, t, case, group, world_size):
+        args = (t.x, layernorm.normalized_shape(case), t.weight) + ((t.bias,) if "bias" in base.params else ())
+        return fn(*args, case.eps, group, world_size, case.rank_offset(group.rank()))
+    return call
+
+
+# World sizes 1-8: uneven shares, empty ones first, in the middle and last
+ROW_SPLIT = Factor("split", levels(
+    (4,), "one rank: the collectives over a world of one",
+    (3, 5), "two uneven ranks",
+    (0, 3, 5), "an empty first rank (rank 0 often leads a collective)",
+    (2, 0, 6), "an empty rank in the middle",
+    (1, 2, 3, 2), "four uneven ranks",
+    (5, 3, 0, 1), "an empty rank and a rank of one",
+    (1, 0, 2, 1, 1, 2), "six ranks",
+    (2, 1, 0, 3, 1, 1, 2, 0), "eight ranks, the last empty",
+), read=lambda c: c.split, fields=lambda v: {"split": v}, show=lambda v: ",".join(map(str, v)))
+SEQ_HIDDEN = Factor("hidden", levels(
+    2, "H = 2: x̂ = ±1",
+    7, "a prime below a vector's width",
+    64, "a whole number of vectors",
+    1025, "one past 1024: a block and a tail",
+), read=lambda c: c.shape[-1], usual=2)
+HIDDEN_SPLIT = Factor("split", levels(
+    (16,), "one rank: the whole row",
+    (7, 9), "two uneven slices",
+    (0, 5, 11), "an empty first slice (rank 0 often leads a collective)",
+    (3, 0, 13), "an empty slice in the middle",
+    (1, 2, 3, 2), "four uneven slices",
+    (257, 256, 0, 512), "long slices: Σx² of a row split over ranks, one empty",
+    (1, 0, 2, 1, 1, 2), "six slices",
+    (2, 1, 0, 3, 1, 1, 2, 5), "eight slices",
+), read=lambda c: c.split, fields=lambda v: {"split": v}, show=lambda v: ",".join(map(str, v)))
+HIDDEN_ROWS = Factor("rows", levels(
+    1, "one row", 6, "a few rows", 65, "rows past a vector's width: dγ sums over them",
+), read=lambda c: c.view.set_count, usual=1)
+# (fewer layouts and profiles: every case runs a world)
+SHARED = (DTYPE, LAYOUT.without(*(v for v in LAYOUT.values
+                                   if v[0] != v[1] or v[0] not in ("contiguous", "strided", "channels_last"))),
+          PROFILE.without("exact", "sparse_dy", "tiny", "big"), rank_factor((2, 3, 4)))
+
+
+def _eps(base: Op) -> Factor:
+    return eps_factor(*((None,) if base.eps_none else ()), 0.0, 1e-10, 1e-5, 1e-2)
+
+
+def _sequence_shape(v: dict) -> dict:
+    return {"shape": (sum(v["split"]),) + (2, 3)[:v["rank"] - 2] + (v["hidden"],), "normalized_dims": 1}
+
+
+def _hidden_shape(v: dict) -> dict:
+    return {"shape": spread(v["rows"], v["rank"] - 1) + (sum(v["split"]),), "normalized_dims": 1}
+
+
+def _design(base: Op, layout: Layout) -> Design:
+    small = "hidden" if layout is SEQUENCE_PARALLEL else "split"
+    zero_var = Exclusion(("eps", small), lambda eps, v: eps != 0 or (v if isinstance(v, int) else sum(v)) > 2,
+                         "eps = 0 with rows of 1 or 2 values: zero variance")
+    if layout is SEQUENCE_PARALLEL:
+        return Design(factors=(ROW_SPLIT, SEQ_HIDDEN, *SHARED, _eps(base)), shape=_sequence_shape,
+                      exclusions=(zero_var,))
+    return Design(factors=(HIDDEN_SPLIT, HIDDEN_ROWS, *SHARED, _eps(base)), shape=_hidden_shape)
+
+
+def parallel(base: Op, layout: Layout, suffix: str) -> Op:
+    """`base` (layernorm or rmsnorm) laid out over a world as `layout` says."""
+    params = ", ".join(("weight", "bias") if "bias" in base.params else ("weight",))
+    signature = (f"fn(input, normalized_shape, {params}, eps, {ARGS}) -> Tensor  ({SHARES[layout.name]})")
+    fields = tuple(f for f in base.fields_without_extensions() if f.name != "fp8")
+    return replace(
+        base, name=f"{base.name}_{suffix}", description=f"{base.description.split(':')[0]}, {layout.name}: "
+        f"{layout.description}", signature=signature, call=_call(base), distributed=True, world="gloo",
+        layout=layout, fields=fields + ((REDUCES_GRADS,) if layout.reduces_grads else ()),
+        validate=_validate(base, layout), sweep=_design(base, layout), double_backward=False,
+        why_once_differentiable=WHY_ONCE, array_signature=None, array_call=None, extensions=(), impls=(),
+        default_impl="textbook")
+
+
+LAYERNORM_SP = parallel(layernorm.OP, SEQUENCE_PARALLEL, "sp")
+RMSNORM_SP = parallel(rmsnorm.OP, SEQUENCE_PARALLEL, "sp")
+LAYERNORM_HP = parallel(layernorm.OP, HIDDEN_PARALLEL, "hp")
+RMSNORM_HP = parallel(rmsnorm.OP, HIDDEN_PARALLEL, "hp")

@@ -1,0 +1,153 @@
+"""Parallel norms (normcheck.ops.parallel, layouts in normcheck.ops.layouts): the layouts' shards and assembly, the
+textbook recipes in the lockstep and gloo worlds, what the mutants' failures say, deadlocks, the CLI.
+
+The default sweeps of the textbooks and of every mutant run in tests/test_ops.py and tests/test_impls.py (lockstep);
+here the gloo world runs a few cases (one world per size, started once).
+"""
+from __future__ import annotations
+
+import io
+import re
+import time
+
+import numpy as np
+import pytest
+
+from normcheck.cases import Case
+from normcheck.cli import main
+from normcheck.core.errors import ImplError, UsageError
+from normcheck.engine import FAIL, PASS, judge
+from normcheck.impls import resolve_impl
+from normcheck.worlds import CaseLimit, assemble
+from tests.mutants import CATALOGUE
+
+PARALLEL_OPS = ("layernorm_sp", "rmsnorm_sp", "layernorm_hp", "rmsnorm_hp")
+
+
+def bound(op: str, impl, backend: str = "lockstep"):
+    return resolve_impl(op, impl, backend, CaseLimit(20.0, "--timeout"))
+
+
+# ----------------------------------------------------------------------------- layouts
+def test_hidden_parallel_ranks_hold_slices_of_x_and_gamma():
+    case = Case("layernorm_hp", (3, 16), "f64", split=(5, 0, 11))
+    x, gamma = np.arange(48.0).reshape(3, 16), np.arange(16.0)
+    data, params = case.rank_shard(2)
+    assert np.array_equal(x[data], x[:, 5:]) and np.array_equal(gamma[params], gamma[5:])
+    assert x[case.rank_shard(1)[0]].shape == (3, 0) and case.rank_offset(2) == 5
+
+
+def test_sequence_parallel_ranks_hold_rows_and_all_of_gamma():
+    case = Case("rmsnorm_sp", (8, 3, 7), "f64", split=(0, 3, 5))
+    x, gamma = np.zeros((8, 3, 7)), np.arange(7.0)
+    data, params = case.rank_shard(2)
+    assert x[data].shape == (5, 3, 7) and np.array_equal(gamma[params], gamma) and case.rank_offset(2) == 3
+
+
+def test_hidden_parallel_outputs_are_joined_along_the_hidden_dim():
+    case = Case("layernorm_hp", (2, 5), "f64", split=(2, 0, 3))
+    full = {"y": np.arange(10.0).reshape(2, 5), "dweight": np.arange(5.0) + 10}
+    ranks = [{"y": full["y"][:, :2], "dweight": full["dweight"][:2]}, {"y": np.zeros((2, 0)), "dweight": None},
+             {"y": full["y"][:, 2:], "dweight": full["dweight"][2:]}]
+    out = assemble(case, ranks)
+    assert np.array_equal(out["y"], full["y"]) and np.array_equal(out["dweight"], full["dweight"])
+
+
+def test_a_replicated_gradient_that_differs_names_the_ranks_and_by_how_much():
+    case = Case("layernorm_sp", (6, 4), "f64", split=(2, 2, 2))
+    same, off = np.ones(4), np.array([1.0, 1.0, 1.5, 1.0])
+    ranks = [{"y": np.zeros((2, 4)), "dweight": g, "dbias": np.ones(4)} for g in (same, off, same)]
+    with pytest.raises(ImplError, match=r"dweight is not the same on every rank.*ranks 0, 2's: rank 1 by up to 0\.5"):
+        assemble(case, ranks)
+
+
+def test_without_reduces_grads_the_world_sums_the_partial_gradients():
+    case = Case("layernorm_sp", (6, 4), "f64", split=(2, 2, 2), reduces_grads="no")
+    ranks = [{"y": np.zeros((2, 4)), "dweight": np.full(4, r + 1.0), "dbias": np.ones(4)} for r in range(3)]
+    assert np.array_equal(assemble(case, ranks)["dweight"], np.full(4, 6.0))
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(op="layernorm_hp", shape=(2, 16), split=(7, 8)), "sums to 15, not H=16"),
+    (dict(op="rmsnorm_sp", shape=(4, 16), split=(1, 2)), "sums to 3, not N=4"),
+    (dict(op="layernorm_hp", shape=(2, 3, 4), split=(6, 6), normalized_dims=2), "--normalized-dims 1"),
+    (dict(op="layernorm", shape=(2, 16), reduces_grads="no"), "reduces-grads applies to layernorm_sp and rmsnorm_sp"),
+])
+def test_bad_parallel_cases_are_one_line(kw, message):
+    with pytest.raises(UsageError, match=message) as e:
+        Case(**kw)
+    assert "\n" not in str(e.value)
+
+
+# ----------------------------------------------------------------------------- textbooks and mutants
+GLOO_CASES = [Case("layernorm_sp", (6, 2, 64), "bf16", "f32", split=(2, 0, 4)),
+              Case("rmsnorm_sp", (5, 33), "f32", split=(5, 0)),
+              Case("layernorm_hp", (4, 33), "f32", split=(10, 0, 23)),
+              Case("rmsnorm_hp", (3, 40), "bf16", split=(0, 17, 23))]
+
+
+@pytest.mark.parametrize("case", GLOO_CASES, ids=lambda c: c.op)
+def test_the_textbooks_pass_in_the_gloo_world(case):
+    report = judge(case, bound(case.op, "textbook", "gloo"))
+    assert report.verdict == PASS, report.summary()
+
+
+@pytest.mark.parametrize("op, bug, case, named", [
+    ("layernorm_sp", "no_grad_reduction", Case("layernorm_sp", (8, 16), "f32", split=(3, 5)), r"rank 1 by up to"),
+    ("rmsnorm_sp", "grad_reduced_on_rank_0_only", Case("rmsnorm_sp", (9, 16), "f32", split=(1, 4, 4)),
+     r"differs from rank 0's: rank 1 by up to .*; rank 2 by up to"),
+    ("layernorm_hp", "local_statistics", Case("layernorm_hp", (4, 16), "f32", split=(0, 5, 11)), r"on rank [12]"),
+    ("rmsnorm_hp", "gamma_at_even_offset", Case("rmsnorm_hp", (4, 16), "f32", split=(0, 5, 11)), r"y on rank 1"),
+])
+def test_a_mutant_fails_naming_the_rank(op, bug, case, named):
+    report = judge(case, bound(op, CATALOGUE[op].MUTANTS[bug]))
+    assert report.verdict == FAIL and re.search(named, report.message), report.message
+
+
+def test_a_gradient_averaged_instead_of_summed_fails_on_its_size():
+    case = Case("layernorm_sp", (8, 16), "f32", split=(3, 5))
+    report = judge(case, bound("layernorm_sp", CATALOGUE["layernorm_sp"].MUTANTS["grad_mean_not_sum"]))
+    got = re.match(r"d(weight|bias): .*got (\S+), expected (\S+),", report.message)
+    assert report.verdict == FAIL and got, report.message
+    assert float(got[2]) / float(got[3]) == pytest.approx(1 / 2, rel=1e-3)  # the sum over 2 ranks, halved
+
+
+def test_a_mutant_fails_in_the_gloo_world_too():
+    report = judge(Case("rmsnorm_sp", (9, 16), "f32", split=(1, 4, 4)),
+                   bound("rmsnorm_sp", "tests.mutants.rmsnorm_sp:grad_reduced_on_rank_0_only", "gloo"))
+    assert report.verdict == FAIL and "differs from rank 0's: rank 1 by up to" in report.message, report.message
+
+
+def skips_reduction_when_empty(input, normalized_shape, weight, bias, eps, process_group, world_size, offset):
+    """A sequence-parallel LayerNorm whose empty ranks skip the gradient all-reduce: their peers wait for ever."""
+    import torch.nn.functional as F
+    from normcheck.kernels.parallel.reductions import reduce_gradient
+    if input.shape[0] == 0:
+        return F.layer_norm(input, normalized_shape, weight, bias, eps)
+    return F.layer_norm(input, normalized_shape, reduce_gradient(weight, process_group),
+                        reduce_gradient(bias, process_group), eps)
+
+
+@pytest.mark.parametrize("backend", ["lockstep", "gloo"])
+def test_a_rank_that_skips_the_reduction_ends_the_case_in_seconds(backend):
+    case = Case("layernorm_sp", (5, 16), "f32", split=(2, 0, 3))
+    start = time.monotonic()
+    report = judge(case, bound("layernorm_sp", f"{__name__}:skips_reduction_when_empty", backend))
+    assert report.verdict == FAIL and "rank 1" in report.message, report.message
+    assert time.monotonic() - start < 15, report.message
+
+
+# ----------------------------------------------------------------------------- the command line
+def test_compare_runs_a_textbook_and_a_mutant_from_the_command_line(capsys):
+    out = io.StringIO()
+    assert main(["compare", "--op", "rmsnorm_hp", "--split", "7,0,9", "--dtype", "bf16"], out) == 0, out.getvalue()
+    assert "split=7,0,9" in out.getvalue() and "1 passed" in out.getvalue()
+    out = io.StringIO()
+    code = main(["compare", "--op", "layernorm_sp", "--impl", "tests.mutants.layernorm_sp:no_grad_reduction",
+                 "--split", "3,0,5", "--shape", "8,32"], out)
+    assert code == 1 and "dweight is not the same on every rank" in out.getvalue(), out.getvalue()
+
+
+def test_every_parallel_op_has_a_textbook_and_mutants():
+    for op in PARALLEL_OPS:
+        assert bound(op, "textbook").name == "textbook" and CATALOGUE[op].MUTANTS
