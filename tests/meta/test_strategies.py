@@ -31,6 +31,18 @@ def test_the_conventions_and_eps_none_are_drawn():
             ("hidden", True)} <= seen
 
 
+def test_both_residual_streams_are_drawn():
+    seen = set()
+
+    @settings(max_examples=30, derandomize=True, database=None)
+    @given(cases("add_layernorm"))
+    def collect(case):
+        seen.add(case.residual_dtype)
+
+    collect()
+    assert seen == {"input", "f32"}
+
+
 def test_every_axis_is_reachable():
     seen = {"dtype": set(), "format": set(), "dy_format": set(), "profile": set(), "rank": set(), "mixed_layout": False}
 
