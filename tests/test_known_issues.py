@@ -12,6 +12,9 @@ from normcheck import Case, compare, get_op, resolve_impl
 from normcheck.engine import FAIL, KNOWN, PASS
 from normcheck.impls import IMPLS
 from normcheck.ops import RECORDED_WITH_TORCH, batchnorm as bn, groupnorm as gn, instancenorm as inorm, layernorm as ln, syncbn
+from normcheck.ops.add_layernorm import add_layer_norm
+from normcheck.ops.residual import through_the_add
+from tests.mutants import CATALOGUE
 
 pytestmark = pytest.mark.skipif(
     not torch.__version__.startswith(RECORDED_WITH_TORCH),
@@ -26,6 +29,9 @@ USER_LN = resolve_impl("layernorm", F.layer_norm)
 USER_SYNCBN = resolve_impl("syncbn", "torch.nn.modules._functions:SyncBatchNorm.apply")  # dies: no kernel record
 USER_IN = resolve_impl("instancenorm", F.instance_norm)
 NATIVE_GN = resolve_impl("groupnorm", "torch-native-backward")
+USER_ADD_LN = resolve_impl("add_layernorm", add_layer_norm)
+# 1-element f32 rows of |mean| ≫ std: torch's layer_norm gives dx 4 where it is exactly 0
+ADD_LN_TINY_ROWS = Case("add_layernorm", (4, 1, 7, 7, 1), "f32", profile="offset", normalized_dims=1, seed=2)
 
 WITNESSES = [
     (bn.MIXED_SLOW_PATH, "batchnorm", USER_BN,
@@ -48,6 +54,8 @@ WITNESSES = [
     (ln.F16_RSTD_OVERFLOW, "layernorm", USER_LN, Case("layernorm", (4, 1), "f16", eps=1e-10, normalized_dims=1), "dx"),
     (ln.TINY_ROW_STATISTICS, "layernorm", USER_LN,
      Case("layernorm", (65537, 2), "f32", profile="offset", affine=False, normalized_dims=1), "dx"),
+    # Found by the fused ops' calibration: the add + norm record's dresidual is the norm's dx plus dh, wrong alike
+    (through_the_add(ln.TINY_ROW_STATISTICS), "add_layernorm", USER_ADD_LN, ADD_LN_TINY_ROWS, "dx"),
     (syncbn.EMPTY_RANK_HALF, "syncbn", USER_SYNCBN,
      Case("syncbn", (8, 3, 5, 7), "bf16", split=(3, 0, 5)), None),
     # InstanceNorm's issues come from how torch builds it (BatchNorm over repeated parameters), not from a
@@ -106,6 +114,15 @@ def test_issue_reproduces_and_is_attributed(issue, op, code, case, tensor):
     for impl in registered:  # every registered implementation that takes the case attributes it
         report = compare(op, impl, case)
         assert report.verdict == KNOWN and report.message.startswith("known issue ") and issue.key in report.message
+
+
+def test_an_inner_norms_issue_reaches_the_residual_gradient_of_its_add_norm_record():
+    """torch-ln-f32-tiny-row-statistics in add + LayerNorm: dx and dresidual are both dh plus torch's wrong norm
+    gradient of h (4 for 0), so the record's issue names both; the textbook composite passes the case."""
+    report = compare("add_layernorm", "torch", ADD_LN_TINY_ROWS)
+    assert report.verdict == KNOWN and ln.TINY_ROW_STATISTICS.key in report.message
+    assert {t.name for t in report.tensors if t.verdict == FAIL} == {"dx", "dresidual"}
+    assert compare("add_layernorm", CATALOGUE["add_layernorm"].CORRECT["composed"], ADD_LN_TINY_ROWS).verdict != FAIL
 
 
 def _kernel_record_comes_back(issue, op: str) -> bool:

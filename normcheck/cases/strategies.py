@@ -16,6 +16,7 @@ from ..numerics.formats import formats_for
 from ..numerics.profiles import PROFILES
 from ..ops import get_op
 from ..ops.layouts import HIDDEN
+from ..ops.residual import RESIDUAL_DTYPES, RETURNS
 from .case import OP_FIELDS, Case
 
 MAX_NUMEL = 1 << 15  # keeps one example well under 100 ms
@@ -76,6 +77,10 @@ def cases(draw, op: str, dtypes=DTYPE_CHOICES, profiles=tuple(PROFILES), ranks=(
         fields["weight_offset"] = draw(st.sampled_from([0.0, 1.0]))
     if "casting" in record.case_fields:
         fields["casting"] = draw(st.sampled_from(CASTINGS))
+    if "residual_dtype" in record.case_fields:
+        fields["residual_dtype"] = draw(st.sampled_from(RESIDUAL_DTYPES))
+    if "returns" in record.case_fields:
+        fields["returns"] = draw(st.sampled_from(RETURNS))
     eps_choices = [1e-5, 1e-3, 0.1] + ([None] if record.eps_none is not None else [])
     affine = draw(st.sampled_from([True, True, False, *record.params]))
     return Case(

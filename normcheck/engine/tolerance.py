@@ -28,7 +28,6 @@ from ..cases import Case, CaseInputs
 from ..ops import get_op
 from ..ops.layouts import REPLICATED
 from ..numerics.dtypes import ROUNDS_XHAT, TINY, UNIT_ROUNDOFF, may_round_across, quantise
-from ..reference.adaln import modulation
 from .expected import Grouped, as_output, effective_affine, grouped, second_order_outputs
 from .running_error import exact, tracked_arithmetic
 
@@ -256,7 +255,7 @@ def modulation_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) 
     op = case.record
     mod, inner = op.modulation, get_op(op.inner)
     ndim = inputs.x.ndim
-    scale, shift = (modulation(inputs.extra[name], ndim) for name in (mod.scale, mod.shift))
+    scale, shift = (mod.broadcast(inputs.extra[name], ndim) for name in (mod.scale, mod.shift))
     m = 1 + scale
     uo, ua = case.dtypes.unit(case.dtype), UNIT_ROUNDOFF[case.dtypes.accumulation]
     uy = case.dtypes.unit(op.output_dtype(case, "y"))
@@ -278,9 +277,8 @@ def modulation_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) 
     per_sample = inputs.extra[mod.scale].ndim
     terms = inputs.x.size // max(inputs.extra[mod.scale].size, 1)  # each sample's sequence
 
-    def over_sequence(a):
-        axes = tuple(range(1, a.ndim - per_sample + 1))
-        return a.sum(axis=axes) if axes else a
+    def over_sequence(a):  # (each sample's sum over its sequence: the modulation's geometry)
+        return mod.sequence_sum(a, per_sample)
 
     growth = c.growth * np.sqrt(terms) if terms > 1 else 0.0
     products = np.abs(inputs.dy * y_norm)

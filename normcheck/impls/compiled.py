@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch._dynamo import config as dynamo_config
 from torch._inductor import config as inductor_config
 
-from ..ops import add_layernorm, add_rmsnorm, groupnorm_silu
+from ..ops import adaln, add_layernorm, add_rmsnorm, groupnorm_silu
 
 dynamo_config.recompile_limit = 256
 dynamo_config.accumulated_recompile_limit = 4096
@@ -38,3 +38,4 @@ instance_norm = _compiled(F.instance_norm)
 add_rms_norm = _compiled(add_rmsnorm.composite(F.rms_norm))
 add_layer_norm = _compiled(add_layernorm.add_layer_norm)
 group_norm_silu = _compiled(groupnorm_silu.group_norm_silu)
+modulate = _compiled(adaln.modulate)

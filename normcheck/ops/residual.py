@@ -23,7 +23,7 @@ import numpy as np
 
 from .. import reference
 from ..numerics.dtypes import UNIT_ROUNDOFF, quantise
-from .core import CaseField, Extension, Impl, Op, Operand, Result
+from .core import CaseField, Extension, Impl, KnownIssue, Op, Operand, Result
 
 RESIDUAL_DTYPES = ("input", "f32")
 RETURNS = ("y,h", "y")
@@ -68,8 +68,18 @@ def array_contract(inner: Op) -> "tuple[str | None, Callable | None]":
     return signature, array_call
 
 
+def through_the_add(issue: KnownIssue) -> KnownIssue:
+    """An inner norm's known issue as its add + norm record has it: where the issue's signature names dx, the norm's
+    gradient of h, it names dresidual too (every summand's gradient is dh plus that gradient, wrong alike)."""
+    tensors = issue.signature.tensors
+    if "dx" not in tensors or "dresidual" in tensors:
+        return issue
+    return replace(issue, signature=replace(issue.signature, tensors=tensors + ("dresidual",)))
+
+
 def add_norm(inner: Op, name: str, description: str, signature: str, call, impls: tuple[Impl, ...]) -> Op:
-    """The add + `inner` record: `inner`'s geometry and conventions, plus the residual stream."""
+    """The add + `inner` record: `inner`'s geometry and conventions, plus the residual stream. Its implementations'
+    known issues (the inner norm's kernels') reach dresidual as they reach dx."""
     def reference_outputs(i) -> dict[str, np.ndarray]:
         c = i.case
         h = reference.residual_add(i.x, i.extra["residual"], lambda a: quantise(a, residual_dtype(c)))
@@ -82,7 +92,7 @@ def add_norm(inner: Op, name: str, description: str, signature: str, call, impls
         inner, name=name, description=description, signature=signature, call=call, reference=reference_outputs,
         outputs=inner.outputs + ("h", "dresidual"), required=inner.required + ("dresidual",),
         fields=(*inner.fields_without_extensions(), RESIDUAL_DTYPE, RETURNS_FIELD), extensions=(STREAM,),
-        impls=impls,
+        impls=tuple(replace(i, known_issues=tuple(map(through_the_add, i.known_issues))) for i in impls),
         operands=OPERANDS, prologue=reference.RESIDUAL_ADD, inner=inner.name,
         double_backward=False, why_once_differentiable=WHY_ONCE, array_signature=array_signature,
         array_call=array_call,

@@ -6,6 +6,7 @@ the same functions compute in float32: the same-precision baseline is this math,
 """
 
 from ._moments import NormBackward, working, working_precision
+from .adaln import ADALN, Modulation
 from .batchnorm import BatchNormForward, batch_norm_backward, batch_norm_forward
 from .groupnorm import GroupNormForward, group_norm_backward, group_norm_forward
 from .instancenorm import InstanceNormForward, instance_norm_backward, instance_norm_forward
@@ -15,12 +16,14 @@ from .rmsnorm import RMSNormForward, rms_norm_backward, rms_norm_forward
 from .silu_bn import SILU, Epilogue, silu_bn_backward, silu_bn_forward, silu_grad
 
 __all__ = [
+    "ADALN",
     "BatchNormForward",
     "Epilogue",
     "SILU",
     "GroupNormForward",
     "InstanceNormForward",
     "LayerNormForward",
+    "Modulation",
     "NormBackward",
     "Prologue",
     "RESIDUAL_ADD",

@@ -31,6 +31,18 @@ def test_the_conventions_and_eps_none_are_drawn():
             ("hidden", True)} <= seen
 
 
+def test_both_residual_streams_and_both_forms_are_drawn():
+    seen = set()
+
+    @settings(max_examples=30, derandomize=True, database=None)
+    @given(cases("add_layernorm"))
+    def collect(case):
+        seen.update({("stream", case.residual_dtype), ("returns", case.returns)})
+
+    collect()
+    assert seen == {("stream", "input"), ("stream", "f32"), ("returns", "y,h"), ("returns", "y")}
+
+
 def test_every_axis_is_reachable():
     seen = {"dtype": set(), "format": set(), "dy_format": set(), "profile": set(), "rank": set(), "mixed_layout": False}
 

@@ -2,6 +2,7 @@
 import torch
 
 from normcheck.ops import rmsnorm
+from normcheck.ops.residual import STREAM_RETURNED
 
 from ._residual import catalogue
 from .rmsnorm import textbook
@@ -11,5 +12,6 @@ def _default_eps(dtype):
     return rmsnorm.default_eps({torch.float64: "f64"}.get(dtype, "f32"))
 
 
-MUTANTS, CORRECT = catalogue("add_rmsnorm", textbook, False, _default_eps, {**rmsnorm.TORCHS, "residual_dtype": "input"})
+MUTANTS, CORRECT = catalogue("add_rmsnorm", textbook, False, _default_eps,
+                             {**rmsnorm.TORCHS, **STREAM_RETURNED, "residual_dtype": "input"})
 globals().update(MUTANTS | CORRECT)
