@@ -24,7 +24,7 @@ from .impls import backend_of, check_world, list_impls, resolve_impl, support_te
 from .numerics.dtypes import COMPUTE_DTYPES, DTYPE_CHOICES, OUTPUT_DTYPES, parse_dtype
 from .numerics.formats import FORMATS
 from .numerics.profiles import PROFILES
-from .ops import CASE_FIELDS, OPS, get_op
+from .ops import CASE_FIELDS, OPS, distributed_ops, get_op
 from .ops.layouts import ROWS
 from .outputs.coverage import coverage_document, coverage_text
 from .outputs.json_report import run_document
@@ -258,7 +258,7 @@ def _shape_and_split(args) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
     op = get_op(args.op)
     if not op.distributed:
         if args.split is not None or args.world_size is not None:
-            raise UsageError(f"--split and --world-size apply to {_distributed_ops()} only, not {args.op}")
+            raise UsageError(f"--split and --world-size apply to {', '.join(distributed_ops())} only, not {args.op}")
         return args.shape or _DEFAULT_SHAPE, None
     split = args.split
     if split is not None and args.world_size is not None and len(split) != args.world_size:
@@ -277,13 +277,9 @@ def _shape_and_split(args) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
     return shape, split
 
 
-def _distributed_ops() -> str:
-    return ", ".join(name for name, op in OPS.items() if op.distributed)
-
-
 def run_compare(args, out) -> int:
     if args.backend is not None and not get_op(args.op).distributed:
-        raise UsageError(f"--backend applies to {_distributed_ops()} only, not {args.op}")
+        raise UsageError(f"--backend applies to {', '.join(distributed_ops())} only, not {args.op}")
     # Report problems found before the run, not after it.
     limit = CaseLimit(args.timeout, "--timeout")
     if args.plot:

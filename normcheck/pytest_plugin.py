@@ -173,15 +173,14 @@ def _options(config) -> Options:
     from normcheck.cases.sweep import FIXABLE, field_value, fixed_sweep
     from normcheck.core.errors import UsageError
     from normcheck.impls import backend_of, resolve_impl
-    from normcheck.ops import OPS
+    from normcheck.ops import OPS, distributed_ops
 
     if op not in OPS:
         raise pytest.UsageError(f"--normcheck-op {op!r} is not an op; choose one of {', '.join(OPS)}")
     if profile not in PROFILES:
         raise pytest.UsageError(f"--normcheck-profile {profile!r}: choose one of {', '.join(PROFILES)}")
     if backend is not None and not OPS[op].distributed:
-        takers = ", ".join(name for name, record in OPS.items() if record.distributed)
-        raise pytest.UsageError(f"--normcheck-backend applies to {takers} only, not {op}")
+        raise pytest.UsageError(f"--normcheck-backend applies to {', '.join(distributed_ops())} only, not {op}")
     if backend is not None and backend not in BACKENDS:
         raise pytest.UsageError(f"--normcheck-backend {backend!r}: choose one of {', '.join(BACKENDS)} "
                                 "(for torchrun's env world use `normcheck compare --backend env`)")

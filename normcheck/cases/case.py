@@ -22,7 +22,7 @@ from ..numerics.dtypes import COMPUTE_DTYPES, DTYPES, OUTPUT_DTYPES, DtypeSpec, 
 from ..numerics.formats import check_format
 from ..numerics.profiles import PROFILES
 from ..numerics.sets import SetView
-from ..ops import CASE_FIELDS, GRADIENTS, OPS, Op, get_op
+from ..ops import CASE_FIELDS, GRADIENTS, OPS, Op, distributed_ops, get_op
 
 
 def default_conventions(op: str) -> dict:
@@ -138,8 +138,7 @@ class Case:
                              f"{self.op} needs at least {op.min_set_size}")
         if self.split is not None:
             if not op.distributed:
-                takers = [o.name for o in OPS.values() if o.distributed]
-                raise UsageError(f"a split applies to {listing(takers)} only, not {self.op}")
+                raise UsageError(f"a split applies to {listing(distributed_ops())} only, not {self.op}")
             if not self.split:
                 raise UsageError("split must name at least one rank")
             if any(s < 0 for s in self.split):
@@ -224,11 +223,6 @@ class Case:
     @property
     def view(self) -> SetView:
         return self.record.view(self)
-
-    def rank_rows(self, rank: int) -> slice:
-        """The batch rows `rank` holds under `split` (a layout that splits the rows)."""
-        start = sum(self.split[:rank])
-        return slice(start, start + self.split[rank])
 
     def rank_shard(self, rank: int) -> tuple[tuple, tuple]:
         """(index of `rank`'s share of x and dy, index of its share of γ and β) under `split` and the op's layout."""

@@ -11,14 +11,16 @@ from types import SimpleNamespace
 
 from hypothesis import strategies as st
 
-from ..numerics.dtypes import CASTINGS, DTYPE_CHOICES, parse_dtype
+from ..numerics.dtypes import DTYPE_CHOICES, parse_dtype
 from ..numerics.formats import formats_for
 from ..numerics.profiles import PROFILES
-from ..ops import get_op
+from ..ops import CASE_FIELDS, get_op
 from ..ops.layouts import HIDDEN
-from ..ops.residual import RESIDUAL_DTYPES, RETURNS
 from .case import OP_FIELDS, Case
 
+# The conventions a generated case draws among their declared values (the others are the implementation's to say:
+# trailing or channels-first sets, fp8 output, who reduces a parallel norm's gradients)
+_DRAWN_CONVENTIONS = ("casting", "residual_dtype", "returns")
 MAX_NUMEL = 1 << 15  # keeps one example well under 100 ms
 
 
@@ -75,12 +77,9 @@ def cases(draw, op: str, dtypes=DTYPE_CHOICES, profiles=tuple(PROFILES), ranks=(
         fields["groups"] = draw(st.sampled_from([g for g in range(1, c + 1) if c % g == 0 and c // g * spatial >= 2]))
     if "weight_offset" in record.case_fields:
         fields["weight_offset"] = draw(st.sampled_from([0.0, 1.0]))
-    if "casting" in record.case_fields:
-        fields["casting"] = draw(st.sampled_from(CASTINGS))
-    if "residual_dtype" in record.case_fields:
-        fields["residual_dtype"] = draw(st.sampled_from(RESIDUAL_DTYPES))
-    if "returns" in record.case_fields:
-        fields["returns"] = draw(st.sampled_from(RETURNS))
+    for name in _DRAWN_CONVENTIONS:  # each value its declaration takes
+        if name in record.case_fields:
+            fields[name] = draw(st.sampled_from(CASE_FIELDS[name].choices))
     eps_choices = [1e-5, 1e-3, 0.1] + ([None] if record.eps_none is not None else [])
     affine = draw(st.sampled_from([True, True, False, *record.params]))
     return Case(

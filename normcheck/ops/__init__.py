@@ -45,6 +45,11 @@ def _case_fields() -> dict[str, CaseField]:
 CASE_FIELDS = _case_fields()
 
 
+def distributed_ops() -> list[str]:
+    """The ops whose cases split over the ranks of a world (what --split, --world-size and --backend apply to)."""
+    return [name for name, op in OPS.items() if op.distributed]
+
+
 def get_op(name: str) -> Op:
     if name not in OPS:
         raise UsageError(f"unknown op {name!r}; choose one of {', '.join(OPS)}")
@@ -52,4 +57,4 @@ def get_op(name: str) -> Op:
 
 
 __all__ = ["ALL_CASES", "CASE_FIELDS", "CaseField", "GRADIENTS", "Operand", "Result", "Design", "Exclusion", "Factor", "Impl", "KnownIssue", "Level", "OPS", "Op", "RECORDED_WITH_TORCH",
-           "Signature", "get_op"]
+           "Signature", "distributed_ops", "get_op"]

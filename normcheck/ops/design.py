@@ -220,6 +220,12 @@ def shared_exclusions(op) -> tuple[Exclusion, ...]:
 
 
 # ----------------------------------------------------------------------------- shared geometry
+def split_factor(*pairs) -> Factor:
+    """The per-rank shares of a distributed op's split axis (Case.split): split_factor(shares, why, ...)."""
+    return Factor("split", levels(*pairs), read=lambda c: c.split, fields=lambda v: {"split": v},
+                  show=lambda v: ",".join(map(str, v)))
+
+
 def channel_factor(*values) -> Factor:
     why = {1: "one channel: loops over channels of length 1", 3: "fewer channels than a vector's lanes",
            8: "one 8-lane vector", 12: "4 channels per group of 3", 16: "one 16-lane vector",

@@ -23,7 +23,8 @@ from dataclasses import replace
 from ..core.errors import UsageError
 from . import layernorm, rmsnorm
 from .core import CaseField, Op
-from .design import DTYPE, LAYOUT, PROFILE, Design, Exclusion, Factor, eps_factor, levels, rank_factor, spread
+from .design import (DTYPE, LAYOUT, PROFILE, Design, Exclusion, Factor, eps_factor, levels, rank_factor, split_factor,
+                     spread)
 from .layouts import HIDDEN_PARALLEL, SEQUENCE_PARALLEL, Layout
 
 ARGS = "process_group, world_size, offset"
@@ -62,7 +63,7 @@ def _call(base: Op):
 
 
 # World sizes 1-8: uneven shares, empty ones first, in the middle and last
-ROW_SPLIT = Factor("split", levels(
+ROW_SPLIT = split_factor(
     (4,), "one rank: the collectives over a world of one",
     (3, 5), "two uneven ranks",
     (0, 3, 5), "an empty first rank (rank 0 often leads a collective)",
@@ -71,14 +72,14 @@ ROW_SPLIT = Factor("split", levels(
     (5, 3, 0, 1), "an empty rank and a rank of one",
     (1, 0, 2, 1, 1, 2), "six ranks",
     (2, 1, 0, 3, 1, 1, 2, 0), "eight ranks, the last empty",
-), read=lambda c: c.split, fields=lambda v: {"split": v}, show=lambda v: ",".join(map(str, v)))
+)
 SEQ_HIDDEN = Factor("hidden", levels(
     2, "H = 2: x̂ = ±1",
     7, "a prime below a vector's width",
     64, "a whole number of vectors",
     1025, "one past 1024: a block and a tail",
 ), read=lambda c: c.shape[-1], usual=2)
-HIDDEN_SPLIT = Factor("split", levels(
+HIDDEN_SPLIT = split_factor(
     (16,), "one rank: the whole row",
     (7, 9), "two uneven slices",
     (0, 5, 11), "an empty first slice (rank 0 often leads a collective)",
@@ -87,7 +88,7 @@ HIDDEN_SPLIT = Factor("split", levels(
     (257, 256, 0, 512), "long slices: Σx² of a row split over ranks, one empty",
     (1, 0, 2, 1, 1, 2), "six slices",
     (2, 1, 0, 3, 1, 1, 2, 5), "eight slices",
-), read=lambda c: c.split, fields=lambda v: {"split": v}, show=lambda v: ",".join(map(str, v)))
+)
 HIDDEN_ROWS = Factor("rows", levels(
     1, "one row", 6, "a few rows", 65, "rows past a vector's width: dγ sums over them",
 ), read=lambda c: c.view.set_count, usual=1)

@@ -7,10 +7,10 @@ or, in the form that returns y alone (case field returns="y", as the last norm o
 `prenorm=False` mode in flash-attention's fused add + norm), `-> y`: then there is no h to differentiate and dx =
 dresidual is the norm's gradient alone.
 
-Its array contract is the inner norm's with the residual after x and h returned after y:
-`fn(x, residual, weight[, bias], *, axes, eps) -> (y, h)`.
+Its array contract is the inner norm's with the residual after x and h returned after y (y alone under
+returns="y"): `fn(x, residual, weight[, bias], *, axes, eps) -> (y, h)`.
 
-Its array contract follows the same field. The residual stream has a dtype of its own (case field residual_dtype, a convention): "input" (x's, as a
+The residual stream has a dtype of its own (case field residual_dtype, a convention): "input" (x's, as a
 plain `h = x + residual` in eager code gives) or "f32" (float32 for half input, as kernels that keep the
 residual stream in float32 do; x's own for f32 and f64 input).
 """

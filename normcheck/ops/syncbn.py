@@ -10,7 +10,7 @@ from dataclasses import replace
 from . import batchnorm
 from .core import Impl, KnownIssue, Op, Signature
 from .design import (DTYPE, LAYOUT, MOMENTUM, PROFILE, Design, Factor, channel_factor, eps_factor, levels,
-                     nc_spatial, rank_factor, spatial_size)
+                     nc_spatial, rank_factor, spatial_size, split_factor)
 
 SIGNATURE = ("fn(input, weight, bias, running_mean, running_var, eps, momentum, process_group, world_size)"
              " -> Tensor  (torch.nn.modules._functions.SyncBatchNorm.apply); in eval mode also training=False")
@@ -21,14 +21,14 @@ REQUIRED = ("y", "dx", "dweight", "dbias", "running_mean", "running_var")
 # counts (323·n) bf16 or f16 cannot hold exactly, so counts kept in the wrong dtype show.
 SWEEP = Design(
     factors=(
-        Factor("split", levels(
+        split_factor(
             (4,), "one rank: the collectives over a world of one",
             (3, 5), "two uneven ranks",
             (2, 0, 6), "an empty rank in the middle",
             (0, 3, 5), "an empty first rank (rank 0 often leads a collective)",
             (1, 2, 3, 2), "four uneven ranks",
             (5, 3, 0, 1), "an empty rank and a rank of one",
-        ), read=lambda c: c.split, fields=lambda v: {"split": v}, show=lambda v: ",".join(map(str, v))),
+        ),
         Factor("spatial", levels(
             35, "5x7: small per-rank sets",
             323, "17x19: per-rank counts 323·n that bf16 cannot hold exactly",
