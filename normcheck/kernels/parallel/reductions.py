@@ -8,7 +8,15 @@ from __future__ import annotations
 
 import torch
 
+from ...frameworks.torch import accumulation_dtype
 from ..syncbn.collectives import all_reduce
+
+
+def _summed(t: torch.Tensor, group) -> torch.Tensor:
+    """The sum of `t` over the ranks of `group`, in a fresh tensor (autograd's own may not be written to)."""
+    total = t.contiguous().clone()
+    all_reduce(total, group)
+    return total
 
 
 class ReduceGradient(torch.autograd.Function):
@@ -22,9 +30,7 @@ class ReduceGradient(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        grad = grad.contiguous().clone()
-        all_reduce(grad, ctx.group)
-        return grad, None
+        return _summed(grad, ctx.group), None
 
 
 class SumOverRanks(torch.autograd.Function):
@@ -34,15 +40,11 @@ class SumOverRanks(torch.autograd.Function):
     @staticmethod
     def forward(ctx, partial, group):
         ctx.group = group
-        total = partial.contiguous().clone()
-        all_reduce(total, group)
-        return total
+        return _summed(partial, group)
 
     @staticmethod
     def backward(ctx, grad):
-        grad = grad.contiguous().clone()
-        all_reduce(grad, ctx.group)
-        return grad, None
+        return _summed(grad, ctx.group), None
 
 
 def reduce_gradient(t: torch.Tensor | None, group) -> torch.Tensor | None:
@@ -55,4 +57,4 @@ def sum_over_ranks(partial: torch.Tensor, group) -> torch.Tensor:
 
 def compute_dtype(x: torch.Tensor) -> torch.dtype:
     """float32 for half input (sums kept in float32), float64 for float64."""
-    return torch.promote_types(x.dtype, torch.float32)
+    return accumulation_dtype(x.dtype)
