@@ -22,8 +22,9 @@ WRONG_BY_DESIGN = {
 # by the formula bound alone.)
 # The GroupNorm kernel's records at 1 and 3 threads (2 is between them: tests/test_groupnorm_kernel.py runs it).
 # Other frameworks' layers and torch.compile have a template of their own (tests/test_frameworks.py: slices of
-# their sweeps; their whole sweeps are docs/frameworks.md's verdict tables).
-_ELSEWHERE = {(i.op, i.name) for i in OTHER_FRAMEWORKS}
+# their sweeps; their whole sweeps are docs/frameworks.md's verdict tables). DTensor's records take torch.chunk's
+# splits only: tests/test_parallel.py judges them on such splits.
+_ELSEWHERE = {(i.op, i.name) for i in OTHER_FRAMEWORKS} | {(op, n) for op in IMPLS for n in IMPLS[op] if "dtensor" in n}
 JUDGED = {op: [name for name in impls if name != "baseline" and not name.endswith("-t2") and (op, name) not in _ELSEWHERE]
           for op, impls in IMPLS.items()}
 

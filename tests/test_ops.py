@@ -108,7 +108,11 @@ def test_default_sweep_catches_mutant(op, bug):
     assert caught is not None, f"{op} mutant {bug} passed the whole default sweep"
 
 
-CORRECT_BY_OP = {op: [name for o, name in CORRECT if o == op] for op in OPS}
+# The textbook's fp8 output in e5m2 is the same code as in e4m3 (a cast to another fp8 dtype): the gate judges it in
+# e4m3 here, and e5m2 through torch's torch-fp8-e5m2 records over the same sweep (tests/test_impls.py) and the fp8
+# calibration (docs/tolerance.md), which keeps the gate under its ten minutes
+JUDGED_ELSEWHERE = {("layernorm", "fp8_e5m2"), ("rmsnorm", "fp8_e5m2")}
+CORRECT_BY_OP = {op: [name for o, name in CORRECT if o == op and (o, name) not in JUDGED_ELSEWHERE] for op in OPS}
 
 
 @pytest.mark.parametrize("op", list(CORRECT_BY_OP))

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..core.errors import UsageError
-from . import layernorm, rmsnorm
+from . import dtensor, layernorm, rmsnorm
 from .core import CaseField, Op
 from .design import (DTYPE, LAYOUT, PROFILE, Design, Exclusion, Factor, eps_factor, levels, rank_factor, split_factor,
                      spread)
@@ -125,12 +125,16 @@ def parallel(base: Op, layout: Layout, suffix: str) -> Op:
     params = ", ".join(("weight", "bias") if "bias" in base.params else ("weight",))
     signature = (f"fn(input, normalized_shape, {params}, eps, {ARGS}) -> Tensor  ({SHARES[layout.name]})")
     fields = tuple(f for f in base.fields_without_extensions() if f.name != "fp8")
+    torchs = next(i for i in base.impls if i.name == "torch")
+    follows = {name: value for name, value in torchs.follows if name != "fp8"}
+    kind = "layer_norm" if "bias" in base.params else "rms_norm"
     return replace(
         base, name=f"{base.name}_{suffix}", description=f"{base.description.split(':')[0]}, {layout.name}: "
         f"{layout.description}", signature=signature, call=_call(base), distributed=True, world="gloo",
         layout=layout, fields=fields + ((REDUCES_GRADS,) if layout.reduces_grads else ()),
         validate=_validate(base, layout), sweep=_design(base, layout), double_backward=False,
-        why_once_differentiable=WHY_ONCE, array_signature=None, array_call=None, extensions=(), impls=(),
+        why_once_differentiable=WHY_ONCE, array_signature=None, array_call=None, extensions=(),
+        impls=dtensor.records(f"{base.name}_{suffix}", kind, layout.axis, follows, torchs.known_issues),
         default_impl="textbook")
 
 
