@@ -170,11 +170,11 @@ def _positive(text: str) -> int:
 
 def build_cases(args, impl=None) -> list[Case]:
     """The cases to run: a --case token's, explicit ones from case options, or the default sweep (in the layouts
-    the implementation can express, Impl.formats); all in the conventions it follows (Impl.follows) or
+    the implementation can express, Impl.formats, and the splits, Impl.shares); all in the conventions it follows (Impl.follows) or
     --weight-offset / --casting say."""
     follows = dict(impl.follows) if impl is not None else {}
     conventions = {**follows, **{k: getattr(args, k) for k in CONVENTIONS if getattr(args, k) is not None}}
-    cases = _build_cases(args, conventions, impl.formats if impl is not None else None)  # (refuses what no case takes)
+    cases = _build_cases(args, conventions, impl)  # (refuses what no case takes)
     for name, value in follows.items():
         if conventions[name] != value:
             raise UsageError(f"--{name.replace('_', '-')} {conventions[name]}: {impl.name} follows {name}={value}")
@@ -191,7 +191,7 @@ def _fixed(args) -> dict:
     return fixed
 
 
-def _build_cases(args, conventions: dict, formats: tuple[str, ...] | None) -> list[Case]:
+def _build_cases(args, conventions: dict, impl) -> list[Case]:
     given = [k for k in (*_CASE_OPTIONS, "cases", "seed") if _is_given(getattr(args, k))]
     fixed = _fixed(args)
     if args.case is not None:
@@ -202,7 +202,8 @@ def _build_cases(args, conventions: dict, formats: tuple[str, ...] | None) -> li
     seeds = range(first, first + (args.cases or 1))
     if not explicit:
         cases = [case for seed in seeds
-                 for case in fixed_sweep(args.op, fixed, seed, tuple(conventions.items()), formats)]
+                 for case in fixed_sweep(args.op, fixed, seed, tuple(conventions.items()),
+                                         *((impl.formats, impl.shares) if impl is not None else ()))]
         if get_op(args.op).distributed and args.backend == "env":  # the launcher fixed the world size
             size = env_world(args.timeout).world_size
             cases = [c for c in cases if len(c.split) == size]

@@ -167,31 +167,30 @@ def test_every_parallel_op_has_a_textbook_and_mutants():
 DTENSOR = [(op, name) for op in PARALLEL_OPS for name in ("dtensor", "dtensor-replicate") if name in IMPLS[op]]
 
 
-def chunked(case: Case) -> Case:
-    """The case with torch.chunk's shares of its split axis over as many ranks (the only uneven shards DTensor has)."""
-    return case.with_(split=chunk_split(case.record.layout.extent(case.shape), len(case.split)))
-
-
 def test_chunk_split_is_torch_chunks_shares():
     for extent, ranks in ((e, r) for e in range(20) for r in range(1, 9)):
         shares = [len(part) for part in torch.arange(extent).chunk(ranks)]
         assert chunk_split(extent, ranks) == tuple(shares + [0] * (ranks - len(shares)))
 
 
-def test_a_dtensor_record_skips_a_split_that_is_not_torch_chunks_saying_why():
+def test_a_dtensor_records_sweep_takes_torch_chunks_shares_and_other_splits_skip_saying_why():
     impl = bound("layernorm_sp", "dtensor", "gloo")
-    assert impl.unsupported(Case("layernorm_sp", (8, 16), "f32", split=(4, 4))) is None
+    sweep = default_sweep("layernorm_sp", follows=impl.follows, shares=impl.shares)
+    assert [c.split for c in sweep] == [chunk_split(c.shape[0], len(c.split)) for c in sweep]
+    assert {len(c.split) for c in sweep} == {len(c.split) for c in default_sweep("layernorm_sp")}  # the same worlds
+    assert any(0 in c.split for c in sweep)  # (torch.chunk leaves the last ranks empty when the rows run out)
+    assert all(impl.unsupported(c) is None for c in sweep)
     why = impl.unsupported(Case("layernorm_sp", (8, 16), "f32", split=(3, 5)))
-    assert "torch.chunk's shares" in why and "a split of 8 over 2 ranks is 4,4" in why
+    assert why.startswith("dtensor splits 8 over 2 ranks as 4,4 only (DTensor places torch.chunk's shares"), why
 
 
 @pytest.mark.parametrize("op, name", DTENSOR)
 def test_dtensor_records_pass_or_are_known_over_a_slice_of_their_sweep(op, name):
     """torch's own sharding propagation and DTensor's backward, in gloo worlds of 1-8 ranks, on every fourth case of
-    the default sweep with torch.chunk's shares: PASS, or KNOWN by a recorded signature (docs: README's parallel
+    its default sweep (torch.chunk's shares): PASS, or KNOWN by a recorded signature (docs: README's parallel
     norms)."""
     impl = bound(op, name, "gloo")
-    reports = [judge(chunked(case), impl) for case in default_sweep(op, follows=impl.follows)[::4]]
+    reports = [judge(case, impl) for case in default_sweep(op, follows=impl.follows, shares=impl.shares)[::4]]
     assert not [r.summary() for r in reports if r.verdict == FAIL]
     assert sum(r.verdict == PASS for r in reports) >= len(reports) // 2
 

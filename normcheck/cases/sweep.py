@@ -66,13 +66,17 @@ def case_of(op: str, row: dict, seed: int = 0) -> Case:
     return Case(op, seed=seed, **fields, **get_op(op).sweep.shape(row))
 
 
-def default_sweep(op: str, seed: int = 0, follows=(), formats: tuple[str, ...] | None = None) -> list[Case]:
+def default_sweep(op: str, seed: int = 0, follows=(), formats: tuple[str, ...] | None = None,
+                  shares=None) -> list[Case]:
     """The op's sweep; `follows`: (field, value) pairs an implementation fixes (Impl.follows), set on every case;
-    `formats`: the memory formats it can express (Impl.formats): a case in others takes the standard layout."""
+    `formats`: the memory formats it can express (Impl.formats): a case in others takes the standard layout;
+    `shares`: the one split of an extent over a number of ranks it expresses (Impl.shares): every case takes it."""
     cases = [case_of(op, {**row, **dict(follows)}, seed) for row in design(op)]  # (a shape may follow a convention)
     if formats is not None:
         cases = [c if expressible(formats, c.x_format, c.dy_format)
                  else c.with_(x_format="contiguous", dy_format="contiguous") for c in cases]
+    if shares is not None:
+        cases = [c.with_(split=shares(c.record.layout.extent(c.shape), len(c.split))) for c in cases]
     return [c.with_(**dict(follows)) for c in cases] if follows else cases
 
 
@@ -130,7 +134,8 @@ def on_path(case: Case, fixed: dict) -> Case:
     return case.with_(**fixed) if fixed else case
 
 
-def fixed_sweep(op: str, fixed: dict, seed: int = 0, follows=(), formats: tuple[str, ...] | None = None) -> list[Case]:
+def fixed_sweep(op: str, fixed: dict, seed: int = 0, follows=(), formats: tuple[str, ...] | None = None,
+                shares=None) -> list[Case]:
     """default_sweep with the fields a run fixes set on every case (on_path); cases that became the same case
     are run once."""
-    return list(dict.fromkeys(on_path(c, fixed) for c in default_sweep(op, seed, follows, formats)))
+    return list(dict.fromkeys(on_path(c, fixed) for c in default_sweep(op, seed, follows, formats, shares)))

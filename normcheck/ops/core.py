@@ -237,6 +237,10 @@ class Impl:
     # The memory formats it can express, x and dy alike (None: every one). Arrays (JAX, TensorFlow) have no
     # strides: their axis order is their only layout. Its sweeps take the standard layout for the others.
     formats: tuple[str, ...] | None = None
+    # How it can lay out a distributed case's split (None: any shares): (extent, ranks) -> the one split of that extent
+    # over that many ranks it expresses (DTensor: torch.chunk's). Its sweeps take those shares; other splits it skips.
+    shares: Callable[[int, int], tuple[int, ...]] | None = None
+    shares_why: str = ""  # why it has only those (a message names it)
     # The torch adapter may watch the aten ops it runs (a TorchDispatchMode, which known issues follow). False for
     # compiled code: under a dispatch mode torch.compile silently runs the function eagerly.
     dispatch_mode: bool = True
@@ -270,6 +274,12 @@ class Impl:
         if not expressible(self.formats, case.x_format, case.dy_format):
             return (f"{self.name} takes x and dy in one layout, {' or '.join(self.formats)} (the case has "
                     f"{case.x_format}/{case.dy_format}): its arrays have no strides, only an axis order")
+        if self.shares is not None and case.split is not None:
+            extent = case.record.layout.extent(case.shape)
+            only = self.shares(extent, len(case.split))
+            if case.split != only:
+                return (f"{self.name} splits {extent} over {len(case.split)} ranks as {','.join(map(str, only))} only "
+                        f"({self.shares_why})")
         for name, value in self.follows:
             if getattr(case, name) != value:
                 return f"{self.name} follows {name}={value} (the case has {getattr(case, name)})"

@@ -12,8 +12,8 @@ reduces_grads convention).
            its backward a reduce-scatter) and y back to Shard(0).
 
 DTensor places torch.chunk's shares of a sharded dim and no others (pytorch/pytorch#144109: from_local accepts
-other uneven shards, then redistributing them is silently wrong or aborts gloo), so the records take the cases whose
-split is torch.chunk's and skip the rest saying so.
+other uneven shards, then redistributing them is silently wrong or aborts gloo), so the records declare those shares
+(Impl.shares): their sweeps take them, and a case with other shares is a SKIP saying so.
 """
 from __future__ import annotations
 
@@ -21,23 +21,10 @@ import math
 
 from .core import Impl, KnownIssue, Signature
 
-_CHUNK_WHY = ("DTensor places torch.chunk's shares of a sharded dim only (pytorch/pytorch#144109): a split of "
-              "{extent} over {ranks} ranks is {chunks}")
-
-
 def chunk_split(extent: int, ranks: int) -> tuple[int, ...]:
     """torch.chunk's shares of `extent` over `ranks`: ceil(extent / ranks) each, the rest on the last, then none."""
     size = math.ceil(extent / ranks) if extent else 0
     return tuple(max(0, min(size, extent - size * r)) for r in range(ranks))
-
-
-def takes_chunk_splits(case) -> str | None:
-    """Why a DTensor record skips `case` (None: its split is torch.chunk's)."""
-    extent = case.record.layout.extent(case.shape)
-    chunks = chunk_split(extent, len(case.split))
-    if case.split == chunks:
-        return None
-    return _CHUNK_WHY.format(extent=extent, ranks=len(case.split), chunks=",".join(map(str, chunks)))
 
 
 def _placed(local, mesh, placement, whole_shape):
@@ -120,7 +107,8 @@ def records(op: str, kind: str, layout_axis: str, follows: dict, known_issues=()
         return Impl(name, op, f"torch.nn.functional.{kind} on DTensors over a DeviceMesh of the world's group: "
                     f"{placements} (torch's sharding propagation and DTensor's backward)",
                     f"normcheck.ops.dtensor:{kind}_{layout}", world="gloo", worlds=("gloo", "env"),
-                    supports=takes_chunk_splits, capabilities="torch.chunk's splits (DTensor's uneven sharding)",
+                    shares=chunk_split, shares_why="DTensor places torch.chunk's shares of a sharded dim and no "
+                    "others, pytorch/pytorch#144109", capabilities="torch.chunk's splits (DTensor's uneven sharding)",
                     modes=("train",), orders=(1,), follows=follows, known_issues=known_issues)
 
     if layout_axis == "hidden":

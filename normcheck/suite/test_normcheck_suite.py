@@ -27,7 +27,8 @@ def pytest_generate_tests(metafunc):
     if "sweep_case" in metafunc.fixturenames:
         options = metafunc.config.stash[OPTIONS]
         # in the conventions it follows, with the fields the run fixes
-        sweep = fixed_sweep(options.op, options.fixed, follows=options.follows, formats=options.impl.formats)
+        sweep = fixed_sweep(options.op, options.fixed, follows=options.follows, formats=options.impl.formats,
+                            shares=options.impl.shares)
         metafunc.parametrize("sweep_case", sweep, ids=[f"{c.label} seed={c.seed}" for c in sweep])
 
 
