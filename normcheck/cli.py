@@ -24,7 +24,7 @@ from .impls import backend_of, check_world, list_impls, resolve_impl, support_te
 from .numerics.dtypes import COMPUTE_DTYPES, DTYPE_CHOICES, OUTPUT_DTYPES, parse_dtype
 from .numerics.formats import FORMATS
 from .numerics.profiles import PROFILES
-from .ops import CASE_FIELDS, OPS, distributed_ops, get_op
+from .ops import CASE_FIELDS, OPS, PARALLEL_LAYOUTS, distributed_ops, get_op, laid_out
 from .ops.layouts import ROWS
 from .outputs.coverage import coverage_document, coverage_text
 from .outputs.json_report import run_document
@@ -93,8 +93,10 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--affine", metavar="WHICH", help="the parameters given: both (default), weight, bias or none")
     cmp.add_argument("--world-size", type=int, help="syncbn: number of ranks (the batch is split evenly)")
     cmp.add_argument("--split", type=_int_list, help="syncbn: per-rank batch sizes, e.g. 3,0,5 (0: an empty rank)")
-    cmp.add_argument("--backend", choices=BACKENDS, help="syncbn: where ranks run (default: the recipe's own, "
-                     "gloo for torch's function and user code)")
+    cmp.add_argument("--backend", choices=BACKENDS + PARALLEL_LAYOUTS, help="a distributed op's world: where ranks "
+                     "run (default: the recipe's own, gloo for torch's function and user code); or a parallel layout "
+                     "of layernorm or rmsnorm, which runs its parallel op in its own world (--op layernorm --backend "
+                     "sequence-parallel is --op layernorm_sp)")
     cmp.add_argument("--device", metavar="DEVICE", help="where a single-process op's torch implementation gets the "
                      "case's tensors (same strides and storage offsets): cpu (the default), cuda, cuda:N or any other "
                      "device torch names (mps, xpu, ...); outputs come back to the CPU for the comparison")
@@ -279,6 +281,8 @@ def _shape_and_split(args) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
 
 
 def run_compare(args, out) -> int:
+    if args.backend in PARALLEL_LAYOUTS:
+        args.op, args.backend = laid_out(args.op, args.backend).name, None
     if args.backend is not None and not get_op(args.op).distributed:
         raise UsageError(f"--backend applies to {', '.join(distributed_ops())} only, not {args.op}")
     # Report problems found before the run, not after it.

@@ -214,3 +214,18 @@ def test_a_dtensor_record_runs_under_torchrun_in_the_env_world():
     assert done.returncode == 0, done.stdout + done.stderr
     rows = [line for line in done.stdout.splitlines() if line.startswith(("PASS", "FAIL", "KNOWN"))]
     assert len(rows) == 2 and all(r.startswith("PASS") and "split=4,4" in r for r in rows)  # rank 0 reports
+
+
+def test_a_layout_given_as_the_backend_runs_the_ops_parallel_op(capsys):
+    out = io.StringIO()
+    assert main(["compare", "--op", "layernorm", "--backend", "sequence-parallel", "--impl", "textbook",
+                 "--split", "3,0,5", "--shape", "8,32"], out) == 0, out.getvalue()
+    assert out.getvalue().splitlines()[-1].startswith("layernorm_sp / textbook: 1 cases: 1 passed")
+    out = io.StringIO()
+    assert main(["compare", "--op", "rmsnorm", "--backend", "hidden-parallel", "--impl",
+                 "tests.mutants.rmsnorm_hp:gamma_at_even_offset", "--split", "0,5,11", "--shape", "4,16"], out) == 1
+    assert "y on rank 1" in out.getvalue()
+    assert main(["compare", "--op", "batchnorm", "--backend", "sequence-parallel"], io.StringIO()) == 2
+    err = capsys.readouterr().err
+    assert err == ("normcheck: error: --backend sequence-parallel lays out layernorm (layernorm_sp), rmsnorm "
+                   "(rmsnorm_sp), not batchnorm\n")

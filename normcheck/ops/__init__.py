@@ -50,6 +50,18 @@ def distributed_ops() -> list[str]:
     return [name for name, op in OPS.items() if op.distributed]
 
 
+PARALLEL_LAYOUTS = tuple(dict.fromkeys(op.layout.name for op in OPS.values() if op.laid_out_from))
+
+
+def laid_out(op: str, layout: str) -> Op:
+    """The parallel op that lays `op` out as `layout` (layernorm, sequence-parallel: layernorm_sp)."""
+    found = [o for o in OPS.values() if o.laid_out_from == op and o.layout.name == layout]
+    if not found:
+        takers = [f"{o.laid_out_from} ({o.name})" for o in OPS.values() if o.laid_out_from and o.layout.name == layout]
+        raise UsageError(f"--backend {layout} lays out {', '.join(takers)}, not {op}")
+    return found[0]
+
+
 def get_op(name: str) -> Op:
     if name not in OPS:
         raise UsageError(f"unknown op {name!r}; choose one of {', '.join(OPS)}")
@@ -57,4 +69,4 @@ def get_op(name: str) -> Op:
 
 
 __all__ = ["ALL_CASES", "CASE_FIELDS", "CaseField", "GRADIENTS", "Operand", "Result", "Design", "Exclusion", "Factor", "Impl", "KnownIssue", "Level", "OPS", "Op", "RECORDED_WITH_TORCH",
-           "Signature", "distributed_ops", "get_op"]
+           "Signature", "PARALLEL_LAYOUTS", "distributed_ops", "get_op", "laid_out"]

@@ -352,6 +352,7 @@ class Op:
     # How a distributed op's cases are laid out over the ranks (ops.layouts: which axis the split divides, what each
     # rank holds of γ and β, how the ranks' outputs are assembled); a distributed op without one has SyncBN's, BATCH
     layout: Layout | None = None
+    laid_out_from: str | None = None  # a parallel op: the single-process op it lays out over a world (its layout's name)
 
     def __post_init__(self):
         if self.distributed and self.layout is None:

@@ -131,7 +131,7 @@ def parallel(base: Op, layout: Layout, suffix: str) -> Op:
     return replace(
         base, name=f"{base.name}_{suffix}", description=f"{base.description.split(':')[0]}, {layout.name}: "
         f"{layout.description}", signature=signature, call=_call(base), distributed=True, world="gloo",
-        layout=layout, fields=fields + ((REDUCES_GRADS,) if layout.reduces_grads else ()),
+        layout=layout, laid_out_from=base.name, fields=fields + ((REDUCES_GRADS,) if layout.reduces_grads else ()),
         validate=_validate(base, layout), sweep=_design(base, layout), double_backward=False,
         why_once_differentiable=WHY_ONCE, array_signature=None, array_call=None, extensions=(),
         impls=dtensor.records(f"{base.name}_{suffix}", kind, layout.axis, follows, torchs.known_issues),
