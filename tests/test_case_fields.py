@@ -43,7 +43,7 @@ def test_every_declared_field_is_a_cli_option_parsed_as_declared(name):
 def test_a_field_value_a_case_does_not_take_is_one_line():
     with pytest.raises(UsageError, match="unknown returns 'h'; choose one of y,h, y"):
         Case("add_rmsnorm", (4, 6), returns="h")
-    with pytest.raises(UsageError, match="--returns applies to add_rmsnorm and add_layernorm only, not rmsnorm"):
+    with pytest.raises(UsageError, match="--returns applies to add_rmsnorm, add_layernorm, add_layernorm_sp and add_rmsnorm_sp only, not rmsnorm"):
         Case("rmsnorm", (4, 6), returns="y")
 
 

@@ -98,7 +98,7 @@ def test_no_affine_has_no_parameters():
     (dict(op="batchnorm", shape=(2, 3, 4), eps=-1.0), "eps must be"),
     (dict(op="batchnorm", shape=(2, 3, 4), dtype="f64", param_dtype="f32"), "mixed precision"),
     (dict(op="syncbn", shape=(4, 3, 4), split=(1, 2)), "sums to 3"),
-    (dict(op="batchnorm", shape=(4, 3, 4), split=(1, 3)), "a split applies to syncbn, syncbn_silu, layernorm_sp, rmsnorm_sp, layernorm_hp and rmsnorm_hp only"),
+    (dict(op="batchnorm", shape=(4, 3, 4), split=(1, 3)), "a split applies to syncbn, syncbn_silu, layernorm_sp, rmsnorm_sp, layernorm_hp, rmsnorm_hp, add_layernorm_sp and add_rmsnorm_sp only"),
     (dict(op="rmsnorm2", shape=(4, 3, 4)), "unknown op"),
 ])
 def test_bad_cases_are_one_line_usage_errors(kwargs, message):

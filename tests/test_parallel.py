@@ -31,7 +31,7 @@ from normcheck.worlds import CaseLimit, assemble
 from tests.mutants import CATALOGUE
 
 ROOT = Path(__file__).resolve().parents[1]
-PARALLEL_OPS = ("layernorm_sp", "rmsnorm_sp", "layernorm_hp", "rmsnorm_hp")
+PARALLEL_OPS = ("layernorm_sp", "rmsnorm_sp", "layernorm_hp", "rmsnorm_hp", "add_layernorm_sp", "add_rmsnorm_sp")
 
 
 def bound(op: str, impl, backend: str = "lockstep"):
@@ -81,7 +81,8 @@ def test_without_reduces_grads_the_world_sums_the_partial_gradients():
     (dict(op="layernorm_hp", shape=(2, 16), split=(7, 8)), "sums to 15, not H=16"),
     (dict(op="rmsnorm_sp", shape=(4, 16), split=(1, 2)), "sums to 3, not N=4"),
     (dict(op="layernorm_hp", shape=(2, 3, 4), split=(6, 6), normalized_dims=2), "--normalized-dims 1"),
-    (dict(op="layernorm", shape=(2, 16), reduces_grads="no"), "reduces-grads applies to layernorm_sp and rmsnorm_sp"),
+    (dict(op="layernorm", shape=(2, 16), reduces_grads="no"),
+     "reduces-grads applies to layernorm_sp, rmsnorm_sp, add_layernorm_sp and add_rmsnorm_sp only"),
 ])
 def test_bad_parallel_cases_are_one_line(kw, message):
     with pytest.raises(UsageError, match=message) as e:
@@ -93,7 +94,8 @@ def test_bad_parallel_cases_are_one_line(kw, message):
 GLOO_CASES = [Case("layernorm_sp", (6, 2, 64), "bf16", "f32", split=(2, 0, 4)),
               Case("rmsnorm_sp", (5, 33), "f32", split=(5, 0)),
               Case("layernorm_hp", (4, 33), "f32", split=(10, 0, 23)),
-              Case("rmsnorm_hp", (3, 40), "bf16", split=(0, 17, 23))]
+              Case("rmsnorm_hp", (3, 40), "bf16", split=(0, 17, 23)),
+              Case("add_rmsnorm_sp", (7, 2, 48), "bf16", split=(3, 0, 4), residual_dtype="f32")]
 
 
 @pytest.mark.parametrize("case", GLOO_CASES, ids=lambda c: c.op)
@@ -108,6 +110,9 @@ def test_the_textbooks_pass_in_the_gloo_world(case):
      r"differs from rank 0's: rank 1 by up to .*; rank 2 by up to"),
     ("layernorm_hp", "local_statistics", Case("layernorm_hp", (4, 16), "f32", split=(0, 5, 11)), r"on rank [12]"),
     ("rmsnorm_hp", "gamma_at_even_offset", Case("rmsnorm_hp", (4, 16), "f32", split=(0, 5, 11)), r"y on rank 1"),
+    ("add_layernorm_sp", "residual_on_rank_0_only", Case("add_layernorm_sp", (6, 16), "f32", split=(2, 4)),
+     r"rank 1: dresidual is None"),  # (rank 1's h = x: the residual never reached)
+    ("add_rmsnorm_sp", "stream_detached", Case("add_rmsnorm_sp", (6, 16), "f32", split=(2, 0, 4)), r"on rank [02]"),
 ])
 def test_a_mutant_fails_naming_the_rank(op, bug, case, named):
     report = judge(case, bound(op, CATALOGUE[op].MUTANTS[bug]))
@@ -161,6 +166,17 @@ def test_compare_runs_a_textbook_and_a_mutant_from_the_command_line(capsys):
 def test_every_parallel_op_has_a_textbook_and_mutants():
     for op in PARALLEL_OPS:
         assert bound(op, "textbook").name == "textbook" and CATALOGUE[op].MUTANTS
+
+
+def test_an_add_norms_stream_is_sharded_like_x_and_joined_with_its_gradient():
+    case = Case("add_layernorm_sp", (5, 4), "f64", split=(2, 0, 3), affine=False)
+    assert case.record.x_shaped_outputs(case) == ("y", "dx", "h", "dresidual")
+    full = {name: np.arange(20.0).reshape(5, 4) + k for k, name in enumerate(("y", "dx", "h", "dresidual"))}
+    ranks = [{name: a[rows] for name, a in full.items()} for rows in (slice(0, 2), slice(2, 2), slice(2, 5))]
+    out = assemble(case, ranks)
+    assert all(np.array_equal(out[name], full[name]) for name in full)
+    # the form that returns y alone has no h to join
+    assert "h" not in case.with_(returns="y").record.x_shaped_outputs(case.with_(returns="y"))
 
 
 # ----------------------------------------------------------------------------- DTensor: torch's sharding propagation
@@ -228,4 +244,4 @@ def test_a_layout_given_as_the_backend_runs_the_ops_parallel_op(capsys):
     assert main(["compare", "--op", "batchnorm", "--backend", "sequence-parallel"], io.StringIO()) == 2
     err = capsys.readouterr().err
     assert err == ("normcheck: error: --backend sequence-parallel lays out layernorm (layernorm_sp), rmsnorm "
-                   "(rmsnorm_sp), not batchnorm\n")
+                   "(rmsnorm_sp), add_layernorm (add_layernorm_sp), add_rmsnorm (add_rmsnorm_sp), not batchnorm\n")

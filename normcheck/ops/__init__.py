@@ -28,6 +28,8 @@ _RECORDS = (
     parallel.RMSNORM_SP,
     parallel.LAYERNORM_HP,
     parallel.RMSNORM_HP,
+    parallel.ADD_LAYERNORM_SP,
+    parallel.ADD_RMSNORM_SP,
 )
 OPS: dict[str, Op] = {op.name: op for op in _RECORDS}
 

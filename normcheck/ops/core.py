@@ -406,6 +406,12 @@ class Op:
     def results_of(self, case) -> tuple[Result, ...]:
         return self.results + tuple(r for e in self.extensions if e.applies(case) for r in e.results)
 
+    def x_shaped_outputs(self, case) -> tuple[str, ...]:
+        """The outputs shaped like x on `case`: y, dx, its x-shaped results and the gradients of its x-shaped data
+        inputs (a sharded world joins these along its split axis)."""
+        return (("y", "dx") + tuple(r.name for r in self.results_of(case) if r.shape == "x")
+                + tuple(o.gradient for o in self.operands_of(case) if o.gradient and o.shape == "x"))
+
     def outputs_of(self, case) -> tuple[str, ...]:
         """Every output `case` may compare: all_outputs, and its extensions' results."""
         return self.all_outputs + tuple(r.name for r in self.results_of(case) if r.name not in self.all_outputs)

@@ -12,16 +12,20 @@ layout; the reference is always of the whole, unsharded case:
   slice of x and dy, and its slice of γ and β; the statistics of a row need every rank's part of it; its γ/β
   gradient is its slice of the full one, and y and dx are its slices of theirs.
 
-Contract (both layouts): fn(input, normalized_shape, weight, bias, eps, process_group, world_size, offset) -> its
-share of y (RMSNorm: no bias), where normalized_shape is the WHOLE (H,) and offset the rank's first row
-(sequence-parallel) or first hidden index (hidden-parallel).
+* add_layernorm_sp, add_rmsnorm_sp — the residual add + norm, sequence-parallel: each rank holds its rows of x, the
+  residual, dy and dh, and returns its rows of y and h (the residual stream stays sharded, as Megatron's does).
+
+Contract (every layout): the base op's, with process_group, world_size, offset after eps: fn(input,
+normalized_shape, weight, bias, eps, process_group, world_size, offset) -> its share of y (RMSNorm: no bias; add +
+norm: the residual after input, (y, h) returned), where normalized_shape is the WHOLE (H,) and offset the rank's
+first row (sequence-parallel) or first hidden index (hidden-parallel).
 """
 from __future__ import annotations
 
 from dataclasses import replace
 
 from ..core.errors import UsageError
-from . import dtensor, layernorm, rmsnorm
+from . import add_layernorm, add_rmsnorm, dtensor, layernorm, rmsnorm
 from .core import CaseField, Op
 from .design import (DTYPE, LAYOUT, PROFILE, Design, Exclusion, Factor, eps_factor, levels, rank_factor, split_factor,
                      spread)
@@ -56,9 +60,10 @@ def _validate(base: Op, layout: Layout):
 
 
 def _call(base: Op):
+    """The base op's call, with the world's arguments after its own."""
     def call(fn, t, case, group, world_size):
-        args = (t.x, layernorm.normalized_shape(case), t.weight) + ((t.bias,) if "bias" in base.params else ())
-        return fn(*args, case.eps, group, world_size, case.rank_offset(group.rank()))
+        offset = case.rank_offset(group.rank())
+        return base.call(lambda *args: fn(*args, group, world_size, offset), t, case)
     return call
 
 
@@ -121,20 +126,26 @@ def _design(base: Op, layout: Layout) -> Design:
 
 
 def parallel(base: Op, layout: Layout, suffix: str) -> Op:
-    """`base` (layernorm or rmsnorm) laid out over a world as `layout` says."""
-    params = ", ".join(("weight", "bias") if "bias" in base.params else ("weight",))
-    signature = (f"fn(input, normalized_shape, {params}, eps, {ARGS}) -> Tensor  ({SHARES[layout.name]})")
-    fields = tuple(f for f in base.fields_without_extensions() if f.name != "fp8")
+    """`base` (layernorm, rmsnorm, or add + either) laid out over a world as `layout` says."""
+    head, _, tail = base.signature.partition(") -> ")
+    stream = "; residual, h: its share, as x's" if base.operands else ""
+    signature = f"{head}, {ARGS}) -> {tail.split('  ')[0]}  ({SHARES[layout.name]}{stream})"
+    fields = tuple(f for f in base.fields if f.name != "fp8")  # (fp8 output: not laid out over worlds yet)
     torchs = next(i for i in base.impls if i.name == "torch")
     follows = {name: value for name, value in torchs.follows if name != "fp8"}
     kind = "layer_norm" if "bias" in base.params else "rms_norm"
+    # DTensor's records are of the plain norms (the add before one is elementwise on either layout)
+    impls = () if base.operands else dtensor.records(f"{base.name}_{suffix}", kind, layout.axis, follows,
+                                                     torchs.known_issues)
     return replace(
         base, name=f"{base.name}_{suffix}", description=f"{base.description.split(':')[0]}, {layout.name}: "
         f"{layout.description}", signature=signature, call=_call(base), distributed=True, world="gloo",
-        layout=layout, laid_out_from=base.name, fields=fields + ((REDUCES_GRADS,) if layout.reduces_grads else ()),
+        layout=layout, laid_out_from=base.name,
+        inner=base.inner and f"{base.inner}_{suffix}",  # (a fused op's inner norm, laid out alike)
+        fields=fields + ((REDUCES_GRADS,) if layout.reduces_grads else ()),
         validate=_validate(base, layout), sweep=_design(base, layout), double_backward=False,
-        why_once_differentiable=WHY_ONCE, array_signature=None, array_call=None, extensions=(),
-        impls=dtensor.records(f"{base.name}_{suffix}", kind, layout.axis, follows, torchs.known_issues),
+        why_once_differentiable=WHY_ONCE, array_signature=None, array_call=None,
+        extensions=tuple(e for e in base.extensions if e.field != "fp8"), impls=impls,
         default_impl="textbook")
 
 
@@ -142,3 +153,5 @@ LAYERNORM_SP = parallel(layernorm.OP, SEQUENCE_PARALLEL, "sp")
 RMSNORM_SP = parallel(rmsnorm.OP, SEQUENCE_PARALLEL, "sp")
 LAYERNORM_HP = parallel(layernorm.OP, HIDDEN_PARALLEL, "hp")
 RMSNORM_HP = parallel(rmsnorm.OP, HIDDEN_PARALLEL, "hp")
+ADD_LAYERNORM_SP = parallel(add_layernorm.OP, SEQUENCE_PARALLEL, "sp")
+ADD_RMSNORM_SP = parallel(add_rmsnorm.OP, SEQUENCE_PARALLEL, "sp")

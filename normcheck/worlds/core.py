@@ -47,14 +47,15 @@ class World:
 
 
 def assemble(case, per_rank: list[RankOutputs]) -> dict[str, np.ndarray]:
-    """The ranks' outputs as one, under the op's layout (ops.layouts): y and dx (where asked for) joined along the
+    """The ranks' outputs as one, under the op's layout (ops.layouts): the x-shaped ones (y, dx, and the results and
+    operand gradients the op declares x-shaped: add + norm's h and dresidual), where asked for, joined along the
     split axis; the parameter gradients joined (sharded parameters), taken from rank 0 once every rank is seen to
     hold the same full gradient (replicated ones the function reduces), or summed (a rank's None counts as zero) and
     rounded to their dtype; running stats from rank 0, plus `running_mean[rank r]` for every rank that disagrees
     with rank 0, so those are compared too."""
     op, layout = case.record, case.record.layout
     out = {name: np.concatenate([r[name] for r in per_rank], axis=layout.data_axis(per_rank[0][name].ndim))
-           for name in ("y", "dx") if name in per_rank[0]}
+           for name in op.x_shaped_outputs(case) if name in per_rank[0]}
     for name in ("dweight", "dbias"):
         if name not in case.grads:
             continue

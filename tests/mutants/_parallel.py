@@ -139,3 +139,42 @@ def hidden_catalogue(op: str, norm: str) -> tuple[dict, dict]:
     """(MUTANTS, CORRECT) of a hidden-parallel op; the correct one is the textbook (normcheck.kernels.parallel),
     judged by tests/test_impls.py."""
     return {bug: _hidden(op, norm, bug) for bug in HIDDEN_BUGS}, {}
+
+
+# ----------------------------------------------------------------------------- residual add + norm, sequence-parallel
+def _add_sequence(op: str, norm: str, bug: str):
+    """h = its rows of x + residual, then the sequence-parallel norm: one of the reduction bugs above in the norm, or
+    one of the stream's own: the residual added on rank 0 only (as a bias added once per tensor-parallel group
+    would be), or h returned detached (its cotangent dh never reaches x and the residual)."""
+    inner = _sequence(op, norm, bug) if bug in SEQUENCE_BUGS else None
+    from normcheck.kernels.parallel import sequence
+
+    def norm_of(h, normalized_shape, params, eps, group, world_size, offset):
+        if inner is not None:
+            return inner(h, normalized_shape, *params, eps, group, world_size, offset)
+        textbook = sequence.layer_norm if norm == "layer_norm" else sequence.rms_norm
+        return textbook(h, normalized_shape, *params, eps, group, world_size, offset)
+
+    def fn(input, residual, normalized_shape, *rest):
+        *params, eps, group, world_size, offset = rest
+        h = input.to(residual.dtype)
+        if bug != "residual_on_rank_0_only" or collectives.rank(group) == 0:
+            h = h + residual
+        y = norm_of(h, normalized_shape, params, eps, group, world_size, offset).to(input.dtype)
+        return y, (h.detach() if bug == "stream_detached" else h)
+    fn.__qualname__ = fn.__name__ = bug
+    fn.__module__ = f"tests.mutants.{op}"  # (where the ranks load it from)
+    return fn
+
+
+ADD_SEQUENCE_BUGS = SEQUENCE_BUGS + ("residual_on_rank_0_only", "stream_detached")
+
+
+def add_sequence_catalogue(op: str, norm: str) -> tuple[dict, dict]:
+    """(MUTANTS, CORRECT) of a sequence-parallel add + norm: the bugs above; correct: the local norm of the local
+    sum, its γ/β gradients left to the framework (reduces_grads no)."""
+    mutants = {bug: _add_sequence(op, norm, bug) for bug in ADD_SEQUENCE_BUGS}
+    local = Impl("local_grads", op, "x + residual, the local norm, γ/β gradients left to the framework "
+                 "(reduces_grads no)", f"tests.mutants.{op}:no_grad_reduction",
+                 follows={"reduces_grads": "no", **_RMS.get(norm, {})})
+    return mutants, {"local_grads": local}

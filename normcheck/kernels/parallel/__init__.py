@@ -7,14 +7,17 @@ from ...ops import Impl
 
 _HERE = "normcheck.kernels.parallel"
 _WHAT = {"sequence": "its own rows normalised in float32, γ/β gradients all-reduced in backward (reduces_grads)",
+         "add": "its rows of x + residual (the stream stays sharded), normalised in float32, γ/β gradients "
+                "all-reduced in backward (reduces_grads)",
          "hidden": "Σ over every rank's slice all-reduced (LayerNorm: the mean, then Σ(x − mean)²), its slice "
                    "normalised in float32"}
 
 
 def _textbook(op: str, module: str, attr: str) -> Impl:
-    return Impl("textbook", op, f"textbook {op}: {_WHAT[module]}", f"{_HERE}.{module}:{attr}", world="lockstep",
+    what = _WHAT["add" if attr.startswith("add_") else module]
+    return Impl("textbook", op, f"textbook {op}: {what}", f"{_HERE}.{module}:{attr}", world="lockstep",
                 capabilities="all dtypes and memory formats", modes=("train",), orders=(1,),
-                follows={"weight_offset": 0.0, "casting": "end"} if attr == "rms_norm" else {})
+                follows={"weight_offset": 0.0, "casting": "end"} if attr.endswith("rms_norm") else {})
 
 
 IMPLS = (
@@ -22,4 +25,6 @@ IMPLS = (
     _textbook("rmsnorm_sp", "sequence", "rms_norm"),
     _textbook("layernorm_hp", "hidden", "layer_norm"),
     _textbook("rmsnorm_hp", "hidden", "rms_norm"),
+    _textbook("add_layernorm_sp", "sequence", "add_layer_norm"),
+    _textbook("add_rmsnorm_sp", "sequence", "add_rms_norm"),
 )
