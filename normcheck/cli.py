@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
 from textwrap import indent
@@ -24,6 +25,7 @@ from .impls import backend_of, check_world, list_impls, resolve_impl, support_te
 from .numerics.dtypes import COMPUTE_DTYPES, DTYPE_CHOICES, OUTPUT_DTYPES, parse_dtype
 from .numerics.formats import FORMATS
 from .numerics.profiles import PROFILES
+from .ops.core import CHECKS
 from .ops import CASE_FIELDS, OPS, PARALLEL_LAYOUTS, distributed_ops, get_op, laid_out
 from .ops.layouts import ROWS
 from .outputs.coverage import coverage_document, coverage_text
@@ -104,6 +106,10 @@ def build_parser() -> argparse.ArgumentParser:
                      "Triton's interpreter (TRITON_INTERPRET=1 in its worker process, set before its module is "
                      "imported): Triton kernels judged on a CPU; the cases the interpreter cannot run (bf16, fp8) are "
                      "SKIP rows (needs the triton extra)")
+    cmp.add_argument("--check", action="append", choices=CHECKS, default=[], help="a property to check on every case "
+                     "beside the reference's values: batch-invariance (each case's rows run again in batches of other "
+                     "sizes and at other positions; their y, dx and other x-shaped outputs must be bitwise the same; "
+                     "ops whose rows depend on each other, training BatchNorm and the distributed ops, skip saying why)")
     cmp.add_argument("--timeout", type=float, metavar="S",
                      help=f"seconds per case (default: {MULTIPLE:g} × the larger of the float64 reference's time on "
                           f"the case and the longest finished case, at least {FLOOR:g} s; {DEFAULT_TIMEOUT:g} s for the "
@@ -295,6 +301,8 @@ def run_compare(args, out) -> int:
         if path is not None:
             _check_writable(option, Path(path))
     impl = resolve_impl(args.op, args.impl, args.backend, limit, args.framework, args.device, args.triton_interpret)
+    if args.check:
+        impl = replace(impl, checks=tuple(dict.fromkeys(impl.checks + tuple(args.check))))
     cases = build_cases(args, impl)
     backend = backend_of(impl)
     if backend is not None:

@@ -95,6 +95,10 @@ def pytest_addoption(parser):
     group.addoption("--normcheck-follows", metavar="NAME=VALUE", action="append", default=[],
                     help="any convention the op's record declares (repeatable), e.g. returns=y for add + norm; "
                          "`normcheck compare --help` lists them")
+    group.addoption("--normcheck-check", metavar="PROPERTY", action="append", default=[],
+                    choices=("batch-invariance",), help="a property checked on every case beside the values: "
+                    "batch-invariance (each case's rows rerun in other batches must give the same bits; `normcheck "
+                    "compare --help` says more)")
     group.addoption("--normcheck-timeout", metavar="S", type=float, default=None,
                     help="seconds per case before an implementation counts as hung (default: 20 × the larger of "
                          "the float64 reference's time on the case and the longest finished case, at least 1.5 s; "
@@ -207,6 +211,9 @@ def _options(config) -> Options:
         fixed_sweep(op, fixed, follows=tuple(follows.items()))  # what no case can take is refused now, in one line
     except UsageError as e:
         raise pytest.UsageError(str(e)) from None
+    if config.getoption("normcheck_check"):
+        from dataclasses import replace
+        impl = replace(impl, checks=tuple(dict.fromkeys(impl.checks + tuple(config.getoption("normcheck_check")))))
     return Options(op, impl, backend_of(impl), profile, timeout, fixed, tuple(follows.items()))
 
 

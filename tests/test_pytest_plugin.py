@@ -196,3 +196,11 @@ def test_a_gate_that_tested_nothing_fails(tmp_path):
                      "lockstep", "-k", "sweep or tested")
     assert proc.returncode == 1
     assert f"nothing was tested: all {len(default_sweep('syncbn'))} cases of the default sweep were skipped by torch" in proc.stdout
+
+
+def test_the_batch_invariance_check_reaches_the_gate(pytester):
+    """--normcheck-check batch-invariance: a kernel whose reduction order follows the batch fails the gated sweep."""
+    result = pytester.runpytest_inprocess("-q", "-x", "-p", "no:cacheprovider", "--normcheck-op", "rmsnorm",
+                                          "--normcheck-impl", "tests._batch_variant:split_k_below_16_rows",
+                                          "--normcheck-check", "batch-invariance", "-k", "sweep and f64 and contiguous")
+    assert result.ret == 1 and "not batch invariant" in result.stdout.str(), result.stdout.str()[-2000:]

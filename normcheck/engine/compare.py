@@ -16,6 +16,8 @@ from ..cases import Case, CaseInputs
 from ..core.errors import ImplError, NotDifferentiable, UsageError
 from ..core.text import exception_text, raised_at
 from ..ops import Impl
+from ..ops.core import BATCH_INVARIANCE
+from . import invariance
 from .baseline import baseline_outputs
 from .expected import expected_outputs
 from .report import FAIL, KNOWN, MISTRUSTED, PASS, SKIP, Report, tensor_report, worst_failure
@@ -80,6 +82,13 @@ def judge(case: Case, impl: Impl, constants: Constants = CONSTANTS) -> Report:
     if differ and verdict != FAIL:
         return report(FAIL, tensors, f"not deterministic: a second run on the same inputs gave other bits for "
                                      f"{', '.join(differ)} (an Impl record may declare deterministic=False)")
+    if BATCH_INVARIANCE in impl.checks and verdict != FAIL:
+        try:
+            found = invariance.check(case, impl, inputs, outputs)
+        except Exception as e:  # (a larger batch it cannot run is a finding too)
+            found = f"not batch invariant: a larger batch raised {exception_text(e)}"
+        if found:
+            return report(FAIL, tensors, found)
     return report(verdict, tensors)
 
 

@@ -161,6 +161,8 @@ OP = Op(
     signature=SIGNATURE, call=call, reference=reference_outputs, view=view, unit="channel",
     outputs=OUTPUTS, required=REQUIRED, saved_stats=("mean", "invstd"), running_stats=True, sweep=SWEEP,
     eps_zero=EPS_ZERO_MODES,
+    rows_depend=lambda c: ("training BatchNorm normalises by the batch's own statistics: each row's output depends "
+                           "on every row" if c.training else None),
     array_signature=ARRAY_SIGNATURE, array_call=array_call,
     impls=(
         Impl("torch", "batchnorm", "torch.nn.functional.batch_norm through autograd", F.batch_norm,

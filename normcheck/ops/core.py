@@ -183,6 +183,17 @@ class KnownIssue:
         return device.split(":")[0] in self.devices
 
 
+BATCH_INVARIANCE = "batch-invariance"
+CHECKS = (BATCH_INVARIANCE,)
+
+
+def rows_dependence(case) -> str | None:
+    """Why `case`'s rows depend on each other (None: independent, and batch invariance is defined)."""
+    if case.record.distributed:
+        return "the op's world splits one batch over its ranks: a row's outputs are the world's"
+    return case.record.rows_depend(case)
+
+
 def supports_everything(case) -> str | None:
     return None
 
@@ -237,6 +248,9 @@ class Impl:
     # The memory formats it can express, x and dy alike (None: every one). Arrays (JAX, TensorFlow) have no
     # strides: their axis order is their only layout. Its sweeps take the standard layout for the others.
     formats: tuple[str, ...] | None = None
+    # The properties it promises beyond the reference's values, checked on every case (CHECKS; the run's --check adds
+    # to them): batch-invariance, its rows' outputs bitwise the same in any batch (engine.invariance)
+    checks: tuple[str, ...] = ()
     # How it can lay out a distributed case's split (None: any shares): (extent, ranks) -> the one split of that extent
     # over that many ranks it expresses (DTensor: torch.chunk's). Its sweeps take those shares; other splits it skips.
     shares: Callable[[int, int], tuple[int, ...]] | None = None
@@ -274,6 +288,8 @@ class Impl:
         if not expressible(self.formats, case.x_format, case.dy_format):
             return (f"{self.name} takes x and dy in one layout, {' or '.join(self.formats)} (the case has "
                     f"{case.x_format}/{case.dy_format}): its arrays have no strides, only an axis order")
+        if BATCH_INVARIANCE in self.checks and (why := rows_dependence(case)):
+            return f"batch invariance is not defined here: {why}"
         if self.shares is not None and case.split is not None:
             extent = case.record.layout.extent(case.shape)
             only = self.shares(extent, len(case.split))
@@ -330,6 +346,9 @@ class Op:
     # Its order-2 cases (the double backward) are judged; else every implementation skips them, saying why
     double_backward: bool = True
     why_once_differentiable: str = ""
+    # Why a case's rows (dim 0) depend on each other, so that batch invariance is not defined for it (None: they are
+    # independent: a row's x-shaped outputs depend on that row alone). A distributed op's rows are split by its world.
+    rows_depend: Callable[[Any], "str | None"] = lambda case: None
     eval_keyword: str | None = None     # the keyword its contract adds in eval mode (SyncBN: training=False)
     # Its contract for array frameworks (JAX, TensorFlow): pure functions of arrays, the layout's keywords
     # passed by name (frameworks.arrays.ArrayInputs); None: it has none yet

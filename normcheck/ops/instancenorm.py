@@ -113,9 +113,19 @@ MIXED_BIAS_WITHOUT_WEIGHT = KnownIssue(
     Signature(message="expect parameter to have scalar type of Float"),
 )
 
+# Found by --check batch-invariance (engine.invariance)
+BATCH_VARIANCE = KnownIssue(
+    "torch-in-batch-variance",
+    "torch CPU instance_norm is batch_norm over the (1, N·C, ...) reshape: its backward's per-channel sums are "
+    "scheduled over all N·C channels, so a sample's dx changes with the batch it is in (any layout and dtype; y "
+    "does not)",
+    lambda c: True,
+    Signature(message=r"^not batch invariant: dx "),
+)
+
 TORCH_ISSUES = (BATCH_OF_ONE_DY_LAYOUT, PER_INSTANCE_PARAM_GRADS, MIXED_NO_AFFINE_RUNNING_STATS, HALF_STRIDED,
                 MIXED_STRIDED_PARAM_GRADS, MIXED_BIAS_WITHOUT_WEIGHT, F16_DOUBLE_BACKWARD,
-                DOUBLE_BACKWARD_BIAS_WITHOUT_WEIGHT)
+                DOUBLE_BACKWARD_BIAS_WITHOUT_WEIGHT, BATCH_VARIANCE)
 
 OP = Op(
     name="instancenorm",
