@@ -12,11 +12,16 @@ from normcheck.cases.budgets import register_profiles
 register_profiles()
 settings.load_profile(os.environ.get("NORMCHECK_HYPOTHESIS_PROFILE", "ci"))
 
-# Files whose tests mostly wait (a hanging implementation's time limits): collected first, so that the gate's other
-# worker fills the wait (pytest-xdist's loadfile hands files out in collection order) instead of the last minute
-# of the gate idling on it.
-WAITING_FIRST = ("tests/test_stuck.py",)
+# The gate's files in the order its two workers should start them (pytest-xdist's loadfile hands files out in
+# collection order): the one that mostly waits (a hanging implementation's time limits) first, so that the other
+# worker fills the wait, then the longest, so that the last minutes are short files on both workers rather than one
+# long file on one of them (longest first: the usual greedy schedule).
+FIRST = ("tests/test_stuck.py", "tests/test_ops.py", "tests/test_impls.py", "tests/test_frameworks.py",
+         "tests/test_conventions.py", "tests/test_readme.py")
 
 
 def pytest_collection_modifyitems(items):
-    items.sort(key=lambda item: not item.nodeid.startswith(WAITING_FIRST))  # (stable: the rest keep their order)
+    def rank(item):
+        path = item.nodeid.split("::")[0]
+        return FIRST.index(path) if path in FIRST else len(FIRST)
+    items.sort(key=rank)  # (stable: the rest keep their order)
