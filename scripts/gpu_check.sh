@@ -12,6 +12,7 @@
 #    in lockstep worlds on one GPU on our kernels and on torch's;
 # 4. judges every op's default sweep on CUDA for torch's records and the project's Triton kernels
 #    (scripts/device_sweeps.py), and torch's SyncBN on NCCL under torchrun when the machine has >= 2 GPUs;
+#    and measures which of torch's CUDA kernels are batch invariant (--check batch-invariance; issue 28);
 # 5. benchmarks ours against torch's primitives (bytes moved / time, against measured copy bandwidth);
 # 6. writes docs/gpu-results.md (dated) and copies it to $OUT when that is a directory.
 # Exit status: 0 when the tests pass, 1 when some fail, 2 when the check could not run.
@@ -83,6 +84,15 @@ sweeps_rc=$?
 [ "$sweeps_rc" -eq 124 ] && echo "(cut at 240 s: the ops above are those that finished)" >>"$WORK/sweeps.md"
 tail -15 "$WORK/sweeps.txt" >&2
 
+say "batch invariance of torch's CUDA kernels"
+: >"$WORK/invariance.txt"
+for op in layernorm rmsnorm groupnorm instancenorm add_rmsnorm; do  # (their CPU findings are docs'; CUDA's are new)
+  timeout 40 $PY -m normcheck compare --op "$op" --device cuda --check batch-invariance >"$WORK/inv-$op.txt" 2>&1
+  echo "(exit $?)" >>"$WORK/inv-$op.txt"
+  { grep -m 3 -E "^(FAIL|KNOWN).*batch invariant" "$WORK/inv-$op.txt" | cut -c1-240; grep -E " cases: |^\(exit" "$WORK/inv-$op.txt"; } \
+    >>"$WORK/invariance.txt"
+done
+
 gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)
 if [ "$gpus" -ge 2 ]; then
   say "torch's SyncBN on NCCL under torchrun ($gpus GPUs)"
@@ -125,6 +135,12 @@ verdict="PASSED"
   echo "## Every op on CUDA"
   echo
   cat "$WORK/sweeps.md"
+  echo
+  echo "## Batch invariance of torch's CUDA kernels (--check batch-invariance; 40 s per op at most)"
+  echo
+  echo '```'
+  cat "$WORK/invariance.txt"
+  echo '```'
   echo
   echo "## torch's SyncBN on NCCL"
   echo
