@@ -9,7 +9,6 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
 from textwrap import indent
@@ -211,7 +210,7 @@ def _build_cases(args, conventions: dict, impl) -> list[Case]:
     if not explicit:
         cases = [case for seed in seeds
                  for case in fixed_sweep(args.op, fixed, seed, tuple(conventions.items()),
-                                         *((impl.formats, impl.shares) if impl is not None else ()))]
+                                         formats=impl and impl.formats, shares=impl and impl.shares)]
         if get_op(args.op).distributed and args.backend == "env":  # the launcher fixed the world size
             size = env_world(args.timeout).world_size
             cases = [c for c in cases if len(c.split) == size]
@@ -301,8 +300,7 @@ def run_compare(args, out) -> int:
         if path is not None:
             _check_writable(option, Path(path))
     impl = resolve_impl(args.op, args.impl, args.backend, limit, args.framework, args.device, args.triton_interpret)
-    if args.check:
-        impl = replace(impl, checks=tuple(dict.fromkeys(impl.checks + tuple(args.check))))
+    impl = impl.checking(args.check)
     cases = build_cases(args, impl)
     backend = backend_of(impl)
     if backend is not None:

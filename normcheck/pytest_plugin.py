@@ -211,9 +211,7 @@ def _options(config) -> Options:
         fixed_sweep(op, fixed, follows=tuple(follows.items()))  # what no case can take is refused now, in one line
     except UsageError as e:
         raise pytest.UsageError(str(e)) from None
-    if config.getoption("normcheck_check"):
-        from dataclasses import replace
-        impl = replace(impl, checks=tuple(dict.fromkeys(impl.checks + tuple(config.getoption("normcheck_check")))))
+    impl = impl.checking(config.getoption("normcheck_check"))
     return Options(op, impl, backend_of(impl), profile, timeout, fixed, tuple(follows.items()))
 
 

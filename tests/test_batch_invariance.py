@@ -27,7 +27,7 @@ def test_the_batches_hold_the_cases_rows_where_they_say():
     inputs = case.make_inputs()
     sizes = [b.size for b in batches(case)]  # its first row alone, among 5 more, and past 1024 rows (2M elements)
     assert sizes[:2] == [1, 8] and 1024 <= sizes[2] and sizes[2] * 8 <= 1 << 21
-    big, big_inputs = embedded(case, inputs, Batch(8, 3, 0, 3))
+    big, big_inputs = embedded(case, inputs, Batch(8, 3, 3))
     assert big.shape == (8, 8) and np.array_equal(big_inputs.x[3:6], inputs.x)
     assert np.array_equal(big_inputs.extra["residual"][3:6], inputs.extra["residual"])
     assert not np.array_equal(big_inputs.x[:3], np.zeros((3, 8)))  # the other rows are drawn, not zeros

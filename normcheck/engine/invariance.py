@@ -1,7 +1,7 @@
 """Batch invariance: a row's outputs are bitwise the same whatever batch it is computed in.
 
 For an op whose rows (dim 0: LayerNorm's and RMSNorm's leading rows, GroupNorm's and InstanceNorm's samples,
-BatchNorm's in eval mode) are independent (Op.rows_independent), y, dx and the other x-shaped outputs of a row depend
+BatchNorm's in eval mode) are independent (Op.rows_depend says none), y, dx and the other x-shaped outputs of a row depend
 on that row alone (and on γ, β and its dy). A kernel that picks its block size, split or reduction order from the
 number of rows breaks that; a row of an inference batch then differs from the same prompt's at batch 1. The case's
 rows are run again embedded in other batches (other rows drawn as the case draws its own): its first row alone, the
@@ -26,17 +26,16 @@ MOST_ELEMENTS = 1 << 21    # (a case already this large is embedded in few more 
 
 @dataclass(frozen=True)
 class Batch:
-    """The case's rows [first, first + count) placed at `at` in a batch of `size` rows."""
+    """The case's first `count` rows (all of them, or its first alone) placed at `at` in a batch of `size` rows."""
     size: int
     at: int
-    first: int
     count: int
 
-    def text(self, rows: int) -> str:
+    @property
+    def text(self) -> str:
         if self.size == 1:
             return "its first row alone (a batch of 1)"
-        whole = self.count == rows
-        return f"{'its' if whole else 'some of its'} rows at {self.at} in a batch of {self.size}"
+        return f"its rows at {self.at} in a batch of {self.size}"
 
 
 def batches(case: Case) -> list[Batch]:
@@ -46,19 +45,16 @@ def batches(case: Case) -> list[Batch]:
     per_row = max(1, int(np.prod(case.shape[1:])))
     large = max(LARGE_ROWS, -(-LARGE_ELEMENTS // per_row), rows + 1)
     large = max(rows + 1, min(large, MOST_ELEMENTS // per_row))
-    out = [Batch(rows + 5, 3, 0, rows), Batch(large, large - rows, 0, rows)]
-    if rows > 1:
-        out.insert(0, Batch(1, 0, 0, 1))
-    return out
+    return ([Batch(1, 0, 1)] if rows > 1 else []) + [Batch(rows + 5, 3, rows), Batch(large, large - rows, rows)]
 
 
 def embedded(case: Case, inputs, batch: Batch):
-    """(the batch's case, its inputs): its own rows drawn as the case draws them (another seed), the case's rows
-    [first, first + count) at `at`; the parameters, running statistics and every input not batched along dim 0
+    """(the batch's case, its inputs): its own rows drawn as the case draws them (another seed), the case's first
+    `count` rows at `at`; the parameters, running statistics and every input not batched along dim 0
     (a scale) the case's own."""
     big = case.with_(shape=(batch.size,) + case.shape[1:], seed=case.seed + 1)
     others = big.make_inputs()
-    rows = slice(batch.first, batch.first + batch.count)
+    rows = slice(0, batch.count)
     at = slice(batch.at, batch.at + batch.count)
 
     def place(mine, theirs):
@@ -97,13 +93,13 @@ def difference(case: Case, outputs: dict, batch: Batch, theirs: dict) -> str | N
     for name in op.x_shaped_outputs(case):
         if name not in outputs or name not in theirs:
             continue
-        mine = outputs[name][batch.first:batch.first + batch.count]
+        mine = outputs[name][:batch.count]
         got = theirs[name][batch.at:batch.at + batch.count]
         if np.array_equal(mine, got, equal_nan=True):
             continue
         rows = np.flatnonzero(~np.all((mine == got) | (np.isnan(mine) & np.isnan(got)),
                                       axis=tuple(range(1, mine.ndim))))
-        return (f"not batch invariant: {name} of row {batch.first + int(rows[0])} differs with {batch.text(case.shape[0])}"
+        return (f"not batch invariant: {name} of row {int(rows[0])} differs with {batch.text}"
                 f" ({len(rows)} of {batch.count} rows differ, by up to {ulps(got, mine, op.output_dtype(case, name)):.3g}"
                 f" ulps)")
     return None

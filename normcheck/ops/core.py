@@ -272,6 +272,10 @@ class Impl:
     def callable(self) -> Callable:
         return load_callable(self.target) if isinstance(self.target, str) else self.target
 
+    def checking(self, names) -> "Impl":
+        """This record with the checks `names` added to those it promises (a run's --check)."""
+        return replace(self, checks=tuple(dict.fromkeys(self.checks + tuple(names))))
+
     @property
     def spec(self) -> str:
         """The `module:attr` the target is importable under (ranks in other processes load it)."""

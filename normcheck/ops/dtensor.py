@@ -6,9 +6,10 @@ returns its share of y as the contract asks (redistributing where torch's strate
 DTensor's own: a replicated γ's gradient comes back from from_local as Partial and is all-reduced there (the
 reduces_grads convention).
 
-* shard  — sequence-parallel: x Shard(0), γ and β Replicate(); hidden-parallel: x Shard(-1), γ and β Shard(0) (the
-           strategy gathers the normalised dim and y comes back Replicate: it is redistributed to Shard(-1)).
-* replicate — sequence-parallel only: x redistributed from Shard(0) to Replicate() before the norm (an all-gather,
+* rows      — sequence-parallel: x Shard(0), γ and β Replicate().
+* hidden    — hidden-parallel: x Shard(-1), γ and β Shard(0) (the strategy gathers the normalised dim and y comes
+              back Replicate: it is redistributed to Shard(-1)).
+* replicate — sequence-parallel too: x redistributed from Shard(0) to Replicate() before the norm (an all-gather,
            its backward a reduce-scatter) and y back to Shard(0).
 
 DTensor places torch.chunk's shares of a sharded dim and no others (pytorch/pytorch#144109: from_local accepts
@@ -20,6 +21,7 @@ from __future__ import annotations
 import math
 
 from .core import Impl, KnownIssue, Signature
+
 
 def chunk_split(extent: int, ranks: int) -> tuple[int, ...]:
     """torch.chunk's shares of `extent` over `ranks`: ceil(extent / ranks) each, the rest on the last, then none."""
@@ -54,8 +56,8 @@ def _whole_rows(input, group) -> int:
 
 
 def _norm(kind: str, layout: str):
-    """The contract function of `kind` (layer_norm, rms_norm) under `layout`: shard (sequence- or hidden-parallel
-    by the case: a hidden slice is narrower than normalized_shape) or replicate (x gathered first)."""
+    """The contract function of `kind` (layer_norm, rms_norm) laid out as `layout`: rows, hidden or replicate (the
+    module's docstring)."""
     def norm(input, normalized_shape, weight, *rest):
         import torch.nn.functional as F
         from torch.distributed.device_mesh import DeviceMesh
