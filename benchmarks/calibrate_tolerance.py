@@ -99,7 +99,7 @@ def survey(op: str, dtype: str, count: int, order: int = 1) -> dict:
                 failures.append(f"{label}: {case.label}: {report.summary()}")
             if report.worst is not None:
                 ratios[label].append(report.worst.max_ratio)
-            second = [t.max_ratio for t in report.tensors if t.name in case.second_order]
+            second = [t.max_ratio for t in report.tensors if t.name in case.directional]
             if second:
                 ratios.setdefault(f"{label} [2nd order]", []).append(max(second))
 

@@ -15,7 +15,7 @@ from textwrap import indent
 
 from .cases import Case
 from .cases.case import CONVENTIONS, FROZEN, MODES, OP_FIELDS, ORDERS, takers_of
-from .cases.sweep import field_value, fixed_sweep
+from .cases.sweep import field_value, fixed_sweep, order_value
 from .cases.tokens import decode_case
 from .core.errors import ImplError, UsageError
 from .doctor import run_doctor
@@ -85,8 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
                      "statistics, left unchanged): batchnorm, syncbn, instancenorm")
     cmp.add_argument("--frozen", choices=FROZEN, help="which inputs do not require grad: x (only parameter "
                      "gradients), params (only dx) or none (the default)")
-    cmp.add_argument("--order", type=int, choices=ORDERS, help="1, or 2: also the double backward (the gradients "
-                     "of <ddx, dx> + <ddw, dw> + <ddb, db> for random cotangents)")
+    cmp.add_argument("--order", type=_order, choices=ORDERS, metavar="|".join(map(str, ORDERS)),
+                     help="1; 2: also the double backward (the gradients of <ddx, dx> + <ddw, dw> + <ddb, db> for "
+                     "random cotangents); fwd: forward mode, the JVP of y along random tangents of x, w, b; fwd-rev: "
+                     "forward-over-reverse, the backward and the JVPs of y and of the gradients (Hessian-vector "
+                     "products)")
     cmp.add_argument("--profile", help=f"one of {', '.join(PROFILES)}")
     cmp.add_argument("--eps", type=_eps, help="a number, or none (RMSNorm: the dtype's default)")
     cmp.add_argument("--momentum", type=float, help="running-stat momentum (default 0.1)")
@@ -147,6 +150,13 @@ def _int_list(text: str) -> tuple[int, ...]:
 
 
 _NO_EPS = "none"  # --eps none: the op's default for the dtype (Case.eps None)
+
+
+def _order(text: str) -> int | str:
+    try:
+        return order_value(text)
+    except UsageError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _eps(text: str) -> float | str:

@@ -3,7 +3,7 @@
     pytest --normcheck-op syncbn --normcheck-impl mypkg.sync:sync_bn [--normcheck-backend gloo] [--normcheck-framework jax]
            [--normcheck-device cpu|cuda|cuda:N|mps|...] [--normcheck-triton-interpret]
            [--normcheck-profile ci|dev|thorough] [--normcheck-mode eval] [--normcheck-frozen x|params]
-           [--normcheck-order 2] [--normcheck-eps E] [--normcheck-momentum M] [--normcheck-affine WHICH]
+           [--normcheck-order 2|fwd|fwd-rev] [--normcheck-eps E] [--normcheck-momentum M] [--normcheck-affine WHICH]
            [--normcheck-normalized-at trailing|channels] [--normcheck-casting MODE] [--normcheck-weight-offset F] [--normcheck-output-dtype input|promote]
            [--normcheck-compute-dtype f64|f32] [--normcheck-residual-dtype input|f32] [--normcheck-fp8 e4m3|e5m2]
            [--normcheck-follows NAME=VALUE ...]   (any convention the op's record declares, e.g. returns=y)
@@ -81,7 +81,7 @@ def pytest_addoption(parser):
                     help="hypothesis budget: ci (default, derandomized), dev or thorough")
     for name, values, what in (("mode", "train|eval", "batch or running statistics"),
                                ("frozen", "none|x|params", "which inputs do not require grad"),
-                               ("order", "1|2", "2: the double backward too"),
+                               ("order", "1|2|fwd|fwd-rev", "2: the double backward too; fwd, fwd-rev: forward mode"),
                                ("eps", "E|none", "the eps the layer adds"),
                                ("momentum", "M", "the running statistics' momentum"),
                                ("affine", "both|weight|bias|none", "the parameters given")):

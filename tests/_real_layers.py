@@ -87,8 +87,10 @@ def _upcast(t):
 
 
 def _rounded(t, dtype):
-    """t rounded to `dtype` in the forward, its gradient passed straight through in t's own precision."""
-    return t + (t.to(dtype).to(t.dtype) - t).detach()
+    """t rounded to `dtype` in the forward, its gradient passed straight through in t's own precision (where t or
+    its rounding is inf the forward is the rounding itself: t + (inf − t) would be NaN)."""
+    finite = torch.where(torch.isfinite(t), t, torch.zeros_like(t))
+    return t.detach().to(dtype).to(t.dtype) + (finite - finite.detach())
 
 
 def _rstd(h, normalized_shape, eps):

@@ -162,7 +162,7 @@ def test_eps_zero_is_legal_where_the_op_takes_it():
     (["compare", "--op", "batchnorm", "--junit-xml", "/no/such/dir/r.xml"], "directory /no/such/dir does not exist"),
     (["compare", "--op", "groupnorm", "--mode", "eval"], "--mode eval applies to the ops with running statistics"),
     (["compare", "--op", "syncbn", "--order", "2"], f"nothing was tested: all {len(default_sweep('syncbn'))} cases were skipped"),
-    (["compare", "--op", "batchnorm", "--order", "3"], "invalid choice: 3"),
+    (["compare", "--op", "batchnorm", "--order", "3"], "order must be one of 1, 2, fwd, fwd-rev, got '3'"),
     (["compare", "--op", "batchnorm", "--frozen", "params", "--affine", "none"], "no parameters to freeze"),
     (["compare", "--op", "batchnorm", "--case", TOKEN, "--order", "2"], "--case names the whole case; drop --order"),
     # values that used to get through: a traceback, a FAIL row blaming torch, or argparse's puzzle

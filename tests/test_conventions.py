@@ -148,8 +148,10 @@ CHAINS = {"end": "rms_end", "before-weight": "rms_before_weight", "rstd-input": 
 
 
 def half(case) -> bool:
-    """The rows where chains can differ at all (rounding to f32 or f64 is below every budget)."""
-    return case.dtype in ("f16", "bf16")
+    """The rows where chains can differ at all (rounding to f32 or f64 is below every budget); not one-element sets
+    with eps = 0, where rstd = 1/|x| overflows the rstd-input chain's half-precision rstd and the test layers'
+    straight-through rounding gives dx = inf · 0 = NaN (their arithmetic, not a chain's)."""
+    return case.dtype in ("f16", "bf16") and not (case.eps == 0 and case.view.set_size == 1)
 
 
 @pytest.mark.parametrize("chain", CHAINS)

@@ -68,10 +68,10 @@ def test_a_textbook_function_passes_every_path_of_a_slice_of_the_sweep(framework
     wrong = [f"{r.case.label}: {r.summary()}" for r in reports if r.verdict not in (PASS, MISTRUSTED)]  # (MISTRUSTED:
     # passed, on a reference that is all but zero)
     assert not wrong, wrong[:4]
-    # the slice takes the paths that matter: every layout arrays express, order 2, eval, frozen inputs, and
-    # (SyncBN) uneven and empty devices
+    # the slice takes the paths that matter: every layout arrays express, order 2, forward mode, eval, frozen
+    # inputs, and (SyncBN) uneven and empty devices
     record = get_op(op)
-    assert {c.order for c in cases} == ({1, 2} if record.double_backward else {1})
+    assert {c.order for c in cases} == ({1, 2, "fwd", "fwd-rev"} if record.double_backward else {1})
     assert {c.frozen for c in cases} == {"none", "x", "params"}
     assert {c.mode for c in cases} == ({"train", "eval"} if record.running_stats else {"train"})
     assert {c.x_format for c in cases} == set(impl.formats)
@@ -179,6 +179,14 @@ WITNESSES = [
      None, None, None),  # (eval mode: no batch statistics, no finding)
     ("keras", "batchnorm", Case("batchnorm", (16, 3, 64, 64), "f32", profile="offset", affine="bias"),
      records.KERAS_FOLDED_BACKWARD, "dx", None),
+    # forward mode: the same statistics and second derivatives through the forward-mode paths
+    ("flax", "layernorm", Case("layernorm", (7, 4095), "f64", profile="offset", normalized_dims=1, order="fwd"),
+     records.FLAX_FAST_VARIANCE, "jvp_y", "jax_layer_norm"),
+    ("keras", "layernorm", Case("layernorm", (7, 17), "f64", normalized_dims=1, order="fwd-rev"),
+     records.KERAS_MOMENTS_SECOND_ORDER, "jvp_dx", "tf_layer_norm"),
+    ("flax-nnx", "rmsnorm", Case("rmsnorm", (65537, 1, 1, 1), "f16", profile="heavy_tailed", eps=1e-10, affine=False,
+                                 gamma_scale=1e-3, order="fwd-rev", normalized_dims=3),
+     records.FLAX_RMS_HALF_SECOND_ORDER, "jvp_dx", "jax_rms_norm"),
 ]
 
 

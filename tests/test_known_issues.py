@@ -80,11 +80,11 @@ WITNESSES = [
      Case("groupnorm", (2, 6, 2, 2), "f64", x_format="channels_last", groups=3, frozen="x"), None),
     (gn.CREATE_GRAPH_HALF_PARAM_GRADS, "groupnorm", USER_GN,
      Case("groupnorm", (2, 8, 256), "bf16", "f32", profile="offset", groups=2, order=2), "dbias"),
-    (bn.F16_DOUBLE_BACKWARD, "batchnorm", USER_BN, Case("batchnorm", (2, 3, 8, 8), "f16", profile="near_constant",
+    (bn.HALF_DOUBLE_BACKWARD, "batchnorm", USER_BN, Case("batchnorm", (2, 3, 8, 8), "f16", profile="near_constant",
                                                         order=2), "d2x"),
     (bn.DOUBLE_BACKWARD_BIAS_WITHOUT_WEIGHT, "batchnorm", USER_BN,
      Case("batchnorm", (4, 3, 5), "f64", affine="bias", order=2), None),
-    (ln.F16_DOUBLE_BACKWARD, "layernorm", USER_LN, Case("layernorm", (8, 64), "f16", profile="near_constant",
+    (ln.HALF_DOUBLE_BACKWARD, "layernorm", USER_LN, Case("layernorm", (8, 64), "f16", profile="near_constant",
                                                         order=2, normalized_dims=1, affine=False), "d2x"),
     (ln.DOUBLE_BACKWARD_BIAS_WITHOUT_WEIGHT, "layernorm", USER_LN,
      Case("layernorm", (4, 6), "f64", affine="bias", order=2, normalized_dims=1), None),
@@ -92,6 +92,24 @@ WITNESSES = [
      Case("instancenorm", (2, 3, 3, 3), "bf16", "f32", affine="bias"), None),
     (syncbn.BIAS_WITHOUT_WEIGHT, "syncbn", USER_SYNCBN, Case("syncbn", (5, 3, 4), "f32", split=(3, 2), affine="bias"),
      None),
+    # Forward mode (order fwd, fwd-rev): torch's forward-AD formulas and the JVP of its backward
+    (bn.JVP_MIXED_DTYPE, "batchnorm", USER_BN, Case("batchnorm", (4, 3, 5), "bf16", "f32", order="fwd"), None),
+    (bn.HALF_FORWARD_AD, "batchnorm", USER_BN,
+     Case("batchnorm", (2, 8, 1, 1), "f16", profile="near_constant", frozen="params", order="fwd"), "jvp_y"),
+    (ln.JVP_MIXED_DTYPE, "layernorm", USER_LN, Case("layernorm", (3, 8), "f16", "f32", normalized_dims=1, order="fwd"),
+     None),
+    (ln.HALF_FORWARD_AD, "layernorm", USER_LN, Case("layernorm", (7, 16), "f16", profile="tiny", normalized_dims=1,
+                                                    order="fwd"), "jvp_y"),
+    (ln.TINY_ROW_STATISTICS, "layernorm", USER_LN,
+     Case("layernorm", (65537, 1, 2), "f64", profile="offset", frozen="params", normalized_dims=2, order=2), "d2dy"),
+    (gn.JVP_CHANNELS_LAST_VIEW, "groupnorm", USER_GN,
+     Case("groupnorm", (2, 4, 3, 5), "f64", x_format="channels_last", groups=2, order="fwd"), None),
+    (gn.FWD_REV_CANCELLATION, "groupnorm", USER_GN,
+     Case("groupnorm", (2, 64), "f32", profile="offset", eps=0.01, frozen="params", groups=2, order="fwd-rev"),
+     "jvp_dx"),
+    (gn.JVP_MIXED_DTYPE, "groupnorm", USER_GN, Case("groupnorm", (2, 4, 6), "bf16", "f32", groups=2, order="fwd"), None),
+    (gn.HALF_FORWARD_AD, "groupnorm", USER_GN, Case("groupnorm", (3, 1, 32, 64), "f16", profile="tiny", eps=1e-10,
+                                                    affine="weight", frozen="x", groups=1, order="fwd"), "jvp_y"),
 ]
 
 
@@ -117,7 +135,7 @@ def test_issue_reproduces_and_is_attributed(issue, op, code, case, tensor):
 
 
 def test_an_inner_norms_issue_reaches_the_residual_gradient_of_its_add_norm_record():
-    """torch-ln-f32-tiny-row-statistics in add + LayerNorm: dx and dresidual are both dh plus torch's wrong norm
+    """torch-ln-tiny-row-statistics in add + LayerNorm: dx and dresidual are both dh plus torch's wrong norm
     gradient of h (4 for 0), so the record's issue names both; the textbook composite passes the case."""
     report = compare("add_layernorm", "torch", ADD_LN_TINY_ROWS)
     assert report.verdict == KNOWN and ln.TINY_ROW_STATISTICS.key in report.message

@@ -44,7 +44,7 @@ def test_second_order_reference_is_the_derivative_of_the_first_order_one(op, sha
     ref = expected_outputs(case, inputs)
     rng = np.random.default_rng(0)
     for name, field in (("d2x", "x"), ("d2weight", "weight"), ("d2dy", "dy")):
-        if name not in case.second_order:
+        if name not in case.directional:
             continue
         v = rng.normal(size=getattr(inputs, field).shape)
         h = 1e-5
@@ -73,9 +73,9 @@ def _torch_second_order(case, inputs):
     grads = torch.autograd.grad(y, list(leaves.values()), dy, create_graph=True)
     cot = {"dx": t["ddx"], "dweight": t["ddweight"], "dbias": t["ddbias"]}
     wrt = {"d2x": t["x"], "d2weight": t["weight"], "d2dy": dy}
-    second = torch.autograd.grad(grads, [wrt[n] for n in case.second_order], [cot[g] for g in leaves],
+    second = torch.autograd.grad(grads, [wrt[n] for n in case.directional], [cot[g] for g in leaves],
                                  allow_unused=True)
-    return {n: (torch.zeros_like(wrt[n]) if s is None else s).detach().numpy() for n, s in zip(case.second_order, second)}
+    return {n: (torch.zeros_like(wrt[n]) if s is None else s).detach().numpy() for n, s in zip(case.directional, second)}
 
 
 MODES = [(*o, "train") for o in OPS] + [(*o, "eval") for o in OPS if get_op(o[0]).running_stats]
@@ -88,7 +88,7 @@ def test_second_order_reference_matches_torch_float64(op, shape, own, mode):
         case = Case(op, shape, "f64", profile="normal", mode=mode, order=2, **own, **path)
         inputs = case.make_inputs()
         ref, theirs = expected_outputs(case, inputs), _torch_second_order(case, inputs)
-        for name in case.second_order:
+        for name in case.directional:
             np.testing.assert_allclose(ref[name], theirs[name], rtol=1e-9, atol=1e-10, err_msg=f"{path} {name}")
 
 
@@ -122,7 +122,7 @@ def test_a_frozen_input_has_no_gradient_to_compare():
     (dict(op="batchnorm", frozen="params", affine=False), "no parameters to freeze"),
     (dict(op="batchnorm", frozen="x", affine=False), "leaves nothing that requires grad"),
     (dict(op="batchnorm", frozen="gamma"), "unknown frozen 'gamma'"),
-    (dict(op="batchnorm", order=3), "order must be 1 or 2"),
+    (dict(op="batchnorm", order=3), "order must be 1, 2, fwd or fwd-rev"),
 ])
 def test_a_path_the_op_cannot_take_is_a_one_line_error(fields, message):
     op = fields.pop("op")

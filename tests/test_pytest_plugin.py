@@ -165,7 +165,7 @@ def test_without_normcheck_op_the_plugin_adds_nothing(pytester):
     (["--normcheck-op", "syncbn", "--normcheck-backend", "env"], "use `normcheck compare --backend env`"),
     (["--normcheck-impl", "mybn:bn"], "--normcheck-impl needs --normcheck-op"),
     (["--normcheck-op", "groupnorm", "--normcheck-mode", "eval"], "--mode eval applies to the ops with running statistics"),
-    (["--normcheck-op", "batchnorm", "--normcheck-order", "3"], "order must be 1 or 2"),
+    (["--normcheck-op", "batchnorm", "--normcheck-order", "3"], "order must be one of 1, 2, fwd, fwd-rev"),
     (["--normcheck-op", "batchnorm", "--normcheck-frozen", "gamma"], "unknown frozen 'gamma'"),
     (["--normcheck-op", "layernorm", "--normcheck-impl", "json:dumps", "--normcheck-framework", "mxnet"],
      "unknown framework 'mxnet'; choose one of torch, numpy, jax, tf"),

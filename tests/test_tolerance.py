@@ -99,7 +99,7 @@ def _paths(op: str) -> list[dict]:
     """Every path the op's cases take: mode × frozen × order, those its record has."""
     record = OPS[op]
     modes = ("train", "eval") if record.running_stats else ("train",)
-    orders = (1, 2) if record.double_backward else (1,)
+    orders = (1, 2, "fwd", "fwd-rev") if record.double_backward else (1,)
     return [dict(mode=m, frozen=f, order=o) for m in modes for f in FROZEN for o in orders]
 
 

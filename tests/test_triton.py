@@ -63,7 +63,7 @@ def test_the_correct_kernels_pass_their_f32_sweep_cases(op):
     impl = interpreted(op, CORRECT[op])
     reports = [judge(c, impl) for c in small_cases(op, impl, dtype="f32", order=1)]
     judged = [r for r in reports if r.verdict in (PASS, MISTRUSTED)]  # (MISTRUSTED: passed, a tensor all but zero)
-    assert len(reports) >= 8 and judged == reports, [r.summary() for r in reports if r not in judged]
+    assert len(reports) >= 5 and judged == reports, [r.summary() for r in reports if r not in judged]
     assert any(r.verdict == PASS for r in reports)
 
 
@@ -166,7 +166,7 @@ def test_the_pytest_plugin_runs_the_sweep_in_the_interpreter(triton_imported, py
         start_early()
     result = pytester.runpytest_inprocess("--normcheck-op", "rmsnorm", "--normcheck-impl", f"{KERNELS}:triton_rms_norm",
                                           "--normcheck-triton-interpret",
-                                          "-k", "test_default_sweep and 7x1x7 and not 65537")  # (one small case)
+                                          "-k", "test_default_sweep and 7x2 and strided and not order")  # (one small case)
     assert result.ret == 0 and "Triton's interpreter, hypothesis profile" in result.stdout.str()
     result.assert_outcomes(passed=1)
 

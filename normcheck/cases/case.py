@@ -23,6 +23,7 @@ from ..numerics.formats import check_format
 from ..numerics.profiles import PROFILES
 from ..numerics.sets import SetView
 from ..ops import CASE_FIELDS, GRADIENTS, OPS, Op, distributed_ops, get_op
+from ..ops.core import ALL_ORDERS, FORWARD_ORDERS, TANGENT_OUTPUTS
 
 
 def default_conventions(op: str) -> dict:
@@ -35,7 +36,10 @@ DEFAULT_EPS, DEFAULT_MOMENTUM = 1e-5, 0.1  # what a label leaves unsaid
 # The path through the layer a case takes, beyond the training-mode forward and one backward:
 MODES = ("train", "eval")          # eval: normalise with the running statistics, leave them unchanged
 FROZEN = ("none", "x", "params")   # which inputs do not require grad (their gradients are not asked for)
-ORDERS = (1, 2)                    # 2: also the gradient of ⟨ddx, dx⟩ + ⟨ddγ, dγ⟩ + ⟨ddβ, dβ⟩ (double backward)
+# 1: the backward. 2: also the gradient of ⟨ddx, dx⟩ + ⟨ddγ, dγ⟩ + ⟨ddβ, dβ⟩ (double backward). Forward mode (no
+# backward): "fwd", the JVP of y along tangents ẋ, γ̇, β̇ of the inputs that require grad; "fwd-rev", the backward
+# and the JVP of y and of the gradients along those tangents (forward-over-reverse: Hessian-vector products).
+ORDERS = ALL_ORDERS
 
 
 @dataclass(frozen=True)
@@ -62,7 +66,7 @@ class Case:
     returns: str | None = None    # those ops: "y,h" (y and the new residual stream) or "y" (y alone)
     mode: str = "train"           # MODES
     frozen: str = "none"          # FROZEN
-    order: int = 1                # ORDERS
+    order: int | str = 1          # ORDERS
     output_dtype: str = "input"   # OUTPUT_DTYPES: y in x's dtype, or promoted with the weight's (result_type)
     compute_dtype: str = "f64"    # COMPUTE_DTYPES: the finest precision the kernel computes in (f32: float64 too)
     fp8: str | None = None        # ops with fp8 output (LayerNorm, RMSNorm): y also quantised to "e4m3" or "e5m2"
@@ -160,7 +164,7 @@ class Case:
         if self.frozen == "x" and not self.affine:
             raise UsageError("--frozen x with --affine none leaves nothing that requires grad")
         if isinstance(self.order, bool) or self.order not in ORDERS:
-            raise UsageError(f"order must be 1 or 2, got {self.order!r}")
+            raise UsageError(f"order must be 1, 2, fwd or fwd-rev, got {self.order!r}")
 
     @property
     def _eps_none_takers(self) -> str:
@@ -181,24 +185,52 @@ class Case:
         return self.mode == "train"
 
     @property
-    def grads(self) -> tuple[str, ...]:
-        """The first-order gradients the case asks for: of every input that exists and requires grad (an op's
-        declared data inputs are frozen with x)."""
+    def differentiated(self) -> tuple[str, ...]:
+        """The gradients of every input that exists and requires grad (an op's declared data inputs are frozen with
+        x), by gradient name: what the backward gives, and (forward mode) the inputs that carry a tangent."""
         given = {"weight": self.has_weight and self.frozen != "params", "bias": self.has_bias and self.frozen != "params"}
         return tuple(g for g, wrt in self.record.gradients.items() if given.get(wrt, self.frozen != "x"))
 
     @property
-    def second_order(self) -> tuple[str, ...]:
-        """The second-order outputs (order 2): the gradients of ⟨ddx, dx⟩ + ⟨ddγ, dγ⟩ + ⟨ddβ, dβ⟩ (over the
-        first-order gradients asked for) that are not identically 0. dy: always. x, where it requires grad and
-        dγ is asked for or dx depends on x (training: the statistics are x's). γ, where dx is asked for (only
-        dx depends on γ). β: never (y is linear in it)."""
+    def grads(self) -> tuple[str, ...]:
+        """The first-order gradients the case asks for: none in forward mode alone (order fwd runs no backward)."""
+        return () if self.order == "fwd" else self.differentiated
+
+    @property
+    def directional(self) -> tuple[str, ...]:
+        """The directional-derivative outputs the case compares that are not identically 0 (ops.DIRECTIONAL).
+
+        Order 2, the gradients of ⟨ddx, dx⟩ + ⟨ddγ, dγ⟩ + ⟨ddβ, dβ⟩ over the gradients asked for: dy's, always;
+        x's, where it requires grad and dγ is asked for or dx depends on x (training: the statistics are x's); γ's,
+        where dx is asked for (only dx depends on γ); β's never (y is linear in it). Forward mode, along tangents t
+        of the inputs that require grad: y's JVP (= d2dy, y is J·t); fwd-rev also the JVPs of dx and dγ, which are
+        H·t, the same conditions as d2x and d2weight by the Hessian's symmetry (dβ = Σ dy has none)."""
         if self.order == 1:
             return ()
-        wrt = set(self.grads)
+        wrt = set(self.differentiated)
         d2x = "dx" in wrt and ("dweight" in wrt or self.training)
         d2weight = {"dx", "dweight"} <= wrt
+        if self.order == "fwd":
+            return ("jvp_y",)
+        if self.order == "fwd-rev":
+            return ("jvp_y",) + ("jvp_dx",) * d2x + ("jvp_dweight",) * d2weight
         return ("d2x",) * d2x + ("d2weight",) * d2weight + ("d2dy",)
+
+    @property
+    def backward_differentiated(self) -> bool:
+        """The backward runs under create_graph, to be differentiated again (order 2; fwd-rev, whose backward carries
+        tangents): torch then runs its composite, differentiable backward formulas instead of the fused kernels."""
+        return self.order in (2, "fwd-rev")
+
+    @property
+    def forward_mode(self) -> bool:
+        """The case runs forward-mode AD (order fwd or fwd-rev)."""
+        return self.order in FORWARD_ORDERS
+
+    @property
+    def tangents(self) -> dict[str, str]:
+        """Forward mode: each JVP output the case compares -> the output it is the tangent of."""
+        return {name: TANGENT_OUTPUTS[name] for name in self.directional if name in TANGENT_OUTPUTS}
 
     @property
     def eps_value(self) -> float:
@@ -313,7 +345,8 @@ class CaseInputs:
     bias: np.ndarray | None
     running_mean: np.ndarray
     running_var: np.ndarray
-    # Order 2: the cotangents of the first-order gradients (shaped like x, γ and β; None where not asked for)
+    # The directions of the directional derivatives (shaped like x, γ and β; None for an input that does not require
+    # grad): order 2, the cotangents of the first-order gradients; forward mode, the tangents of x, γ and β
     ddx: np.ndarray | None = None
     ddweight: np.ndarray | None = None
     ddbias: np.ndarray | None = None
@@ -337,9 +370,9 @@ class CaseInputs:
         q, qp = case.dtype, case.param_dtype
         if case.dy_format == "expanded":  # one sample's dy for the whole batch (stride 0 along it)
             dy_sets = view.to_sets(np.broadcast_to(view.from_sets(dy_sets)[:1], case.shape))
-        # Cotangents from a stream of their own: x, dy, γ and β are the same at either order.
+        # Directions from a stream of their own: x, dy, γ and β are the same at every order.
         cot = np.random.default_rng([case.seed, _stable_hash(case), 2])
-        grads = set(case.grads) if case.order == 2 else set()
+        grads = set(case.differentiated) if case.order != 1 else set()
         ddx = quantise(cot.normal(size=case.shape), q) if "dx" in grads else None
         ddweight = quantise(cot.normal(size=p), qp) if "dweight" in grads else None
         ddbias = quantise(cot.normal(size=p), qp) if "dbias" in grads else None

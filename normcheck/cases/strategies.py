@@ -104,4 +104,4 @@ def paths(draw, op: str, affine) -> dict:
     frozen = draw(st.sampled_from(["none", "none", "x", "params"] if affine else ["none"]))
     return {"frozen": frozen,
             "mode": draw(st.sampled_from(["train", "train", "eval"] if record.running_stats else ["train"])),
-            "order": draw(st.sampled_from([1, 1, 2] if record.double_backward else [1]))}
+            "order": draw(st.sampled_from([1, 1, 2, "fwd", "fwd-rev"] if record.double_backward else [1]))}

@@ -22,7 +22,7 @@ from ..core.errors import UsageError
 from ..numerics.formats import expressible
 from ..ops import CASE_FIELDS, get_op
 from ..ops.design import Exclusion, Factor, shared_exclusions, shared_factors
-from .case import DEFAULT_EPS, Case
+from .case import DEFAULT_EPS, ORDERS, Case
 
 
 @lru_cache(maxsize=None)
@@ -112,12 +112,22 @@ def field_value(name: str, text: str):
         return None
     if name in CASE_FIELDS:
         return CASE_FIELDS[name].value(text)
-    if name in ("eps", "momentum", "order"):
+    if name == "order":
+        return order_value(text)
+    if name in ("eps", "momentum"):
         try:
-            return int(text) if name == "order" else float(text)
+            return float(text)
         except ValueError:
             raise UsageError(f"{name.replace('_', '-')} must be a number, got {text!r}") from None
     return text
+
+
+def order_value(text: str):
+    """An order given as text: 1 and 2 are numbers, the forward-mode ones names (Case.order)."""
+    value = int(text) if text.strip().isdigit() else text.strip()
+    if value not in ORDERS:
+        raise UsageError(f"order must be one of {', '.join(map(str, ORDERS))}, got {text!r}")
+    return value
 
 
 def on_path(case: Case, fixed: dict) -> Case:

@@ -13,17 +13,17 @@ from ..cases import Case, CaseInputs
 from ..numerics.dtypes import quantise
 from ..reference import working_precision
 from ..reference.setwise import eval_mode
-from .expected import Grouped, arithmetic, as_output, grouped, second_order_outputs
+from .expected import Grouped, arithmetic, as_output, directional_outputs, grouped
 
 _NUMPY = {"f64": np.float64, "f32": np.float32}
 
 
 def baseline_outputs(case: Case, inputs: CaseInputs) -> dict[str, np.ndarray | None]:
-    # (the grouped inputs in the accumulation precision, for eval mode and the second-order formulas)
-    g = grouped(case, inputs, _NUMPY[case.dtypes.accumulation]) if not case.training or case.order == 2 else None
+    # (the grouped inputs in the accumulation precision, for eval mode and the directional-derivative formulas)
+    g = grouped(case, inputs, _NUMPY[case.dtypes.accumulation]) if not case.training or case.order != 1 else None
     out = first_order(case, inputs) if case.training else eval_outputs(case, inputs, g)
-    if case.order == 2:  # the second-order formulas in the accumulation precision
-        second = second_order_outputs(case, g, arithmetic(case))
+    if case.order != 1:  # the directional-derivative formulas in the accumulation precision
+        second = directional_outputs(case, g, arithmetic(case))
         out.update({name: quantise(as_output(case, name, a), case.record.output_dtype(case, name))
                     for name, a in second.items()})
     return out

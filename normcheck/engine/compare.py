@@ -55,7 +55,7 @@ def judge(case: Case, impl: Impl, constants: Constants = CONSTANTS) -> Report:
     outputs = {}
     try:
         outputs, path, ops = impl.runner(case, inputs)
-        for name in (*op.required_of(case), *case.second_order):
+        for name in (*op.required_of(case), *case.directional):
             if (name in op.gradients and name not in case.grads) or (name in op.saved_stats and not case.training):
                 continue
             if name not in outputs:

@@ -1,8 +1,9 @@
 """What a correct implementation returns for a case: the float64 reference of every output the case asks for.
 
 The op's record gives the training-mode forward and first-order backward; eval mode (running statistics in
-place of the batch's) and the second-order outputs are the same for every op, written once over the grouped
-view (reference.setwise). Only the gradients the case asks for are expected (Case.grads: none for a frozen input).
+place of the batch's) and the directional derivatives (order 2's second-order outputs, forward mode's JVPs) are the
+same for every op, written once over the grouped view (reference.setwise). Only the gradients the case asks for are
+expected (Case.grads: none for a frozen input, none at order fwd).
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..cases import Case, CaseInputs
+from ..ops.core import DIRECTIONAL, X_SHAPED
 from ..reference.setwise import Arithmetic, eval_mode, numpy_arithmetic, second_order
 
 
@@ -22,7 +24,7 @@ class Grouped:
     gamma: np.ndarray
     beta: np.ndarray
     running: tuple[np.ndarray, np.ndarray] | None  # eval mode: (μ, σ²), the running statistics broadcast per set
-    ddx: np.ndarray        # the cotangents of order 2 (zeros where not asked for)
+    ddx: np.ndarray        # the directions: order 2's cotangents, forward mode's tangents (zeros where none)
     ddweight: np.ndarray
     ddbias: np.ndarray
 
@@ -63,7 +65,7 @@ def arithmetic(case: Case) -> Arithmetic:
 
 def expected_outputs(case: Case, inputs: CaseInputs) -> dict[str, np.ndarray]:
     op, view = case.record, case.view
-    g = grouped(case, inputs) if not case.training or case.order == 2 else None  # (the op's own reference: none)
+    g = grouped(case, inputs) if not case.training or case.order != 1 else None  # (the op's own reference: none)
     if case.training:
         ref = op.reference(inputs)
     else:
@@ -71,22 +73,23 @@ def expected_outputs(case: Case, inputs: CaseInputs) -> dict[str, np.ndarray]:
         ref = {"y": view.ungroup(ref["y"]), "dx": view.ungroup(ref["dx"]), "dweight": ref["dweight"],
                "dbias": ref["dbias"], "running_mean": inputs.running_mean, "running_var": inputs.running_var}
     ref = {k: v for k, v in ref.items() if k not in op.gradients or k in case.grads}
-    if case.order == 2:
-        out = second_order_outputs(case, g, arithmetic(case))
+    if case.order != 1:
+        out = directional_outputs(case, g, arithmetic(case))
         ref.update({name: as_output(case, name, a) for name, a in out.items()})
     return ref
 
 
-def second_order_outputs(case: Case, g: Grouped, ar: Arithmetic) -> dict:
-    """The case's second-order outputs from grouped inputs under `ar` (grouped, or per parameter: as_output)."""
+def directional_outputs(case: Case, g: Grouped, ar: Arithmetic) -> dict:
+    """The case's directional derivatives (Case.directional) from grouped inputs under `ar` (grouped, or per
+    parameter: as_output), each from the setwise formula that gives it (ops.DIRECTIONAL)."""
     out = second_order(g.x, g.dy, g.gamma, g.ddx, g.ddweight, g.ddbias, case.eps_value, ar,
                        centred=case.record.centred, stats=g.running)
-    return {name: out[name] for name in case.second_order}
+    return {name: out[DIRECTIONAL[name]] for name in case.directional}
 
 
 def as_output(case: Case, name: str, a: np.ndarray) -> np.ndarray:
-    """A grouped (or broadcast) array in the output's own shape: x's for d2x and d2dy, the parameter's else."""
+    """A grouped (or broadcast) array in the output's own shape: x's for those shaped like x, the parameter's else."""
     view = case.view
-    if name in ("d2x", "d2dy"):
+    if name in X_SHAPED:
         return view.ungroup(np.broadcast_to(a, view.grouped_shape))
     return np.broadcast_to(a, view.param_shape)

@@ -50,8 +50,8 @@ def batches(case: Case) -> list[Batch]:
 
 def embedded(case: Case, inputs, batch: Batch):
     """(the batch's case, its inputs): its own rows drawn as the case draws them (another seed), the case's first
-    `count` rows at `at`; the parameters, running statistics and every input not batched along dim 0
-    (a scale) the case's own."""
+    `count` rows at `at` (x's tangent or cotangent, ddx, alike); the parameters, their directions, the running
+    statistics and every input not batched along dim 0 (a scale) the case's own."""
     big = case.with_(shape=(batch.size,) + case.shape[1:], seed=case.seed + 1)
     others = big.make_inputs()
     rows = slice(0, batch.count)
@@ -73,7 +73,8 @@ def embedded(case: Case, inputs, batch: Batch):
     cotangents = {o.name for o in case.record.operands_of(case) if o.role == "cotangent" and o.shape == "x"}
     return big, replace(others, case=big, x=place(inputs.x, others.x), dy=cotangent(inputs.dy, others.dy),
                         weight=inputs.weight, bias=inputs.bias, running_mean=inputs.running_mean,
-                        running_var=inputs.running_var,
+                        running_var=inputs.running_var, ddx=place(inputs.ddx, others.ddx),
+                        ddweight=inputs.ddweight, ddbias=inputs.ddbias,
                         extra={k: (cotangent if k in cotangents else place)(v, others.extra.get(k))
                                for k, v in inputs.extra.items()})
 

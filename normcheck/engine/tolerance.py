@@ -28,7 +28,7 @@ from ..cases import Case, CaseInputs
 from ..ops import get_op
 from ..ops.layouts import REPLICATED
 from ..numerics.dtypes import ROUNDS_XHAT, TINY, UNIT_ROUNDOFF, may_round_across, quantise
-from .expected import Grouped, as_output, effective_affine, grouped, second_order_outputs
+from .expected import Grouped, as_output, directional_outputs, effective_affine, grouped
 from .running_error import exact, tracked_arithmetic
 
 
@@ -205,8 +205,8 @@ def element_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) -> 
         bounds["running_var"] = mom * unbiased * d_var.mean(axis=0).reshape(-1) + c.rounding * up * (
             np.abs((1 - mom) * rv) + np.abs(mom * unbiased * var_c)
         )
-    if case.order == 2:
-        bounds.update(second_order_bounds(case, inputs, c))
+    if case.order != 1:
+        bounds.update(directional_bounds(case, inputs, c))
     for extension in op.extensions:  # (results a case field adds, bounded from the outputs': fp8's y_fp8, amax)
         if extension.applies(case) and extension.bounds is not None:
             bounds.update(extension.bounds(case, inputs, bounds, c))
@@ -289,8 +289,9 @@ def modulation_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) 
     return bounds
 
 
-def second_order_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) -> dict[str, np.ndarray]:
-    """K₂ × the running-error bound (engine.running_error) of the second-order formulas (reference.setwise),
+def directional_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) -> dict[str, np.ndarray]:
+    """K₂ × the running-error bound (engine.running_error) of the directional-derivative formulas (reference.setwise:
+    order 2's outputs and forward mode's JVPs alike),
     every element-wise step rounded in the storage dtype and every sum accumulated at u_a. Not derived by hand
     like the first-order bounds above; calibrated (docs/tolerance.md)."""
     view = case.view
@@ -304,7 +305,7 @@ def second_order_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS
                       None if g.running is None else tuple(map(known, g.running)),
                       known(g.ddx), known(g.ddweight), known(g.ddbias))
     ar = tracked_arithmetic(view.axes, view.channel_sum, view.set_size, view.channel_count, ua, c.growth)
-    out = second_order_outputs(case, tracked, ar)
+    out = directional_outputs(case, tracked, ar)
     return {name: c.second_order * as_output(case, name, t.bound) for name, t in out.items()}
 
 

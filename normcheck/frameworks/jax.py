@@ -1,5 +1,6 @@
 """The JAX adapter: a case's inputs as jax arrays (x64 on, so f64 means f64), the op's array contract under
-`jax.jit`, gradients through `jax.vjp` (order 2: the vjp of the vjp), outputs back as float64 NumPy.
+`jax.jit`, gradients through `jax.vjp` (order 2: the vjp of the vjp; forward mode: `jax.jvp`, fwd-rev the jvp of the
+vjp), outputs back as float64 NumPy.
 
 A world of devices is simulated in this process: XLA's host platform is given SIMULATED_DEVICES CPU devices before
 JAX starts, and SyncBN runs under `shard_map` over the first W of them, each device's rows padded to the
@@ -106,18 +107,34 @@ def _step(fn, case, devices: bool = False):
             cotangents = {k: given_cotangents.get(k, jnp.zeros_like(v)) for k, v in results.items()}
             return pullback(cotangents)[0], (results, stats)
 
-        leaves = {g: given[wrt[g]] for g in case.grads}
-        grads, (results, stats) = first(leaves, a["dy"])
-        out = {**results, **grads, **stats}
-        if case.order == 2:  # (ops with a double backward: x, γ and β are their only leaves)
+        if case.forward_mode:
+            out = forward_mode(primal, first, a, {g: given[wrt[g]] for g in case.differentiated})
+        else:
+            leaves = {g: given[wrt[g]] for g in case.grads}
+            grads, (results, stats) = first(leaves, a["dy"])
+            out = {**results, **grads, **stats}
+        if case.order == 2:  # (ops with directional derivatives: x, γ and β are their only leaves)
             cotangents = {g: a[COTANGENT_OF[g]] for g in leaves}
             _, pullback = jax.vjp(lambda l, d: first(l, d)[0], leaves, a["dy"])
             d_leaves, d_dy = pullback(cotangents)
             second = {"d2x": d_leaves.get("dx"), "d2weight": d_leaves.get("dweight"), "d2dy": d_dy}
-            out.update({k: second[k] for k in case.second_order})
+            out.update({k: second[k] for k in case.directional})
         if mesh is not None:  # each device's own parameter gradients and running statistics, stacked
             out = {k: v if k in op.x_shaped else v[None] for k, v in out.items()}
         return out
+
+    def forward_mode(primal, first, a, leaves):
+        """The outputs and (fwd-rev) gradients with their tangents along the case's directions, through jax.jvp (of
+        the forward; fwd-rev: of the vjp, forward-over-reverse)."""
+        tangents = {g: a[COTANGENT_OF[g]] for g in leaves}
+        if case.order == "fwd":
+            (results, stats), (d_results, _) = jax.jvp(primal, (leaves,), (tangents,))
+            grads, d_grads = {}, {}
+        else:
+            (grads, (results, stats)), (d_grads, (d_results, _)) = jax.jvp(
+                lambda l: first(l, a["dy"]), (leaves,), (tangents,))
+        d_outputs = {**d_results, **d_grads}
+        return {**results, **grads, **stats, **{k: d_outputs[p] for k, p in case.tangents.items()}}
 
     if mesh is None:
         return jax.jit(step)

@@ -1,5 +1,6 @@
 """The TensorFlow adapter: a case's inputs as tf tensors, the op's array contract run eagerly, gradients through
-`tf.GradientTape` (order 2: a tape around the tape), outputs back as float64 NumPy.
+`tf.GradientTape` (order 2: a tape around the tape; forward mode: `tf.autodiff.ForwardAccumulator`, around the tape
+for fwd-rev), outputs back as float64 NumPy.
 
 A world of devices is simulated in this process: TensorFlow's CPU is split into SIMULATED_DEVICES logical
 devices before it starts, and SyncBN runs under `tf.distribute.MirroredStrategy` over the first W of them,
@@ -87,29 +88,50 @@ def _numpy(out: dict) -> dict:
 
 def _step(op, fn, case, t: dict) -> dict:
     """y and the op's declared results, the gradients the case asks for (every result with its cotangent) and
-    (order 2) the second-order ones, on one replica's tensors."""
+    (order 2) the second-order ones, on one replica's tensors; in forward mode under a ForwardAccumulator."""
+    if case.forward_mode:
+        return _forward_mode(op, fn, case, t)
     x, dy = t["x"], t["dy"]
     leaves = {g: t[op.gradients[g]] for g in case.grads}
     second = case.order == 2
     with tf.GradientTape() if second else contextlib.nullcontext() as outer:
         if second:
             outer.watch([*leaves.values(), dy])
-        with tf.GradientTape() as tape:
-            tape.watch(list(leaves.values()))
-            results, stats = forward(op, fn, case, x, t.get("weight"), t.get("bias"), t["running_mean"],
-                                     t["running_var"], extra={n: t[n] for n in data_operands(case)})
-        cotangents = cotangents_of(case, t)
-        grads = tape.gradient([results[k] for k in cotangents], list(leaves.values()),
-                              output_gradients=list(cotangents.values()))
-    out = {**results, **stats}
-    for name, grad in zip(leaves, grads):
-        if grad is None and x.shape[0]:
-            raise ImplError(f"{name} is None: no gradient reaches that input")
-        out[name] = tf.zeros_like(leaves[name]) if grad is None else grad
-    if second:  # (ops with a double backward: x, γ and β are their only leaves)
+        out = _first_order(op, fn, case, t, leaves)
+    if second:  # (ops with directional derivatives: x, γ and β are their only leaves)
         wrt = {"d2x": t["x"], "d2weight": t.get("weight"), "d2dy": dy}
-        wanted = {k: wrt[k] for k in case.second_order}
+        wanted = {k: wrt[k] for k in case.directional}
         cotangents = [t[COTANGENT_OF[g]] for g in leaves]
         d2 = outer.gradient([out[g] for g in leaves], list(wanted.values()), output_gradients=cotangents)
         out.update({k: tf.zeros_like(v) if g is None else g for (k, v), g in zip(wanted.items(), d2)})
+    return out
+
+
+def _first_order(op, fn, case, t: dict, leaves: dict) -> dict:
+    """The forward and the gradients of `leaves` through a GradientTape (every result with its cotangent)."""
+    with tf.GradientTape() as tape:
+        tape.watch(list(leaves.values()))
+        results, stats = forward(op, fn, case, t["x"], t.get("weight"), t.get("bias"), t["running_mean"],
+                                 t["running_var"], extra={n: t[n] for n in data_operands(case)})
+    cotangents = cotangents_of(case, t)
+    grads = tape.gradient([results[k] for k in cotangents], list(leaves.values()),
+                          output_gradients=list(cotangents.values())) if leaves else []
+    out = {**results, **stats}
+    for name, grad in zip(leaves, grads):
+        if grad is None and t["x"].shape[0]:
+            raise ImplError(f"{name} is None: no gradient reaches that input")
+        out[name] = tf.zeros_like(leaves[name]) if grad is None else grad
+    return out
+
+
+def _forward_mode(op, fn, case, t: dict) -> dict:
+    """The outputs with their tangents along the case's directions under a ForwardAccumulator (fwd-rev: around the
+    GradientTape of the backward, forward-over-reverse)."""
+    leaves = {g: t[op.gradients[g]] for g in case.differentiated}
+    tangents = [t[COTANGENT_OF[g]] for g in leaves]
+    with tf.autodiff.ForwardAccumulator(list(leaves.values()), tangents) as accumulator:
+        out = _first_order(op, fn, case, t, leaves if case.order == "fwd-rev" else {})
+    for name, primal in case.tangents.items():
+        tangent = accumulator.jvp(out[primal])
+        out[name] = tf.zeros_like(out[primal]) if tangent is None else tangent
     return out

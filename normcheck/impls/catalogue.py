@@ -23,13 +23,13 @@ from ..kernels.groupnorm.impls import IMPLS as GROUPNORM_KERNEL_IMPLS
 from ..kernels.syncbn.recipes import IMPLS as SYNCBN_RECIPES
 from ..kernels.parallel import IMPLS as PARALLEL_TEXTBOOKS
 from ..ops import OPS, Impl, get_op
-from ..ops.core import supports_everything
+from ..ops.core import ALL_ORDERS, supports_everything
 from ..worlds import BACKENDS, WORLDS, CaseLimit, as_limit, default_world, get_world
 from .frameworks import IMPLS as FRAMEWORK_IMPLS
 
 BASELINES = tuple(
     Impl("baseline", op.name, "normcheck's same-precision baseline (float32 accumulation)", baseline_outputs,
-         convention="direct", framework="numpy", orders=(1, 2))  # (it computes the second-order outputs too)
+         convention="direct", framework="numpy", orders=ALL_ORDERS)  # (it computes the directional derivatives too)
     for op in OPS.values() if not op.distributed
 )
 

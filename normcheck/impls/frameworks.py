@@ -25,7 +25,8 @@ def _array_impl(name: str, op: str, description: str, target: str, framework: st
 
 
 # ----------------------------------------------------------------------------- flax's deviations (flax 0.12, jax 0.10)
-_STATISTICS_DERIVED = ("y", "dx", "dweight", "running_var", "d2x", "d2weight", "d2dy")  # all but Σ dy and the mean
+# all but Σ dy and the mean (and forward mode's tangents of them)
+_STATISTICS_DERIVED = ("y", "dx", "dweight", "running_var", "d2x", "d2weight", "d2dy", "jvp_y", "jvp_dx", "jvp_dweight")
 _HALF = ("f16", "bf16")
 
 FLAX_FAST_VARIANCE = KnownIssue(
@@ -33,10 +34,10 @@ FLAX_FAST_VARIANCE = KnownIssue(
     "flax's BatchNorm, GroupNorm and LayerNorm (linen and nnx; use_fast_variance=True, the default) compute the "
     "variance as E[x²] − E[x]² (clipped at 0): catastrophic cancellation when |mean| ≫ std, in every dtype, in y, "
     "in dx and dγ (autodiff differentiates the same formula) and the running variance (LayerNorm 65537x6 f32, "
-    "offset rows: dx 1.19e11 for −9.50; f64 near-constant rows: dx 6.6e3 budgets). use_fast_variance=False is "
-    "the two-pass formula",
+    "offset rows: dx 1.19e11 for −9.50; f64 near-constant rows: dx 6.6e3 budgets; clipped to 0 with eps = 0, y and "
+    "its tangent inf). use_fast_variance=False is the two-pass formula",
     lambda c: c.training,
-    Signature(_STATISTICS_DERIVED),
+    Signature(_STATISTICS_DERIVED, nonfinite=True),
 )
 
 
@@ -86,7 +87,8 @@ NNX_HALF_PARAMS = KnownIssue(
     "computed in f16/bf16 (bf16 LayerNorm dβ ratios to 9e3, RMSNorm dx 212 budgets), and f16 sums overflow to inf "
     "(dβ inf for 1781007.75)",
     lambda c: c.dtype in _HALF,
-    Signature(("y", "dx", "dweight", "dbias", "d2x", "d2weight", "d2dy"), nonfinite=True),
+    Signature(("y", "dx", "dweight", "dbias", "d2x", "d2weight", "d2dy", "jvp_y", "jvp_dx", "jvp_dweight"),
+              nonfinite=True),
 )
 
 FLAX_SYNC_UNWEIGHTED_MEAN = KnownIssue(
@@ -100,11 +102,12 @@ FLAX_SYNC_UNWEIGHTED_MEAN = KnownIssue(
 
 FLAX_RMS_HALF_SECOND_ORDER = KnownIssue(
     "flax-rms-half-second-order",
-    "flax.linen.RMSNorm with f16 input: its double backward (x·rsqrt(mean(x²) + eps) differentiated twice by jax) "
-    "comes back NaN where every exact second derivative is within f16's range and a textbook RMSNorm through the "
-    "same adapter passes (65537 rows of one value, eps = 1e-10, no weight: d2x NaN for 35597)",
-    lambda c: c.order == 2 and c.dtype == "f16",
-    Signature(("d2x", "d2weight", "d2dy"), nonfinite=True),
+    "flax's RMSNorm (linen and nnx) with f16 input: its second derivatives (x·rsqrt(mean(x²) + eps) differentiated "
+    "twice by jax: the double backward, and forward-over-reverse) come back NaN or inf where every exact second "
+    "derivative is within f16's range and a textbook RMSNorm through the same adapter passes (65537 rows of one "
+    "value, eps = 1e-10, no weight: d2x NaN for 35597)",
+    lambda c: c.backward_differentiated and c.dtype == "f16",
+    Signature(("d2x", "d2weight", "d2dy", "jvp_dx", "jvp_dweight"), nonfinite=True),
 )
 
 _LINEN_BN = (FLAX_FAST_VARIANCE, FLAX_BIASED_RUNNING_VAR, FLAX_HALF_RUNNING_STATS, FLAX_EVAL_HALF)
@@ -126,7 +129,7 @@ FLAX = (
     _array_impl("flax", "rmsnorm", "flax.linen.RMSNorm over the last K axes", f"{_FLAX}:rms_norm", "jax",
                 follows=RMS_TORCHS, known_issues=(FLAX_RMS_HALF_SECOND_ORDER,)),
     _array_impl("flax-nnx", "rmsnorm", "flax.nnx.RMSNorm over the last K axes", f"{_FLAX}:nnx_rms_norm", "jax",
-                follows=RMS_TORCHS, known_issues=(NNX_HALF_PARAMS,)),
+                follows=RMS_TORCHS, known_issues=(NNX_HALF_PARAMS, FLAX_RMS_HALF_SECOND_ORDER)),
     _array_impl("flax", "syncbn", "flax.linen.BatchNorm(axis_name=...) under shard_map over simulated host devices, "
                 "uneven shares padded with a row mask", f"{_FLAX}:batch_norm", "jax", world="jax-devices",
                 worlds=("jax-devices",),
@@ -150,9 +153,10 @@ KERAS_MOMENTS_SECOND_ORDER = KnownIssue(
     "keras-moments-second-order",
     "Keras' normalization layers on TensorFlow take their statistics from tf.nn.moments, whose variance is "
     "mean((x − stop_gradient(μ))²): the first derivatives are right (∂σ²/∂μ = 0 at μ) but the second ones miss "
-    "the mean's dependence on x, so a double backward is wrong (GroupNorm f32 d2x 1262.8 for 4010.8)",
-    lambda c: c.order == 2 and c.training,
-    Signature(("d2x", "d2weight", "d2dy")),
+    "the mean's dependence on x, so a double backward is wrong (GroupNorm f32 d2x 1262.8 for 4010.8), and so is "
+    "forward-over-reverse, the same second derivatives (LayerNorm 7x17 f64: jvp_dx −0.0766 for −0.1031)",
+    lambda c: c.backward_differentiated and c.training,
+    Signature(("d2x", "d2weight", "d2dy", "jvp_dx", "jvp_dweight")),
 )
 
 KERAS_GN_HALF_SECOND_ORDER = KnownIssue(
@@ -160,8 +164,8 @@ KERAS_GN_HALF_SECOND_ORDER = KnownIssue(
     "keras.layers.GroupNormalization with f16 input (f32 parameters too): its double backward overflows in half "
     "precision where the exact second derivative is within f16's range and a textbook GroupNorm through the same "
     "adapter passes (2x64x1x7, G = 64, values ~1e-3: d2x −inf for −61902)",
-    lambda c: c.order == 2 and c.dtype == "f16",
-    Signature(("d2x", "d2weight", "d2dy"), nonfinite=True),
+    lambda c: c.backward_differentiated and c.dtype == "f16",
+    Signature(("d2x", "d2weight", "d2dy", "jvp_dx", "jvp_dweight"), nonfinite=True),
 )
 
 TF_OUTER_AXIS_SUMS = KnownIssue(
@@ -181,7 +185,7 @@ KERAS_FOLDED_BACKWARD = KnownIssue(
     "differentiated as written, dx is a difference of terms of size |μ|·|∂r/∂x| that cancel when |mean| ≫ std "
     "(f32, mean 7e3: dx −189 for −0.009, where a two-pass textbook through the same adapter is within budget)",
     lambda c: c.training and c.profile in ("offset", "near_constant"),
-    Signature(("dx", "d2x", "d2weight", "d2dy")),
+    Signature(("dx", "d2x", "d2weight", "d2dy", "jvp_y", "jvp_dx", "jvp_dweight")),
 )
 
 KERAS = (

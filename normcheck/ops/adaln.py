@@ -18,7 +18,7 @@ from .layernorm import HIDDEN, MAX_ELEMENTS, normalized_axes, normalized_shape
 
 SIGNATURE = ("fn(input, scale, shift, normalized_shape, weight, bias, eps) -> Tensor  (layer_norm(input)·(1 + scale) "
              "+ shift; scale and shift shaped (N, *normalized_shape), broadcast over the dims between)")
-WHY_ONCE = ("the double backward of a modulated LayerNorm is not judged yet: the second-order formulas "
+WHY_ONCE = ("the double backward and forward mode of a modulated LayerNorm are not judged yet: the directional-derivative formulas "
             "(reference.setwise) are a norm's of its own inputs, not of a modulation's")
 
 

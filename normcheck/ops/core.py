@@ -24,8 +24,15 @@ from .layouts import BATCH, SHARDED, Layout
 ALL_CASES = "all dtypes (f64, f32, f16, bf16, mixed), all memory formats, every rank the op takes"
 CONVENTIONS = ("contract", "direct")
 _OUTPUT_DTYPE_MEANS = {"input": "x's dtype", "promote": "what result_type(x, weight) gives"}
-SECOND_ORDER_OUTPUTS = ("d2x", "d2weight", "d2dy")  # of order-2 cases (Case.second_order: those not identically 0)
-X_SHAPED = ("y", "dx", "d2x", "d2dy")  # outputs shaped like x, in its dtype
+SECOND_ORDER_OUTPUTS = ("d2x", "d2weight", "d2dy")  # of order-2 cases (Case.directional: those not identically 0)
+TANGENT_OUTPUTS = {"jvp_y": "y", "jvp_dx": "dx", "jvp_dweight": "dweight"}  # of forward-mode cases -> their primal
+# The outputs that are directional derivatives -> the formula of reference.setwise that gives them (at order 2 the
+# gradient of ⟨t, ∇f⟩ is, by the Hessian's symmetry, the forward-mode derivative of ∇f along t; y's JVP is d2dy)
+DIRECTIONAL = {**{name: name for name in SECOND_ORDER_OUTPUTS}, "jvp_y": "d2dy", "jvp_dx": "d2x",
+               "jvp_dweight": "d2weight"}
+ALL_ORDERS = (1, 2, "fwd", "fwd-rev")  # Case.order: the backward, the double backward, forward and forward-over-reverse
+FORWARD_ORDERS = ("fwd", "fwd-rev")
+X_SHAPED = ("y", "dx", "d2x", "d2dy", "jvp_y", "jvp_dx")  # outputs shaped like x, in its dtype (a tangent: its primal's)
 # The first-order gradients every op with those inputs defines, and the input each is taken with respect to
 GRADIENTS = {"dx": "x", "dweight": "weight", "dbias": "bias"}
 OPERAND_ROLES = ("input", "cotangent")
@@ -240,10 +247,10 @@ class Impl:
     # chain): every case it is judged on has them. Pairs (field, value); a dict is accepted.
     follows: tuple[tuple[str, Any], ...] = ()
     modes: tuple[str, ...] = ("train", "eval")  # the modes it implements (of those its op has)
-    # The derivative orders it can be judged at. None: 1 and 2 through autograd ("contract"); 1 for "direct",
-    # which returns first-order gradients itself. A contract implementation found only once differentiable
-    # when it runs is a SKIP too (frameworks' NotDifferentiable).
-    orders: tuple[int, ...] | None = None
+    # The derivative orders it can be judged at (Case.order). None: every one through autograd ("contract": 1, 2,
+    # fwd, fwd-rev); 1 for "direct", which returns first-order gradients itself. A contract implementation found
+    # only once differentiable, or without a forward-mode formula, when it runs is a SKIP too (NotDifferentiable).
+    orders: tuple[int | str, ...] | None = None
     deterministic: bool = True  # the same inputs give bitwise the same outputs (each case is run twice)
     # The memory formats it can express, x and dy alike (None: every one). Arrays (JAX, TensorFlow) have no
     # strides: their axis order is their only layout. Its sweeps take the standard layout for the others.
@@ -261,7 +268,7 @@ class Impl:
 
     def __post_init__(self):
         if self.orders is None:
-            object.__setattr__(self, "orders", (1, 2) if self.convention == "contract" else (1,))
+            object.__setattr__(self, "orders", ALL_ORDERS if self.convention == "contract" else (1,))
         if isinstance(self.follows, dict):
             object.__setattr__(self, "follows", tuple(self.follows.items()))
         if self.convention not in CONVENTIONS:
@@ -305,11 +312,13 @@ class Impl:
                 return f"{self.name} follows {name}={value} (the case has {getattr(case, name)})"
         if case.mode not in self.modes:
             return f"{self.name} implements {' and '.join(self.modes)} mode only"
-        if case.order == 2 and not case.record.double_backward:
-            return f"{self.name} is not judged at order 2 here: {case.record.why_once_differentiable}"
+        if case.order != 1 and not case.record.double_backward:
+            return f"{self.name} is not judged at order {case.order} here: {case.record.why_once_differentiable}"
         if case.order not in self.orders:
             how = "it returns first-order gradients itself" if self.convention == "direct" else "as recorded"
-            return f"{self.name} is only once differentiable ({how})"
+            if case.order == 2 or 2 not in self.orders:
+                return f"{self.name} is only once differentiable ({how})"
+            return f"{self.name} has no forward-mode derivatives ({how})"
         return self.supports(case)
 
     def applicable_issues(self, case, ops_called=frozenset(), of_op: tuple[KnownIssue, ...] = ()) -> list[KnownIssue]:
@@ -347,7 +356,8 @@ class Op:
     eps_zero: tuple[str, ...] = ("train", "eval")  # the modes in which eps = 0 is legal (BatchNorm: eval only)
     min_set_size: int = 2               # fewest values a set may have (BatchNorm's running variance needs 2)
     ranks: tuple[int, ...] = (2, 3, 4, 5)  # the input ranks it takes (InstanceNorm: none without spatial dims)
-    # Its order-2 cases (the double backward) are judged; else every implementation skips them, saying why
+    # Its order-2 cases (the double backward) and forward-mode ones (fwd, fwd-rev: the same directional-derivative
+    # formulas, reference.setwise) are judged; else every implementation skips them, saying why
     double_backward: bool = True
     why_once_differentiable: str = ""
     # Why a case's rows (dim 0) depend on each other, so that batch invariance is not defined for it (None: they are
@@ -454,7 +464,8 @@ class Op:
 
     def output_dtype(self, case, name: str) -> str:
         """The storage dtype an output is expected in: y promoted with the weight's under output_dtype=promote
-        (result_type(x, weight): a mixed case's f32; the input's when there is no weight)."""
+        (result_type(x, weight): a mixed case's f32; the input's when there is no weight). A tangent: its primal's."""
+        name = TANGENT_OUTPUTS.get(name, name)
         if name == "y" and case.output_dtype == "promote" and case.has_weight:
             return case.param_dtype  # (the wider of the two: a case's parameters are never narrower than x)
         if self._declared_dtype(name) is not None:
@@ -508,7 +519,7 @@ class Op:
     @property
     def all_outputs(self) -> tuple[str, ...]:
         """Every output a case of the op may compare: `outputs`, and the second-order ones where it has them."""
-        return self.outputs + (SECOND_ORDER_OUTPUTS if self.double_backward else ())
+        return self.outputs + (SECOND_ORDER_OUTPUTS + tuple(TANGENT_OUTPUTS) if self.double_backward else ())
 
     @property
     def known_issues(self) -> tuple[KnownIssue, ...]:

@@ -134,7 +134,9 @@ PROFILE = Factor("profile", levels(
 MODES_OF = ("train", "eval")
 MODES = levels("train", "batch statistics, the running ones updated",
                "eval", "the running statistics normalise, and come back unchanged")
-ORDERS = levels(1, "the backward", 2, "the double backward: derivatives of the statistics only it takes")
+ORDERS = levels(1, "the backward", 2, "the double backward: derivatives of the statistics only it takes",
+                "fwd", "forward mode: the JVP of y, through formulas of its own (torch's forward-AD ones)",
+                "fwd-rev", "forward-over-reverse: the JVPs of the gradients (Hessian-vector products)")
 
 
 def rank_factor(ranks: tuple[int, ...]) -> Factor:
@@ -201,7 +203,7 @@ MOMENTUM = Factor("momentum", levels(
 
 def shared_factors(op) -> tuple[Factor, ...]:
     """The factors every op has, from its record: dtype, layout, profile, rank, path, and mode and order where
-    it has eval mode and a double backward."""
+    it has eval mode and a double backward (and so forward mode: the same directional-derivative formulas)."""
     factors = [DTYPE, LAYOUT, PROFILE, rank_factor(op.ranks), path_factor(op.params)]
     if op.running_stats:
         factors.append(Factor("mode", MODES, read=lambda c: c.mode, fields=lambda v: {"mode": v}))

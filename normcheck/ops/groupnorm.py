@@ -13,6 +13,7 @@ from ..frameworks.torch import grad_mask
 from ..numerics.sets import SetView
 from .batchnorm import drop_none
 from .core import ALWAYS, CaseField, Impl, KnownIssue, Op, Signature
+from .forward_ad import forward_ad_issues
 from .design import (SPATIAL_NEEDS_RANK, Design, Exclusion, Factor, at_most, channel_factor, eps_factor,
                      levels, nc_spatial, spatial_size)
 
@@ -194,8 +195,9 @@ CREATE_GRAPH_HALF_PARAM_GRADS = KnownIssue(
     "f16/bf16 input, also with f32 parameters, are summed at input precision (bf16/f32 dbias 2179072 for 2170610); "
     "in plain f16 its intermediates overflow for |x| in the thousands, so dx and the second derivatives come back "
     "NaN although every exact one is representable (3x3x16384 G=3 f16, |mean| ~ 5e3)",
-    lambda c: c.order == 2 and c.dtype in ("f16", "bf16"),
-    Signature(("dx", "dweight", "dbias", "d2x", "d2weight", "d2dy"), max_ratio=1e4, nonfinite=True),
+    lambda c: c.backward_differentiated and c.dtype in ("f16", "bf16"),
+    Signature(("dx", "dweight", "dbias", "d2x", "d2weight", "d2dy", "jvp_dx", "jvp_dweight"), max_ratio=1e5,
+              nonfinite=True),
     code=("aten.native_group_norm",),
 )
 
@@ -210,8 +212,34 @@ CHANNELS_LAST_BATCH_VARIANCE = KnownIssue(
     code=("aten.native_group_norm",),
 )
 
+# Found by the forward-mode paths (Case.order fwd, fwd-rev)
+JVP_CHANNELS_LAST_VIEW = KnownIssue(
+    "torch-gn-jvp-channels-last",
+    "torch's group_norm forward-mode derivative (group_norm_jvp) views channels_last tangents as if they were "
+    "contiguous: forward mode on channels_last or channels_last_3d input raises 'view size is not compatible with "
+    "input tensor's size and stride'; contiguous input works",
+    lambda c: c.forward_mode and c.x_format in ("channels_last", "channels_last_3d"),
+    Signature(message=r"view size is not compatible with input tensor's size and stride"),
+    code=("aten.native_group_norm",),
+)
+
+FWD_REV_CANCELLATION = KnownIssue(
+    "torch-gn-fwd-rev-cancellation",
+    "torch's forward-over-reverse of group_norm (the tangent of native_group_norm_backward) in f32 and half "
+    "precision loses the second derivatives of sets whose |mean| ≫ std, where torch's own double backward of the "
+    "same case is right (2x64 G=2 f32, |mean| ~ 1e4·std: jvp_dx −921.6 for −42.5, 24 budgets; d2x within 0.001)",
+    lambda c: c.order == "fwd-rev" and c.dtype != "f64",
+    Signature(("jvp_dx", "jvp_dweight")),
+    code=("aten.native_group_norm",),
+)
+
+JVP_MIXED_DTYPE, HALF_FORWARD_AD = forward_ad_issues(
+    "gn", "GroupNorm", "group_norm_jvp", "aten.native_group_norm",
+    "3x1x32x64 G=1 f16, rows near √eps: jvp_y NaN for 0.0131")
+
 TORCH_ISSUES = (CHANNELS_LAST_VARIANCE, F16_OVERFLOW, BIAS_WITHOUT_WEIGHT, FROZEN_X_CHANNELS_LAST_CRASH,
-                CREATE_GRAPH_HALF_PARAM_GRADS, CHANNELS_LAST_BATCH_VARIANCE)
+                CREATE_GRAPH_HALF_PARAM_GRADS, CHANNELS_LAST_BATCH_VARIANCE, JVP_CHANNELS_LAST_VIEW,
+                FWD_REV_CANCELLATION, JVP_MIXED_DTYPE, HALF_FORWARD_AD)
 NATIVE_ISSUES = TORCH_ISSUES + (NATIVE_DY_LAYOUT,)
 
 OP = Op(

@@ -12,8 +12,8 @@ from . import groupnorm
 from .batchnorm import drop_none
 from .core import Impl
 
-WHY_ONCE = ("the double backward of a fused epilogue is not judged yet: the second-order formulas (reference.setwise) "
-            "stop at the norm's output")
+WHY_ONCE = ("the double backward and forward mode of a fused epilogue are not judged yet: the directional-derivative "
+            "formulas (reference.setwise) stop at the norm's output")
 
 
 # groupnorm's array contract, returning the fused output

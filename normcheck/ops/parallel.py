@@ -46,7 +46,7 @@ REDUCES_GRADS = CaseField(
     "default: every rank's must be the full sum, the same on every rank) or leaves that to the framework (no: each "
     "rank's partial sum, which the world adds)", choices=("yes", "no"), label="reduces-grads={}", quiet="yes")
 
-WHY_ONCE = ("a double backward across a world is not defined by normcheck yet (the cotangent of a replicated or "
+WHY_ONCE = ("a double backward or forward mode across a world is not defined by normcheck yet (the cotangent of a replicated or "
             "sharded γ's gradient needs a convention of its own)")
 
 

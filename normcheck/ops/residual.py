@@ -33,7 +33,7 @@ RESIDUAL_DTYPE = CaseField("residual_dtype", "input", "the residual stream's dty
 RETURNS_FIELD = CaseField("returns", "y,h", "what the implementation returns: y,h (the norm's output and the new "
                           "residual stream, the default) or y (the norm's output alone)", choices=RETURNS,
                           label="returns={}", quiet="y,h")
-WHY_ONCE = ("the double backward of a residual add + norm is not judged yet: the second-order formulas "
+WHY_ONCE = ("the double backward and forward mode of a residual add + norm are not judged yet: the directional-derivative formulas "
             "(reference.setwise) are a norm's of its own inputs, not of a prologue's")
 
 

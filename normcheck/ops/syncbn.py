@@ -81,8 +81,8 @@ def sync_batch_norm(input, weight, bias, running_mean, running_var, eps, momentu
 # torch's SyncBatchNorm Function is once differentiable (its backward calls collectives and primitives that
 # have no derivatives), and a second derivative across ranks needs a convention for the replicated γ's
 # cotangent that normcheck has not fixed yet.
-WHY_ONCE = ("a double backward across a world is not defined by normcheck yet (torch's SyncBatchNorm "
-            "Function is only once differentiable)")
+WHY_ONCE = ("a double backward or forward mode across a world is not defined by normcheck yet (torch's "
+            "SyncBatchNorm Function is only once differentiable and has no jvp)")
 
 EMPTY_RANK_HALF = KnownIssue(
     "torch-syncbn-empty-rank-half",

@@ -52,6 +52,9 @@ class Bugs:
     hard_coded_eps: bool = False            # eps = 1e-5 whatever is passed
     g1_per_pixel: bool = False              # GN with G = 1 normalises each pixel over the channels
     gc_drops_bias: bool = False             # GN with G = C forgets β in the forward
+    # Bugs of the forward-mode formula (jvp) alone: forward and backward stay right
+    jvp_missing_stat_terms: bool = False    # ẏ = γ·ẋ·invstd: the tangents of the mean and invstd left out
+    jvp_ignores_weight_tangent: bool = False  # ẏ without γ̇·x̂
 
 
 def _read(t: torch.Tensor, bugs: Bugs) -> torch.Tensor:
@@ -156,6 +159,7 @@ class _Norm(torch.autograd.Function):
         # the constant-statistics mutant (and one whose x changed since) uses the forward's, held constant.
         ctx.recompute = not (bugs.constant_stats_double_backward or bugs.modifies_input)
         ctx.save_for_backward(x, weight, mu, invstd)
+        ctx.save_for_forward(x, weight, mu, invstd)
         ctx.view, ctx.bugs, ctx.low, ctx.eps, ctx.running = view, bugs, low, eps, running
         ctx.param_dtypes = (None if weight is None else weight.dtype, None if bias is None else bias.dtype)
         return y
@@ -203,6 +207,29 @@ class _Norm(torch.autograd.Function):
         dweight = param_sum(dys * xterm).to(wdt) if wdt is not None else None
         dbias = param_sum(dys).to(bdt) if bdt is not None else None
         return dx, dweight, dbias, None, None, None, None, None
+
+    @staticmethod
+    def jvp(ctx, tx, tweight, tbias, *_):
+        """ẏ = γ·x̂̇ + γ̇·x̂ + β̇ with x̂̇ = ḋ·invstd + (x − μ)·invstd̊, ḋ = ẋ − mean(ẋ), invstd̊ = −invstd³·mean((x − μ)·ḋ)
+        (eval mode: x̂̇ = ẋ·invstd, the running statistics are constants)."""
+        x, weight, mu, invstd = ctx.saved_tensors
+        view, bugs, axes = ctx.view, ctx.bugs, ctx.view.axes
+        acc = mu.dtype
+        dev = view.group(x.to(acc)) - mu
+        xhat = dev * invstd
+        tx = view.group(tx.to(acc)) if tx is not None else torch.zeros_like(dev)
+        if ctx.running is None and not bugs.jvp_missing_stat_terms:
+            tdev = tx - tx.mean(dim=axes, keepdim=True)
+            txhat = tdev * invstd - dev * invstd ** 3 * (dev * tdev).mean(dim=axes, keepdim=True)
+        else:
+            txhat = tx * invstd
+        gamma = view.per_channel_values(weight.to(acc)) if weight is not None else 1
+        ty = gamma * txhat
+        if tweight is not None and not bugs.jvp_ignores_weight_tangent:
+            ty = ty + view.per_channel_values(tweight.to(acc)) * xhat
+        if tbias is not None:
+            ty = ty + view.per_channel_values(tbias.to(acc))
+        return view.ungroup(ty).to(ctx.low)
 
 
 def _batch_norm(bugs: Bugs):

@@ -7,10 +7,12 @@ from __future__ import annotations
 import contextlib
 import re
 import sys
+from dataclasses import replace
 from functools import partial
 
 import numpy as np
 import torch
+import torch.autograd.forward_ad as fwAD
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -45,18 +47,28 @@ def grad_leaves(t: TorchInputs, case) -> dict[str, torch.Tensor]:
 
 def differentiate(op, fn, case, t: TorchInputs, group=None, world_size: int = 1) -> Outputs:
     """y = fn(...) under the op's contract, then every gradient the case asks for through autograd with dy
-    (and, at order 2, the gradients of ⟨ddx, dx⟩ + ⟨ddγ, dγ⟩ + ⟨ddβ, dβ⟩ with respect to x, γ and dy).
+    (and, at order 2, the gradients of ⟨ddx, dx⟩ + ⟨ddγ, dγ⟩ + ⟨ddβ, dβ⟩ with respect to x, γ and dy); in forward
+    mode the same run with x, γ and β dual tensors (forward_mode).
 
     A gradient may be None only on a rank that holds no rows (it then counts as zero); anywhere
     else None means no gradient reaches that input.
     """
+    if case.forward_mode:
+        with fwAD.dual_level():
+            out = forward_mode(op, fn, case, t, group, world_size)
+    else:
+        out = reverse_mode(op, fn, case, t, group, world_size)
+    if op.running_stats:  # updated in place by the implementation
+        out["running_mean"], out["running_var"] = t.running_mean, t.running_var
+    return {k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in out.items()}
+
+
+def reverse_mode(op, fn, case, t: TorchInputs, group=None, world_size: int = 1) -> Outputs:
+    """The outputs and gradients (differentiate), not yet detached: forward mode takes their tangents."""
     leaves = grad_leaves(t, case)
     second = case.order == 2
     dy = t.dy.detach().requires_grad_() if second else t.dy
-    returned = results(op, case, op.call(fn, t, case, group, world_size), t.x.shape)
-    for name, value in returned.items():
-        if value.device != t.x.device:
-            raise ImplError(f"{name} is on {value.device}, expected {t.x.device} (x's device)")
+    returned = called(op, fn, case, t, group, world_size)
     if not returned["y"].requires_grad:
         raise ImplError("y does not require grad: the implementation detached its output")
     # y with dy, and each declared result with its cotangent (add + norm's h with dh) where it requires grad: a
@@ -66,8 +78,9 @@ def differentiate(op, fn, case, t: TorchInputs, group=None, world_size: int = 1)
                                     if r.cotangent and returned[r.name].requires_grad]
     # Every rank runs backward, empty ones included: they must still join the collectives.
     grads = torch.autograd.grad([returned[name] for name, _ in differentiated], list(leaves.values()),
-                                grad_outputs=[cot for _, cot in differentiated], allow_unused=True, create_graph=second)
-    out: Outputs = {name: v.detach() for name, v in returned.items()}
+                                grad_outputs=[cot for _, cot in differentiated], allow_unused=True,
+                                create_graph=second or case.order == "fwd-rev")
+    out: Outputs = dict(returned)
     for name, grad in zip(leaves, grads):
         if grad is None and t.x.numel():
             raise ImplError(f"{name} is None: no gradient reaches that input")
@@ -76,9 +89,49 @@ def differentiate(op, fn, case, t: TorchInputs, group=None, world_size: int = 1)
         out["dx"] = torch.zeros_like(t.x)
     if second:
         out.update(double_backward(case, t, leaves, grads, dy))
-    if op.running_stats:  # updated in place by the implementation
-        out["running_mean"], out["running_var"] = t.running_mean, t.running_var
-    return {k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in out.items()}
+    return out
+
+
+def called(op, fn, case, t: TorchInputs, group, world_size: int) -> dict[str, torch.Tensor]:
+    """fn's results under the op's contract, checked for shape, dtype and device."""
+    returned = results(op, case, op.call(fn, t, case, group, world_size), t.x.shape)
+    for name, value in returned.items():
+        if value.device != t.x.device:
+            raise ImplError(f"{name} is on {value.device}, expected {t.x.device} (x's device)")
+    return returned
+
+
+def forward_mode(op, fn, case, t: TorchInputs, group=None, world_size: int = 1) -> Outputs:
+    """Forward-mode AD (inside a dual level): x, γ and β that require grad made dual tensors with the case's
+    tangents (its directions ddx, ddweight, ddbias); order fwd runs the forward alone and takes y's tangent; fwd-rev
+    also runs the backward through autograd and takes the gradients' tangents (forward-over-reverse)."""
+    tangents = {"dx": t.ddx, "dweight": t.ddweight, "dbias": t.ddbias}
+    if case.order == "fwd-rev":
+        grad_leaves(t, case)  # (x, γ, β require grad before they are made dual: the gradients are of the duals)
+    wrt = op.gradients
+    dual = replace(t, **{wrt[g]: fwAD.make_dual(getattr(t, wrt[g]), tangents[g]) for g in case.differentiated})
+    try:
+        out = called(op, fn, case, dual, group, world_size) if case.order == "fwd" else reverse_mode(
+            op, fn, case, dual, group, world_size)
+    except (NotImplementedError, RuntimeError) as e:
+        if _NO_FORWARD.search(str(e)):
+            raise NotDifferentiable(f"no forward-mode derivative: {exception_text(e)}") from None
+        raise
+    for name, primal in case.tangents.items():
+        tangent = fwAD.unpack_dual(out[primal]).tangent
+        if tangent is None and primal == "y":
+            raise ImplError("y carries no tangent: the implementation computed it outside forward-mode AD "
+                            "(a detached or copied result)")
+        if tangent is None:  # (a backward from saved primal tensors, a custom Function's: not forward-differentiable)
+            raise NotDifferentiable(f"no forward-mode derivative of its backward: {primal} carries no tangent")
+        out[name] = tangent
+    return out
+
+
+# What torch says when forward-mode AD meets code without a forward-mode formula (a custom Function without jvp,
+# an op whose forward derivative is not implemented)
+_NO_FORWARD = re.compile(r"implement the jvp function|forward AD .*not (been )?implemented|not implemented .*forward"
+                         r"|does not support forward", re.I)
 
 
 def results(op, case, returned, x_shape) -> dict[str, torch.Tensor]:
@@ -105,7 +158,7 @@ def double_backward(case, t: TorchInputs, leaves: dict[str, torch.Tensor], grads
                                 f"{' and '.join(sorted(refusing))} node (a once_differentiable backward, or an op "
                                 f"without a derivative)")
     wanted = {"d2x": t.x, "d2weight": t.weight, "d2dy": dy}
-    wrt = {name: wanted[name] for name in case.second_order}
+    wrt = {name: wanted[name] for name in case.directional}
     try:
         second = torch.autograd.grad(list(grads), list(wrt.values()), grad_outputs=[cotangents[k] for k in leaves],
                                      allow_unused=True)
@@ -230,7 +283,9 @@ def run(op, impl, case, inputs) -> tuple[dict[str, np.ndarray], str, frozenset[s
     try:
         with recorder if watch else contextlib.nullcontext():
             outputs = _guarded_run(t, partial(with_threads, impl.threads, *call), watch)
-    except BaseException as e:  # the kernels it ran before it raised: a known issue of theirs may explain it
+        found = to_numpy(op, case, outputs, tuple(t.x.shape))
+    except BaseException as e:  # the kernels it ran before it raised (or before an output was refused): a known issue
+        # of theirs may explain it
         e.ops_called = frozenset(recorder.ops)
         launched = no_driver(e)  # (Triton's own message names no kernel and no remedy)
         if launched:
@@ -238,7 +293,7 @@ def run(op, impl, case, inputs) -> tuple[dict[str, np.ndarray], str, frozenset[s
             error.ops_called = e.ops_called
             raise error from e
         raise
-    return to_numpy(op, case, outputs, tuple(t.x.shape)), impl.reported_path(case), frozenset(recorder.ops)
+    return found, impl.reported_path(case), frozenset(recorder.ops)
 
 
 def run_rank(op, fn, case, inputs, rank: int, group, world_size: int,
