@@ -12,7 +12,8 @@
 #    in lockstep worlds on one GPU on our kernels and on torch's;
 # 4. judges every op's default sweep on CUDA for torch's records and the project's Triton kernels
 #    (scripts/device_sweeps.py), and torch's SyncBN on NCCL under torchrun when the machine has >= 2 GPUs;
-#    and measures which of torch's CUDA kernels are batch invariant (--check batch-invariance; issue 28);
+#    and measures which of torch's CUDA kernels are batch invariant (--check batch-invariance; issue 28) and
+#    judges their forward mode (--order fwd, fwd-rev; issue 28);
 # 5. benchmarks ours against torch's primitives (bytes moved / time, against measured copy bandwidth);
 # 6. writes docs/gpu-results.md (dated) and copies it to $OUT when that is a directory.
 # Exit status: 0 when the tests pass, 1 when some fail, 2 when the check could not run.
@@ -93,6 +94,17 @@ for op in layernorm rmsnorm groupnorm instancenorm add_rmsnorm; do  # (their CPU
     >>"$WORK/invariance.txt"
 done
 
+say "forward mode of torch's CUDA kernels"
+: >"$WORK/forward.txt"
+for op in batchnorm groupnorm layernorm rmsnorm instancenorm; do  # (their CPU known issues do not cover CUDA)
+  for order in fwd fwd-rev; do
+    timeout 20 $PY -m normcheck compare --op "$op" --device cuda --order "$order" >"$WORK/fwd-$op-$order.txt" 2>&1
+    echo "(exit $?)" >>"$WORK/fwd-$op-$order.txt"
+    { grep -m 3 -E "^FAIL" "$WORK/fwd-$op-$order.txt" | cut -c1-240; grep -E " cases: |^\(exit" "$WORK/fwd-$op-$order.txt"; } \
+      >>"$WORK/forward.txt"
+  done
+done
+
 gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)
 if [ "$gpus" -ge 2 ]; then
   say "torch's SyncBN on NCCL under torchrun ($gpus GPUs)"
@@ -140,6 +152,12 @@ verdict="PASSED"
   echo
   echo '```'
   cat "$WORK/invariance.txt"
+  echo '```'
+  echo
+  echo "## Forward mode of torch's CUDA kernels (--order fwd, fwd-rev; 20 s per op and order at most)"
+  echo
+  echo '```'
+  cat "$WORK/forward.txt"
   echo '```'
   echo
   echo "## torch's SyncBN on NCCL"
