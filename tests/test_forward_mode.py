@@ -131,6 +131,18 @@ def no_jvp_layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5)
     return _NoJvp.apply(input, weight, bias, eps)
 
 
+class _ZeroJvp(_NoJvp):
+    """The same, with a jvp that returns no change at all (a stub left in)."""
+
+    @staticmethod
+    def jvp(ctx, tx, tweight, tbias, _):
+        return torch.zeros_like(tx)
+
+
+def zero_jvp_layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    return _ZeroJvp.apply(input, weight, bias, eps)
+
+
 def detached_layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """Right values, computed where no derivative follows them, then made to require grad again."""
     y = F.layer_norm(input.detach(), normalized_shape, weight.detach(), bias.detach(), eps)
@@ -152,6 +164,12 @@ def test_a_custom_function_with_its_own_jvp_is_judged_in_both_forward_modes():
     for order in ("fwd", "fwd-rev"):
         report = compare("layernorm", textbook, case.with_(order=order))
         assert report.verdict == PASS and {t.name for t in report.tensors} >= set(case.with_(order=order).tangents)
+
+
+def test_a_jvp_that_returns_zeros_fails_saying_no_tangent_reaches_y():
+    report = compare("layernorm", zero_jvp_layer_norm, Case("layernorm", (4, 8), "f64", normalized_dims=1, order="fwd"))
+    assert report.verdict == FAIL and report.tensor("jvp_y").all_zero
+    assert "jvp_y is 0 everywhere: no tangent reaches y" in report.message
 
 
 def test_an_output_computed_outside_forward_mode_fails_naming_it():

@@ -184,6 +184,8 @@ WITNESSES = [
      records.FLAX_FAST_VARIANCE, "jvp_y", "jax_layer_norm"),
     ("keras", "layernorm", Case("layernorm", (7, 17), "f64", normalized_dims=1, order="fwd-rev"),
      records.KERAS_MOMENTS_SECOND_ORDER, "jvp_dx", "tf_layer_norm"),
+    ("keras", "layernorm", Case("layernorm", (65537, 1, 2), "f64", profile="offset", frozen="params",
+                                normalized_dims=2, order="fwd"), records.KERAS_LN_FOLDED, "jvp_y", "tf_layer_norm"),
     ("flax-nnx", "rmsnorm", Case("rmsnorm", (65537, 1, 1, 1), "f16", profile="heavy_tailed", eps=1e-10, affine=False,
                                  gamma_scale=1e-3, order="fwd-rev", normalized_dims=3),
      records.FLAX_RMS_HALF_SECOND_ORDER, "jvp_dx", "jax_rms_norm"),

@@ -24,7 +24,7 @@ def nothing_tested(reports) -> str:
     return ""
 
 
-GRADIENT_OUTPUTS = ("dx", "dweight", "dbias", "d2x", "d2weight", "d2dy")
+GRADIENT_OUTPUTS = ("dx", "dweight", "dbias", "d2x", "d2weight", "d2dy", "jvp_y", "jvp_dx", "jvp_dweight")
 
 
 def never_checked(reports) -> list[str]:
@@ -159,6 +159,10 @@ _NOTHING_REACHED = {
             "outside autograd)" + _TWICE,
     **{name: f"; {name} is 0 everywhere: no gradient reaches {wrt} (an input detached on the way?)"
        for name, wrt in (("dx", "x"), ("dweight", "γ"), ("dbias", "β"))},
+    # forward mode: the tangent that came back is 0 where the directional derivative is not
+    "jvp_y": "; jvp_y is 0 everywhere: no tangent reaches y (a forward-mode formula that drops its inputs' tangents)",
+    **{name: f"; {name} is 0 everywhere: no tangent reaches {grad} (a backward whose forward-mode derivative treats "
+             f"x and γ as constants)" for name, grad in (("jvp_dx", "dx"), ("jvp_dweight", "dγ"))},
 }
 
 

@@ -122,7 +122,7 @@ def forward_mode(op, fn, case, t: TorchInputs, group=None, world_size: int = 1) 
         if tangent is None and primal == "y":
             raise ImplError("y carries no tangent: the implementation computed it outside forward-mode AD "
                             "(a detached or copied result)")
-        if tangent is None:  # (a backward from saved primal tensors, a custom Function's: not forward-differentiable)
+        if tangent is None:  # (a gradient computed outside autograd's reach: its backward has no forward derivative)
             raise NotDifferentiable(f"no forward-mode derivative of its backward: {primal} carries no tangent")
         out[name] = tangent
     return out
