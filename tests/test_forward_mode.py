@@ -18,6 +18,7 @@ from normcheck.core.errors import UsageError
 from normcheck.engine import FAIL, PASS, SKIP
 from normcheck.engine.expected import expected_outputs
 from normcheck.ops import get_op
+from tests._torch_functions import SavedInputsLayerNorm, float64_tensors, functional_y
 from tests.mutants.layernorm import MUTANTS, textbook
 
 # (op, shape, its own fields): small cases of every op with directional derivatives
@@ -68,21 +69,12 @@ def test_the_finite_difference_check_can_fail():
 def _torch_forward_mode(case, inputs):
     """torch's float64 forward-mode AD (forward-over-reverse for the gradients) on the functional op, independent
     of normcheck's adapter."""
-    t = {k: None if getattr(inputs, k) is None else torch.from_numpy(getattr(inputs, k).copy())
-         for k in ("x", "dy", "weight", "bias", "running_mean", "running_var", *TANGENT_OF.values())}
+    t = float64_tensors(inputs, ("x", "dy", "weight", "bias", "running_mean", "running_var", *TANGENT_OF.values()))
     wrt = {"dx": "x", "dweight": "weight", "dbias": "bias"}
     with fwAD.dual_level():
         for g in case.differentiated:
             t[wrt[g]] = fwAD.make_dual(t[wrt[g]].requires_grad_(), t[TANGENT_OF[wrt[g]]])
-        if case.op in ("batchnorm", "instancenorm"):
-            fn = F.batch_norm if case.op == "batchnorm" else F.instance_norm
-            y = fn(t["x"], t["running_mean"], t["running_var"], t["weight"], t["bias"], case.training, 0.1, case.eps)
-        elif case.op == "groupnorm":
-            y = F.group_norm(t["x"], case.groups, t["weight"], t["bias"], case.eps)
-        elif case.op == "layernorm":
-            y = F.layer_norm(t["x"], case.shape[-case.normalized_dims:], t["weight"], t["bias"], case.eps)
-        else:
-            y = F.rms_norm(t["x"], case.shape[-case.normalized_dims:], t["weight"], case.eps)
+        y = functional_y(case, t)
         grads = dict(zip(case.grads, torch.autograd.grad(y, [t[wrt[g]] for g in case.grads], t["dy"],
                                                          create_graph=True)))
         primals = {"y": y, **grads}
@@ -109,29 +101,12 @@ def test_orders_are_spelled_on_the_case_and_a_wrong_one_is_a_one_line_error():
         Case("layernorm", (4, 6), order="rev", normalized_dims=1)
 
 
-class _NoJvp(torch.autograd.Function):
-    """A correct LayerNorm with a backward of its own and no forward-mode formula."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, eps):
-        ctx.save_for_backward(x, weight, bias)
-        ctx.eps = eps
-        return F.layer_norm(x, x.shape[-1:], weight, bias, eps)
-
-    @staticmethod
-    def backward(ctx, dy):
-        x, weight, bias = ctx.saved_tensors
-        with torch.enable_grad():
-            leaves = [a.detach().requires_grad_() for a in (x, weight, bias)]
-            y = F.layer_norm(leaves[0], x.shape[-1:], leaves[1], leaves[2], ctx.eps)
-            return (*torch.autograd.grad(y, leaves, dy), None)
-
-
 def no_jvp_layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
-    return _NoJvp.apply(input, weight, bias, eps)
+    """A correct LayerNorm with a backward of its own and no forward-mode formula."""
+    return SavedInputsLayerNorm.apply(input, weight, bias, eps)
 
 
-class _ZeroJvp(_NoJvp):
+class _ZeroJvp(SavedInputsLayerNorm):
     """The same, with a jvp that returns no change at all (a stub left in)."""
 
     @staticmethod

@@ -17,6 +17,7 @@ from normcheck.core.errors import UsageError
 from normcheck.engine import FAIL, PASS, SKIP
 from normcheck.engine.expected import expected_outputs
 from normcheck.ops import get_op
+from tests._torch_functions import SavedInputsLayerNorm, float64_tensors, functional_y, layer_norm_grads
 
 # (op, shape, its own fields): small cases of every op with a double backward
 OPS = [("batchnorm", (5, 3, 4), {}), ("groupnorm", (3, 6, 5), {"groups": 2}),
@@ -56,20 +57,12 @@ def test_second_order_reference_is_the_derivative_of_the_first_order_one(op, sha
 
 def _torch_second_order(case, inputs):
     """torch's float64 autograd, twice, on the functional op (independent of normcheck's adapter)."""
-    t = {k: None if getattr(inputs, k) is None else torch.from_numpy(getattr(inputs, k).copy())
-         for k in ("x", "dy", "weight", "bias", "running_mean", "running_var", "ddx", "ddweight", "ddbias")}
+    t = float64_tensors(inputs, ("x", "dy", "weight", "bias", "running_mean", "running_var", "ddx", "ddweight",
+                                 "ddbias"))
     leaves = {g: t[w].requires_grad_() for g, w in (("dx", "x"), ("dweight", "weight"), ("dbias", "bias"))
               if g in case.grads}
     dy = t["dy"].requires_grad_()
-    if case.op in ("batchnorm", "instancenorm"):
-        fn = F.batch_norm if case.op == "batchnorm" else F.instance_norm
-        y = fn(t["x"], t["running_mean"], t["running_var"], t["weight"], t["bias"], case.training, 0.1, case.eps)
-    elif case.op == "groupnorm":
-        y = F.group_norm(t["x"], case.groups, t["weight"], t["bias"], case.eps)
-    elif case.op == "layernorm":
-        y = F.layer_norm(t["x"], case.shape[-case.normalized_dims:], t["weight"], t["bias"], case.eps)
-    else:
-        y = F.rms_norm(t["x"], case.shape[-case.normalized_dims:], t["weight"], case.eps)
+    y = functional_y(case, t)
     grads = torch.autograd.grad(y, list(leaves.values()), dy, create_graph=True)
     cot = {"dx": t["ddx"], "dweight": t["ddweight"], "dbias": t["ddbias"]}
     wrt = {"d2x": t["x"], "d2weight": t["weight"], "d2dy": dy}
@@ -153,16 +146,7 @@ class _OnceDifferentiable(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, dy):
-        return (*_layer_norm_grads(ctx, dy), None)
-
-
-def _layer_norm_grads(ctx, dy):
-    """(dx, dγ, dβ) of F.layer_norm at the saved (x, γ, β), through autograd on detached copies."""
-    x, weight, bias = ctx.saved_tensors
-    with torch.enable_grad():
-        leaves = [a.detach().requires_grad_() for a in (x, weight, bias)]
-        y = F.layer_norm(leaves[0], x.shape[-1:], leaves[1], leaves[2], ctx.eps)
-        return torch.autograd.grad(y, leaves, dy)
+        return (*layer_norm_grads(ctx, dy), None)
 
 
 def once_differentiable_layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
@@ -233,16 +217,10 @@ def dx_into_dy_layer_norm(input, normalized_shape, weight=None, bias=None, eps=1
     return _DxIntoDy.apply(input, weight, bias, eps)
 
 
-class _DxIntoDy(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, weight, bias, eps):
-        ctx.save_for_backward(x, weight, bias)
-        ctx.eps = eps
-        return F.layer_norm(x, x.shape[-1:], weight, bias, eps)
-
+class _DxIntoDy(SavedInputsLayerNorm):
     @staticmethod
     def backward(ctx, dy):
-        dx, dw, db = _layer_norm_grads(ctx, dy)
+        dx, dw, db = layer_norm_grads(ctx, dy)
         return dy.copy_(dx), dw, db, None  # the kernel reuses grad_output's buffer for dx
 
 

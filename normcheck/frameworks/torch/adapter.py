@@ -79,7 +79,7 @@ def reverse_mode(op, fn, case, t: TorchInputs, group=None, world_size: int = 1) 
     # Every rank runs backward, empty ones included: they must still join the collectives.
     grads = torch.autograd.grad([returned[name] for name, _ in differentiated], list(leaves.values()),
                                 grad_outputs=[cot for _, cot in differentiated], allow_unused=True,
-                                create_graph=second or case.order == "fwd-rev")
+                                create_graph=case.backward_differentiated)
     out: Outputs = dict(returned)
     for name, grad in zip(leaves, grads):
         if grad is None and t.x.numel():
