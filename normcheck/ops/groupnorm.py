@@ -161,11 +161,20 @@ F16_OVERFLOW = KnownIssue(
 NATIVE_DY_LAYOUT = KnownIssue(
     "torch-gn-native-dy-layout",
     "aten.native_group_norm_backward reads dy with x's memory format: a dy in another layout gives silently "
-    "wrong gradients (autograd hides this by converting dy first; direct callers are exposed); an expanded dy "
-    "(stride 0: one sample's storage) is read past its end, so a second run can give other bits",
+    "wrong gradients (autograd hides this by converting dy first; direct callers are exposed)",
     lambda c: c.dy_format != c.x_format,
     # Only direct callers: autograd converts dy first, so the kernel alone is no fingerprint (no `code`).
-    Signature(("dx", "dweight", "dbias"), nonfinite=True, message=r"^not deterministic: .* for (dx|dweight|dbias)"),
+    Signature(("dx", "dweight", "dbias"), nonfinite=True),
+)
+
+NATIVE_EXPANDED_DY_OVERREAD = KnownIssue(
+    "torch-gn-native-expanded-dy-overread",
+    "aten.native_group_norm_backward reads an expanded dy (stride 0 along the batch: one sample's storage) as if "
+    "laid out like x, past its storage's end: a second run can give other bits, and the process can die of "
+    "SIGSEGV (3x65x2047 bf16 sliced x, expanded dy: once in CI, not on this machine's runs)",
+    lambda c: c.dy_format == "expanded",
+    # Only direct callers, as above. What lies past the storage decides which of the two is seen.
+    Signature(message=r"^not deterministic: .* for (dx|dweight|dbias)|^died \(exit code -11, SIGSEGV\)"),
 )
 
 BIAS_WITHOUT_WEIGHT = KnownIssue(
@@ -240,7 +249,7 @@ JVP_MIXED_DTYPE, HALF_FORWARD_AD = forward_ad_issues(
 TORCH_ISSUES = (CHANNELS_LAST_VARIANCE, F16_OVERFLOW, BIAS_WITHOUT_WEIGHT, FROZEN_X_CHANNELS_LAST_CRASH,
                 CREATE_GRAPH_HALF_PARAM_GRADS, CHANNELS_LAST_BATCH_VARIANCE, JVP_CHANNELS_LAST_VIEW,
                 FWD_REV_CANCELLATION, JVP_MIXED_DTYPE, HALF_FORWARD_AD)
-NATIVE_ISSUES = TORCH_ISSUES + (NATIVE_DY_LAYOUT,)
+NATIVE_ISSUES = TORCH_ISSUES + (NATIVE_DY_LAYOUT, NATIVE_EXPANDED_DY_OVERREAD)
 
 OP = Op(
     name="groupnorm",
