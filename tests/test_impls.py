@@ -9,6 +9,7 @@ import pytest
 from normcheck import IMPLS, compare, resolve_impl
 from normcheck.cases.sweep import default_sweep
 from normcheck.engine import FAIL, PASS
+from normcheck.engine.report import never_checked
 from normcheck.impls.frameworks import IMPLS as OTHER_FRAMEWORKS
 
 # (op, impl) -> (why it fails, the tensors it may fail on (None: any), where it may fail)
@@ -50,6 +51,8 @@ def _problems(op: str, name: str, reports) -> list[str]:
     """What is wrong with an implementation's verdicts on its op's default sweep ([] when nothing)."""
     if not any(r.verdict == PASS for r in reports):
         return [f"{op}/{name}: no case passed"]
+    if never_checked(reports):  # (the sweep's anchors give every output a case with a tight budget)
+        return [f"{op}/{name}: its sweep never checked {', '.join(never_checked(reports))}"]
     failing = [r for r in reports if r.verdict == FAIL]
     if (op, name) not in WRONG_BY_DESIGN:
         return [f"{op}/{name}: {r.case.label}: {r.summary()}" for r in failing[:5]]

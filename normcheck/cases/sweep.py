@@ -21,7 +21,7 @@ from covertable import make
 from ..core.errors import UsageError
 from ..numerics.formats import expressible
 from ..ops import CASE_FIELDS, get_op
-from ..ops.design import Exclusion, Factor, shared_exclusions, shared_factors
+from ..ops.design import Exclusion, Factor, shared_anchors, shared_exclusions, shared_factors
 from .case import DEFAULT_EPS, ORDERS, Case
 
 
@@ -55,7 +55,32 @@ def design(op: str) -> tuple[dict, ...]:
     weights = {f.name: {f.usual: 2} for f in factors(op)}
     rows = make({f.name: list(f.values) for f in factors(op)}, constraints=constraints, weights=weights)
     order = [f.name for f in factors(op)]
-    return tuple({name: row[name] for name in order} for row in rows)
+    rows = [{name: row[name] for name in order} for row in rows]
+    # after the covering array, never inside it: anchors reshape nothing the pairs chose
+    return tuple(rows + [row for row in anchor_rows(op) if row not in rows])
+
+
+@lru_cache(maxsize=None)
+def anchor_rows(op: str) -> tuple[dict, ...]:
+    """The op's anchors (normcheck.ops.design.Anchor) as rows: every other factor at its usual level, or where
+    that meets an exclusion, at its first level that does not."""
+    rows = []
+    for anchor in shared_anchors(get_op(op)):
+        row = dict(anchor.values)
+        shared = {f.name for f in shared_factors(get_op(op))}
+        for f in sorted(factors(op), key=lambda f: f.name in shared):  # the op's geometry first: its usual sizes
+            if f.name not in row:
+                fits = [v for v in (f.values[f.usual],) + f.values if allowed_with(op, row, f.name, v)]
+                if not fits:
+                    raise ValueError(f"{op}: no level of {f.name} meets the anchor '{anchor.why}'")
+                row[f.name] = fits[0]
+        rows.append({f.name: row[f.name] for f in factors(op)})
+    return tuple(rows)
+
+
+def allowed_with(op: str, row: dict, name: str, value) -> bool:
+    """Whether `value` of factor `name` may meet every value already in `row`."""
+    return all(allowed(op, {name: value, other: v}) for other, v in row.items() if other != name)
 
 
 def case_of(op: str, row: dict, seed: int = 0) -> Case:

@@ -212,6 +212,32 @@ def shared_factors(op) -> tuple[Factor, ...]:
     return tuple(factors)
 
 
+@dataclass(frozen=True)
+class Anchor:
+    """A case a pairwise design leaves to chance: several factors' values at once (the others at their usual
+    levels), added to the covering array when it lacks it. `values`: (factor, value) pairs."""
+    values: tuple[tuple[str, Any], ...]
+    why: str
+
+
+# The outputs of the higher orders are differences of terms that cancel: a half-precision case, or one with x
+# frozen, gives them a budget as large as themselves. Pairs put order 2 with f64 and with every input requiring
+# grad, but in different cases; these are where the second derivatives (and their directional ones) are judged,
+# in each layout a kernel has a path of its own for (the channels-last kernels of per-channel and per-group sets
+# are code apart; a row-wise op's rows stay rows).
+HIGHER_ORDER_ANCHOR = "{order} in {dtype}, {layout}, with every input requiring grad on well-conditioned data"
+
+
+def shared_anchors(op) -> tuple[Anchor, ...]:
+    if not op.double_backward:
+        return ()
+    layouts = ("contiguous",) + (("channels_last",) if op.unit in ("channel", "group") and 4 in op.ranks else ())
+    return tuple(Anchor((("order", order), ("dtype", (dtype, dtype)), ("layout", (layout, layout)),
+                         ("path", (True, "none")), ("profile", "normal")),
+                        HIGHER_ORDER_ANCHOR.format(order=f"order {order}", dtype=dtype, layout=layout))
+                 for layout in layouts for order in (2, "fwd-rev") for dtype in ("f64", "f32"))
+
+
 def shared_exclusions(op) -> tuple[Exclusion, ...]:
     """Those of the shared factors, and of eps with the profiles (an op without an eps factor drops them)."""
     zero_eps = Exclusion(("eps", "mode"), lambda eps, mode: eps != 0 or mode in op.eps_zero,

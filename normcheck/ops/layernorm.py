@@ -43,7 +43,7 @@ HIDDEN = Factor("hidden", levels(
     8193, "one past 8192: past single-block kernels",
     16385, "one past 16384",
     40009, "one long row (a prime past 40000): split over blocks",
-), read=lambda c: c.view.set_size)
+), read=lambda c: c.view.set_size, usual=3)
 DIMS = Factor("normalized_dims", levels(
     1, "normalized_shape of one dim", 2, "of two dims (as flattened by kernels)", 3, "of three dims",
 ), read=lambda c: c.normalized_dims)

@@ -10,6 +10,7 @@ from normcheck.cases.case import FROZEN
 from normcheck.cases.sweep import coverage, default_sweep, design, exclusions, factors
 from normcheck.cases.tokens import encode_case
 from normcheck.ops import OPS, get_op
+from normcheck.ops.design import shared_anchors
 
 LARGEST_CASE = 1_200_000  # elements: a case stays well under a second
 
@@ -31,6 +32,18 @@ def test_coverage_is_read_off_the_cases_and_can_fail():
     assert values["layout"][("contiguous", "contiguous")] == len(cases)
     assert values["layout"][("channels_last", "channels_last")] == 0
     assert 0 in pairs["dtype", "layout"].values() and 0 not in pairs["dtype", "profile"].values()
+
+
+@pytest.mark.parametrize("op", list(OPS))
+def test_every_anchor_is_a_case_of_the_sweep_read_back_off_it(op):
+    """Each op with a double backward has its higher orders in f64 and f32, with every input requiring grad, on
+    normal data, in one case each (pairs alone meet those values in different cases)."""
+    fs = factors(op)
+    read = [{f.name: f.read(c) for f in fs} for c in default_sweep(op)]
+    anchors = shared_anchors(get_op(op))
+    assert bool(anchors) == get_op(op).double_backward
+    for anchor in anchors:
+        assert any(all(r[name] == value for name, value in anchor.values) for r in read), anchor.why
 
 
 @pytest.mark.parametrize("op", list(OPS))
