@@ -1,5 +1,6 @@
 """BatchNorm implementations that hang or kill their own process on some cases (torch's kernel
-otherwise): the isolated world must turn each into a failing row and go on (tests/test_isolation.py)."""
+otherwise): the isolated world must turn each into a failing row and go on (tests/test_isolation.py); and a
+GroupNorm direct-convention runner that dies as torch's native backward did (tests/test_known_issues.py)."""
 import os
 import time
 
@@ -42,3 +43,9 @@ def slow(input, running_mean, running_var, weight, bias, training, momentum, eps
 def hangs_always(input, running_mean, running_var, weight, bias, training, momentum, eps):
     """Never returns: a run must end in minutes, not a limit per case."""
     time.sleep(HANG_SECONDS)
+
+
+def segfaults(case, tensors):
+    """A direct-convention GroupNorm record's runner that dies as torch's native backward did in CI."""
+    import signal
+    os.kill(os.getpid(), signal.SIGSEGV)

@@ -249,6 +249,18 @@ def test_an_out_of_bounds_read_of_an_expanded_dy_explains_other_bits_or_a_crash_
     assert gn.NATIVE_DY_LAYOUT.applies(channels_last_dy) and not overread.applies(channels_last_dy)
 
 
+def test_the_direct_record_dying_of_sigsegv_is_known_on_an_expanded_dy_only():
+    """torch's direct record in a worker process that dies as it did in CI: KNOWN where dy is expanded, a FAIL on
+    the same case with dy laid out like x (no issue reads past a storage there)."""
+    dies = resolve_impl("groupnorm", replace(IMPLS["groupnorm"]["torch-native-backward"],
+                                             target="tests._solo_faults:segfaults"))
+    expanded = Case("groupnorm", (2, 8, 64), "f32", groups=2, x_format="sliced", dy_format="expanded")
+    report = compare("groupnorm", dies, expanded)
+    assert report.verdict == KNOWN and "torch-gn-native-expanded-dy-overread" in report.message, report.message
+    report = compare("groupnorm", dies, expanded.with_(dy_format="sliced"))
+    assert report.verdict == FAIL and "SIGSEGV" in report.message, report.message
+
+
 def test_a_known_issue_covers_the_kernels_of_the_devices_it_was_found_on_only():
     """torch's CPU and CUDA kernels are different code: an issue recorded on CPU never explains a failure of the same
     record bound to another device (a CUDA failure there is a finding to record, not to excuse)."""

@@ -65,9 +65,9 @@ def anchor_rows(op: str) -> tuple[dict, ...]:
     """The op's anchors (normcheck.ops.design.Anchor) as rows: every other factor at its usual level, or where
     that meets an exclusion, at its first level that does not."""
     rows = []
+    shared = {f.name for f in shared_factors(get_op(op))}
     for anchor in shared_anchors(get_op(op)):
         row = dict(anchor.values)
-        shared = {f.name for f in shared_factors(get_op(op))}
         for f in sorted(factors(op), key=lambda f: f.name in shared):  # the op's geometry first: its usual sizes
             if f.name not in row:
                 fits = [v for v in (f.values[f.usual],) + f.values if allowed_with(op, row, f.name, v)]
