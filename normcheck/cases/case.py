@@ -207,11 +207,11 @@ class Case:
         H·t, the same conditions as d2x and d2weight by the Hessian's symmetry (dβ = Σ dy has none)."""
         if self.order == 1:
             return ()
+        if self.order == "fwd":
+            return ("jvp_y",)
         wrt = set(self.differentiated)
         d2x = "dx" in wrt and ("dweight" in wrt or self.training)
         d2weight = {"dx", "dweight"} <= wrt
-        if self.order == "fwd":
-            return ("jvp_y",)
         if self.order == "fwd-rev":
             return ("jvp_y",) + ("jvp_dx",) * d2x + ("jvp_dweight",) * d2weight
         return ("d2x",) * d2x + ("d2weight",) * d2weight + ("d2dy",)

@@ -66,9 +66,10 @@ def anchor_rows(op: str) -> tuple[dict, ...]:
     that meets an exclusion, at its first level that does not."""
     rows = []
     shared = {f.name for f in shared_factors(get_op(op))}
+    filling = sorted(factors(op), key=lambda f: f.name in shared)  # the op's geometry first: its usual sizes
     for anchor in shared_anchors(get_op(op)):
         row = dict(anchor.values)
-        for f in sorted(factors(op), key=lambda f: f.name in shared):  # the op's geometry first: its usual sizes
+        for f in filling:
             if f.name not in row:
                 fits = [v for v in (f.values[f.usual],) + f.values if allowed_with(op, row, f.name, v)]
                 if not fits:

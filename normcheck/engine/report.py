@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..cases import Case
+from ..ops.core import GRADIENTS, JVPS, SECOND_ORDER_OUTPUTS
 
 PASS, FAIL, MISTRUSTED, SKIP, KNOWN = "PASS", "FAIL", "MISTRUSTED", "SKIP", "KNOWN"
 VERDICTS = (PASS, FAIL, KNOWN, SKIP, MISTRUSTED)
@@ -24,7 +25,7 @@ def nothing_tested(reports) -> str:
     return ""
 
 
-GRADIENT_OUTPUTS = ("dx", "dweight", "dbias", "d2x", "d2weight", "d2dy", "jvp_y", "jvp_dx", "jvp_dweight")
+GRADIENT_OUTPUTS = tuple(GRADIENTS) + SECOND_ORDER_OUTPUTS + JVPS  # (every derivative a case may compare)
 
 
 def never_checked(reports) -> list[str]:

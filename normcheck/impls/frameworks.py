@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from ..frameworks.arrays import formats_of
 from ..ops import OPS, Impl, KnownIssue, Signature
+from ..ops.core import SECOND_DERIVATIVES
 from ..ops.layernorm import TORCHS as LN_TORCHS  # (their LayerNorm and RMSNorm follow torch's conventions: the last
 from ..ops.rmsnorm import TORCHS as RMS_TORCHS   # K axes; w as given, rounded once at the end)
 
@@ -107,7 +108,7 @@ FLAX_RMS_HALF_SECOND_ORDER = KnownIssue(
     "derivative is within f16's range and a textbook RMSNorm through the same adapter passes (65537 rows of one "
     "value, eps = 1e-10, no weight: d2x NaN for 35597)",
     lambda c: c.backward_differentiated and c.dtype == "f16",
-    Signature(("d2x", "d2weight", "d2dy", "jvp_dx", "jvp_dweight"), nonfinite=True),
+    Signature(SECOND_DERIVATIVES, nonfinite=True),
 )
 
 _LINEN_BN = (FLAX_FAST_VARIANCE, FLAX_BIASED_RUNNING_VAR, FLAX_HALF_RUNNING_STATS, FLAX_EVAL_HALF)
@@ -156,7 +157,7 @@ KERAS_MOMENTS_SECOND_ORDER = KnownIssue(
     "the mean's dependence on x, so a double backward is wrong (GroupNorm f32 d2x 1262.8 for 4010.8), and so is "
     "forward-over-reverse, the same second derivatives (LayerNorm 7x17 f64: jvp_dx −0.0766 for −0.1031)",
     lambda c: c.backward_differentiated and c.training,
-    Signature(("d2x", "d2weight", "d2dy", "jvp_dx", "jvp_dweight")),
+    Signature(SECOND_DERIVATIVES),
 )
 
 KERAS_GN_HALF_SECOND_ORDER = KnownIssue(
@@ -165,7 +166,7 @@ KERAS_GN_HALF_SECOND_ORDER = KnownIssue(
     "precision where the exact second derivative is within f16's range and a textbook GroupNorm through the same "
     "adapter passes (2x64x1x7, G = 64, values ~1e-3: d2x −inf for −61902)",
     lambda c: c.backward_differentiated and c.dtype == "f16",
-    Signature(("d2x", "d2weight", "d2dy", "jvp_dx", "jvp_dweight"), nonfinite=True),
+    Signature(SECOND_DERIVATIVES, nonfinite=True),
 )
 
 TF_OUTER_AXIS_SUMS = KnownIssue(

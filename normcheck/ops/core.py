@@ -26,6 +26,8 @@ CONVENTIONS = ("contract", "direct")
 _OUTPUT_DTYPE_MEANS = {"input": "x's dtype", "promote": "what result_type(x, weight) gives"}
 SECOND_ORDER_OUTPUTS = ("d2x", "d2weight", "d2dy")  # of order-2 cases (Case.directional: those not identically 0)
 TANGENT_OUTPUTS = {"jvp_y": "y", "jvp_dx": "dx", "jvp_dweight": "dweight"}  # of forward-mode cases -> their primal
+JVPS = tuple(TANGENT_OUTPUTS)
+SECOND_DERIVATIVES = SECOND_ORDER_OUTPUTS + ("jvp_dx", "jvp_dweight")  # order 2's, and fwd-rev's (the gradients' JVPs)
 # The outputs that are directional derivatives -> the formula of reference.setwise that gives them (at order 2 the
 # gradient of ⟨t, ∇f⟩ is, by the Hessian's symmetry, the forward-mode derivative of ∇f along t; y's JVP is d2dy)
 DIRECTIONAL = {**{name: name for name in SECOND_ORDER_OUTPUTS}, "jvp_y": "d2dy", "jvp_dx": "d2x",

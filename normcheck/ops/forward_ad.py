@@ -2,11 +2,7 @@
 record names the formula and the aten kernel), found by the forward-mode paths (Case.order fwd, fwd-rev)."""
 from __future__ import annotations
 
-from .core import KnownIssue, Signature
-
-# The directional derivatives of forward mode, and the second derivatives among them (the JVPs of the gradients)
-JVPS = ("jvp_y", "jvp_dx", "jvp_dweight")
-SECOND_DERIVATIVES = ("d2x", "d2weight", "d2dy", "jvp_dx", "jvp_dweight")
+from .core import JVPS, KnownIssue, Signature
 
 
 def forward_ad_issues(op: str, name: str, formula: str, kernel: str, example: str) -> tuple[KnownIssue, ...]:
