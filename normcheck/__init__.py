@@ -10,12 +10,12 @@ before this process imports torch.
 from importlib import import_module
 
 _PUBLIC = {
-    "Case": ".cases", "UsageError": ".core.errors", "Report": ".engine", "TensorReport": ".engine",
+    "Case": ".cases", "UsageError": ".core.errors", "Unsupported": ".core.errors", "Report": ".engine", "TensorReport": ".engine",
     "IMPLS": ".impls", "compare": ".impls", "list_impls": ".impls", "register": ".impls", "resolve_impl": ".impls",
     "OPS": ".ops", "Impl": ".ops", "get_op": ".ops", "WORLDS": ".worlds",
 }
 
-__all__ = ["Case", "Report", "TensorReport", "compare", "UsageError", "OPS", "get_op", "IMPLS", "Impl",
+__all__ = ["Case", "Report", "TensorReport", "compare", "UsageError", "Unsupported", "OPS", "get_op", "IMPLS", "Impl",
            "list_impls", "register", "resolve_impl", "WORLDS"]
 
 

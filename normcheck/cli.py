@@ -17,7 +17,7 @@ from .cases import Case
 from .cases.case import CONVENTIONS, FROZEN, MODES, OP_FIELDS, ORDERS, takers_of
 from .cases.sweep import field_value, fixed_sweep, order_value
 from .cases.tokens import decode_case
-from .core.errors import ImplError, UsageError
+from .core.errors import ImplError, Unsupported, UsageError
 from .doctor import run_doctor
 from .engine import FAIL, KNOWN, judge, nothing_tested, runs_per_case
 from .impls import backend_of, check_world, list_impls, resolve_impl, support_text
@@ -33,7 +33,7 @@ from .outputs.junit import write_junit
 from .outputs.plot import require_matplotlib, write_plot
 from .outputs.progress import Progress, wants_progress
 from .outputs.replay import report_replay
-from .outputs.table import row, summary_line, wants_colour
+from .outputs.table import hint_line, row, summary_line, wants_colour
 from .worlds import BACKENDS, DEFAULT_TIMEOUT, CaseLimit, close_env_world, env_world
 from .worlds.limits import FLOOR, MULTIPLE, STUCK_AFTER
 
@@ -77,7 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
         cmp.add_argument(f"--{f.option}", type=_field_value(f), metavar=f.metavar or "|".join(map(str, f.choices)) or None,
                          help=f"{', '.join(takers_of(f.name))}: {f.help}")
     cmp.add_argument("--output-dtype", choices=OUTPUT_DTYPES, help="the dtype the implementation returns y in: input "
-                     "(x's, the default) or promote (result_type(x, weight): f32 for f16/bf16 x with f32 weight)")
+                     "(x's, the default) or promote (result_type over x and every floating parameter and buffer the layer uses "
+                     "in the case: weight, bias, and the running statistics in eval mode; f32 for f16/bf16 x with any "
+                     "of them in f32)")
     cmp.add_argument("--compute-dtype", choices=COMPUTE_DTYPES, help="the finest precision the implementation "
                      "computes in: f64 (as fine as the input, the default) or f32 (float32 at most: f64 cases get "
                      "float32's budget)")
@@ -120,6 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--seed", type=_non_negative, help="first seed (default 0)")
     cmp.add_argument("--case", metavar="TOKEN", help="run exactly the case of a replay line's token")
     cmp.add_argument("--strict", action="store_true", help="known upstream issues fail the run too")
+    cmp.add_argument("--no-hints", action="store_true", help="judge no failing case again under the conventions the "
+                     "implementation did not declare (by default the first failing cases are, and a row that passes "
+                     "under some says so in a hint line; never a verdict)")
     cmp.add_argument("--maxfail", type=_positive, metavar="N",
                      help="stop after N failing cases (the reports cover what ran)")
     cmp.add_argument("--traceback", action="store_true",
@@ -190,12 +195,17 @@ def build_cases(args, impl=None) -> list[Case]:
     the implementation can express, Impl.formats, and the splits, Impl.shares); all in the conventions it follows (Impl.follows) or
     --weight-offset / --casting say."""
     follows = dict(impl.follows) if impl is not None else {}
-    conventions = {**follows, **{k: getattr(args, k) for k in CONVENTIONS if getattr(args, k) is not None}}
+    conventions = {**follows, **declared_conventions(args)}
     cases = _build_cases(args, conventions, impl)  # (refuses what no case takes)
     for name, value in follows.items():
         if conventions[name] != value:
             raise UsageError(f"--{name.replace('_', '-')} {conventions[name]}: {impl.name} follows {name}={value}")
     return cases
+
+
+def declared_conventions(args) -> dict:
+    """The conventions the run's options declare (--output-dtype promote, --casting before-weight, ...)."""
+    return {k: getattr(args, k) for k in CONVENTIONS if getattr(args, k) is not None}
 
 
 def _fixed(args) -> dict:
@@ -309,9 +319,11 @@ def run_compare(args, out) -> int:
     for option, path in (("--junit-xml", args.junit_xml), ("--plot", args.plot)):
         if path is not None:
             _check_writable(option, Path(path))
-    impl = resolve_impl(args.op, args.impl, args.backend, limit, args.framework, args.device, args.triton_interpret)
+    impl = resolve_impl(args.op, args.impl, args.backend, limit, args.framework, args.device, args.triton_interpret,
+                        hints=not args.no_hints)
     impl = impl.checking(args.check)
     cases = build_cases(args, impl)
+    impl = impl.declaring(declared_conventions(args))  # (checked by build_cases: a hint never judges them otherwise)
     backend = backend_of(impl)
     if backend is not None:
         for case in cases:
@@ -345,6 +357,8 @@ def run_compare(args, out) -> int:
                     if args.traceback and report.traceback:
                         progress.print(indent(report.traceback.rstrip(), "    | "), out)
                     progress.print(f"    replay: {report_replay(report, backend, timeout, args.impl)}", out)
+                    if hint_line(report):  # (after the replay line, which scripts read right under the row)
+                        progress.print(hint_line(report), out)
             if args.maxfail and sum(r.verdict == FAIL for r in reports) >= args.maxfail:
                 stopped = f"stopped after {args.maxfail} failing case{'s' if args.maxfail > 1 else ''} (--maxfail)"
                 break
@@ -420,7 +434,7 @@ def _serve_as_peer(args, impl, cases) -> int:
         try:
             for _ in range(runs_per_case(impl)):
                 env_world(args.timeout).run(case, impl.spec)
-        except ImplError:
+        except (ImplError, Unsupported):
             pass  # rank 0 reports it
     return 0
 

@@ -54,7 +54,8 @@ _SPELLED_OPTIONS = (
     ("weight-offset", "F", "RMSNorm: the layer scales by w + F"),
     ("residual-dtype", "input|f32", "add + norm: the residual stream's dtype"),
     ("fp8", "e4m3|e5m2", "LayerNorm, RMSNorm: y also returned quantised to fp8, with its amax"),
-    ("output-dtype", "input|promote", "the dtype y comes back in"),
+    ("output-dtype", "input|promote", "the dtype y comes back in: x's, or result_type over x and every parameter "
+     "and buffer the layer uses"),
     ("compute-dtype", "f64|f32", "the finest precision the layer computes in"))
 _SPELLED = tuple(name.replace("-", "_") for name, _, _ in _SPELLED_OPTIONS)
 
@@ -211,7 +212,7 @@ def _options(config) -> Options:
         fixed_sweep(op, fixed, follows=tuple(follows.items()))  # what no case can take is refused now, in one line
     except UsageError as e:
         raise pytest.UsageError(str(e)) from None
-    impl = impl.checking(config.getoption("normcheck_check"))
+    impl = impl.checking(config.getoption("normcheck_check")).declaring(declared)  # (a hint never probes them)
     return Options(op, impl, backend_of(impl), profile, timeout, fixed, tuple(follows.items()))
 
 
@@ -234,8 +235,19 @@ def failure_message(report, backend: str | None, impl_spec: str | None = None, t
     """What every failing normcheck test says: the case, what went wrong, and how to replay it."""
     from normcheck.outputs.replay import replay_command
 
+    hint = "" if report.hint is None else f"\nhint: {report.hint.text(declared_option)}"
     return (f"{report.verdict} {report.case.label}: {report.summary()}\n"
-            f"replay: {replay_command(report.op, impl_spec or report.impl, report.case, backend, timeout, report.framework, report.device, report.triton_interpret)}")
+            f"replay: {replay_command(report.op, impl_spec or report.impl, report.case, backend, timeout, report.framework, report.device, report.triton_interpret)}"
+            f"{hint}")
+
+
+def declared_option(name: str, value) -> str:
+    """How this plugin declares a convention: its own option, or --normcheck-follows NAME=VALUE."""
+    from normcheck.engine.hints import value_text
+
+    if name in _SPELLED:
+        return f"--normcheck-{name.replace('_', '-')} {value_text(value)}"
+    return f"--normcheck-follows {name}={value_text(value)}"
 
 
 @pytest.fixture(scope="session")

@@ -35,10 +35,17 @@ def fp32_layer_norm(input, normalized_shape, weight, bias, eps):
 
 
 def promoting_layer_norm(input, normalized_shape, weight, bias, eps):
-    """The fp32 LayerNorm returning result_type(x, weight) (f32 for bf16 input with f32 weight). Follows
-    compute_dtype=f32, output_dtype=promote."""
-    out = _fp32_layer_norm(input, normalized_shape, weight, bias, eps)
-    return out.to(input.dtype if weight is None else torch.result_type(input, weight))
+    """The fp32 LayerNorm returning result_type over x and every parameter it is given (f32 for bf16 input with an
+    f32 weight or bias: a bias-only layer's included). Follows compute_dtype=f32, output_dtype=promote."""
+    return _fp32_layer_norm(input, normalized_shape, weight, bias, eps).to(_promoted(input, weight, bias))
+
+
+def _promoted(input, *params):
+    """result_type over x and every parameter given (output_dtype=promote)."""
+    dtype = input.dtype
+    for t in params:
+        dtype = dtype if t is None else torch.promote_types(dtype, t.dtype)
+    return dtype
 
 
 def _per_channel(t, x, k: int):
@@ -48,7 +55,7 @@ def _per_channel(t, x, k: int):
 
 def convnext_layer_norm(input, normalized_shape, weight, bias, eps):
     """ConvNeXt's channels-first LayerNorm, written out (statistics over dims 1..K of (N, C, ...) input), computed in
-    float32 for half input and returned as result_type(x, weight). Follows normalized_at=channels,
+    float32 for half input and returned as result_type over x and its parameters. Follows normalized_at=channels,
     output_dtype=promote."""
     k = len(normalized_shape)
     dims = tuple(range(1, 1 + k))
@@ -59,7 +66,7 @@ def convnext_layer_norm(input, normalized_shape, weight, bias, eps):
     w, b = _per_channel(weight, input, k), _per_channel(bias, input, k)
     y = y if w is None else w * y
     y = y if b is None else y + b
-    return y.to(input.dtype if weight is None else torch.result_type(input, weight))
+    return y.to(_promoted(input, weight, bias))
 
 
 def layer_norm_2d(input, normalized_shape, weight, bias, eps):

@@ -60,7 +60,7 @@ def test_a_promoted_output_is_judged_on_its_values():
 
 
 @pytest.mark.parametrize("layer, declared, got, expected, remedy", [
-    ("promoting_layer_norm", "input", "f32", "bf16", "f32 is what result_type(x, weight) gives: declare --output-dtype promote"),
+    ("promoting_layer_norm", "input", "f32", "bf16", "f32 is result_type over x and the parameters and buffers the case uses: declare --output-dtype promote"),
     ("fp32_layer_norm", "promote", "bf16", "f32", "bf16 is x's dtype: declare --output-dtype input"),
 ])
 def test_an_output_in_the_other_conventions_dtype_is_one_fail_naming_both_and_the_remedy(layer, declared, got,

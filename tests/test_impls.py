@@ -35,7 +35,7 @@ JUDGED = {op: [name for name in impls if name != "baseline" and not name.endswit
 
 @pytest.mark.parametrize("op", list(JUDGED))
 def test_default_sweep(op):
-    impls = {name: resolve_impl(op, name) for name in JUDGED[op]}
+    impls = {name: resolve_impl(op, name, hints=False) for name in JUDGED[op]}  # (the wrong-by-design ones fail)
     reports = {name: [] for name in impls}
     # each implementation on the sweep of the conventions it follows (torch's add + norm with a float32 stream too)
     for follows in dict.fromkeys(impl.follows for impl in impls.values()):

@@ -29,8 +29,9 @@ def sweep(op: str, follows=()):
 
 def bound(op: str, fn):
     """A function or Impl record, bound; distributed mutants run in the lockstep world (threads: the
-    sweep takes a second)."""
-    return resolve_impl(op, fn, "lockstep" if OPS[op].distributed else None)
+    sweep takes a second). Without hints: a mutant's failing row judged again under every other convention would
+    make the template several times slower (tests/test_hints.py tests them)."""
+    return resolve_impl(op, fn, "lockstep" if OPS[op].distributed else None, hints=False)
 
 
 def test_every_op_has_a_mutant_catalogue():

@@ -67,7 +67,7 @@ class Case:
     mode: str = "train"           # MODES
     frozen: str = "none"          # FROZEN
     order: int | str = 1          # ORDERS
-    output_dtype: str = "input"   # OUTPUT_DTYPES: y in x's dtype, or promoted with the weight's (result_type)
+    output_dtype: str = "input"   # OUTPUT_DTYPES: y in x's dtype, or promoted with what the layer uses (Op.promotes_through)
     compute_dtype: str = "f64"    # COMPUTE_DTYPES: the finest precision the kernel computes in (f32: float64 too)
     fp8: str | None = None        # ops with fp8 output (LayerNorm, RMSNorm): y also quantised to "e4m3" or "e5m2"
     reduces_grads: str | None = None  # sequence-parallel ops: "yes", the function all-reduces the replicated γ/β gradients

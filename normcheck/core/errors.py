@@ -29,6 +29,12 @@ class RaisedElsewhere(ImplError):
         self.ops_called = frozenset(ops_called)  # the kernels (aten ops) it ran before it raised
 
 
-class NotDifferentiable(ImplError):
+class Unsupported(Exception):
+    """Raised by an implementation to decline a case it does not take (public as `normcheck.Unsupported`): the
+    engine reports the case as a SKIP row with this message, never as a failure. A layer built by class raises it
+    for a case its constructor cannot express."""
+
+
+class NotDifferentiable(Unsupported, ImplError):
     """A contract implementation that cannot be differentiated twice (its backward is not itself
     differentiable): the engine reports its order-2 cases as SKIP rows with this message."""

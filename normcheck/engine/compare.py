@@ -13,7 +13,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..cases import Case, CaseInputs
-from ..core.errors import ImplError, NotDifferentiable, UsageError
+from ..core.errors import ImplError, UsageError, Unsupported
 from ..core.text import exception_text, raised_at
 from ..ops import Impl
 from ..ops.core import BATCH_INVARIANCE
@@ -27,8 +27,16 @@ from .tolerance import CONSTANTS, Constants, allowance, budget_ratio, element_bo
 def judge(case: Case, impl: Impl, constants: Constants = CONSTANTS) -> Report:
     """Run a bound `impl` (impl.runner set) on `case` and compare each output with the reference.
 
-    `constants` are the tolerance model's (tolerance.Constants); only calibration changes them.
+    `constants` are the tolerance model's (tolerance.Constants); only calibration changes them. A FAIL carries a
+    hint (Report.hint) when the bound run's hint search (Impl.hints) finds declarations under which it passes.
     """
+    report = _judged(case, impl, constants)
+    if report.verdict == FAIL and impl.hints is not None:
+        report.hint = impl.hints.hint(case, impl, report, lambda probe, quiet: judge(probe, quiet, constants))
+    return report
+
+
+def _judged(case: Case, impl: Impl, constants: Constants) -> Report:
     if impl.runner is None:
         raise UsageError(f"implementation {impl.name} is not bound to a world: pass it through normcheck.resolve_impl")
     op = case.record
@@ -62,8 +70,8 @@ def judge(case: Case, impl: Impl, constants: Constants = CONSTANTS) -> Report:
                 raise ImplError(f"produced no {name}")
         # Run again on identical inputs: outputs that differ bitwise are a finding of their own (judged below)
         again = impl.runner(case, inputs)[0] if runs_per_case(impl) == 2 else outputs
-    except NotDifferentiable as e:
-        return report(SKIP, message=f"not supported: {e}")
+    except Unsupported as e:  # (declined by the implementation, or NotDifferentiable: before ImplError)
+        return report(SKIP, message=f"not supported: {str(e) or 'the implementation declined the case'}")
     except ImplError as e:
         stack = getattr(e, "stack", "")  # RaisedElsewhere: an exception in the implementation's worker
         ops = getattr(e, "ops_called", ops)

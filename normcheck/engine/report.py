@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -91,6 +92,9 @@ class Report:
     framework: str = "torch"   # whose contract the implementation follows (a replay line of a JAX function says so)
     device: str = "cpu"        # where the implementation's tensors lived (the run's --device; a replay line says so)
     triton_interpret: bool = False  # its Triton kernels ran in Triton's interpreter (a replay line says so)
+    # A FAIL's hint (engine.hints.Hint): the conventions under which the case passes, had the implementation
+    # declared them; never a verdict (None: none found, or none searched)
+    hint: Any = None
 
     @property
     def passed(self) -> bool:
@@ -131,7 +135,7 @@ class Report:
         return {
             "op": self.op, "impl": self.impl, "case": self.case.label, "verdict": self.verdict,
             "message": self.message, "seconds": round(self.seconds, 4), "path": self.path,
-            "tensors": [t.to_dict() for t in self.tensors],
+            "tensors": [t.to_dict() for t in self.tensors], "hint": None if self.hint is None else str(self.hint),
         }
 
 
@@ -162,8 +166,10 @@ _NOTHING_REACHED = {
        for name, wrt in (("dx", "x"), ("dweight", "γ"), ("dbias", "β"))},
     # forward mode: the tangent that came back is 0 where the directional derivative is not
     "jvp_y": "; jvp_y is 0 everywhere: no tangent reaches y (a forward-mode formula that drops its inputs' tangents)",
-    **{name: f"; {name} is 0 everywhere: no tangent reaches {grad} (a backward whose forward-mode derivative treats "
-             f"x and γ as constants)" for name, grad in (("jvp_dx", "dx"), ("jvp_dweight", "dγ"))},
+    # (the torch adapter takes a gradient that carries no tangent as 0: frameworks.torch.adapter.missing_tangent)
+    **{name: f"; {name} is 0 everywhere: {grad} carries no tangent (taken as 0) or a zero one: its backward is computed "
+             f"outside forward-mode AD's reach (from saved values), or treats x and γ as constants"
+             + _TWICE for name, grad in (("jvp_dx", "dx"), ("jvp_dweight", "dγ"))},
 }
 
 

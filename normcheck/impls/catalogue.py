@@ -15,8 +15,10 @@ from typing import Callable
 from ..core.errors import UsageError
 from ..core.loading import absolute_spec, check_arity, load_callable, load_object, spec_of, takes_keyword
 from ..engine.baseline import baseline_outputs
+from ..engine.hints import HintSearch
 from ..frameworks import FRAMEWORKS
 from ..frameworks.arrays import formats_of
+from ..frameworks.torch.layers import Layer, contract_parameters, is_factory, is_layer_class
 from ..frameworks.torch.tensors import device_missing
 from ..frameworks.torch.triton import Interpreted, interpreter_missing, own_support
 from ..kernels.groupnorm.impls import IMPLS as GROUPNORM_KERNEL_IMPLS
@@ -70,20 +72,23 @@ def support_text(impl: Impl) -> str:
 
 def resolve_impl(op: str, spec: str | Impl | Callable | None = None, backend: str | None = None,
                  timeout: CaseLimit | float | None = None, framework: str | None = None,
-                 device: str | None = None, triton_interpret: bool = False) -> Impl:
+                 device: str | None = None, triton_interpret: bool = False, hints: bool = True) -> Impl:
     """A registered name, a `module:attr` / `path/to/file.py:attr` spec, an Impl or a callable, bound
     to a world: `backend` (the record's own world when None) under `timeout`: seconds per case, a
     CaseLimit, or None (a limit that follows the cases' measured times; normcheck.worlds.limits).
     `framework`: whose contract a function follows (torch's when None; "jax", "tf": the op's array contract).
     `device`: where a torch implementation's case tensors live (cpu when None; cuda, cuda:1, mps, ...).
     `triton_interpret`: its Triton kernels run in Triton's interpreter, in its worker process (bind).
-    A record already bound stays as it is unless one of backend, timeout, device and triton_interpret is given."""
+    `hints`: a failing row is judged again under the conventions it did not declare, and says under which it passes
+    (engine.hints; False: never, as `--no-hints`).
+    A record already bound stays as it is unless one of backend, timeout, device and triton_interpret is given (or
+    hints=False, which turns its hints off)."""
     the_op = get_op(op)
     if spec is None:
         spec = the_op.default_impl
     if isinstance(spec, Impl):
         if spec.runner is not None and backend is None and timeout is None and device is None and not triton_interpret:
-            return spec
+            return spec if hints else replace(spec, hints=None)
         impl = spec
     elif callable(spec):
         impl = user_impl(op, spec, framework or "torch")
@@ -102,7 +107,7 @@ def resolve_impl(op: str, spec: str | Impl | Callable | None = None, backend: st
         impl = user_impl(op, spec, framework or "torch")
     if framework is not None and impl.framework != framework:
         raise UsageError(f"--framework {framework}: {impl.name} is a {FRAMEWORKS.title(impl.framework)} implementation")
-    return bind(impl, backend, timeout, device, triton_interpret)
+    return bind(impl, backend, timeout, device, triton_interpret, hints)
 
 
 def user_impl(op: str, target: str | Callable, framework: str = "torch") -> Impl:
@@ -121,6 +126,8 @@ def user_impl(op: str, target: str | Callable, framework: str = "torch") -> Impl
         target = name if the_op.distributed else fn
     else:
         fn, name = load_callable(target), target
+    if framework == "torch" and layer_given(name, fn, signature):
+        fn = target = layer(the_op, target, fn, name)
     check_arity(name, fn, signature)
     # A contract that adds an argument in eval mode (SyncBN's training=False): a function without it has no
     # eval mode, and its eval cases are SKIP rows saying so
@@ -130,11 +137,35 @@ def user_impl(op: str, target: str | Callable, framework: str = "torch") -> Impl
                 modes=("train", "eval") if eval_mode else ("train",), framework=framework, **arrays)
 
 
+def layer_given(name: str, fn: Callable, signature: str) -> bool:
+    """`fn` is a layer's class, or a factory of configured layers (a function that does not fit the contract and takes
+    what constructors take); else a function under the contract."""
+    if is_layer_class(fn):
+        return True
+    try:
+        check_arity(name, fn, signature)
+    except UsageError:
+        if is_factory(fn):
+            return True
+        raise
+    return False
+
+
+def layer(op, target: str | Callable, fn: Callable, name: str) -> Layer:
+    """A layer class or factory as a function under `op`'s contract (frameworks.torch.layers.Layer), built in the
+    process that runs it: from its spec where it has one (a file's module is importable by path only)."""
+    if op.distributed:
+        raise UsageError(f"{name}: a layer given by its class or factory is judged for single-process ops; for "
+                         f"{op.name} give a function under its contract ({op.signature.split(' -> ')[0]})")
+    return Layer(absolute_spec(target) if isinstance(target, str) else fn, contract_parameters(op.signature), name)
+
+
 def bind(impl: Impl, backend: str | None = None, timeout: CaseLimit | float | None = None,
-         device: str | None = None, triton_interpret: bool = False) -> Impl:
+         device: str | None = None, triton_interpret: bool = False, hints: bool = True) -> Impl:
     """The record with its world chosen, its time limit, its device (`device`: see resolve_impl) and its runner set:
     runner(case, inputs) -> (outputs, path, ops). `triton_interpret`: its worker process runs Triton's interpreter,
-    and the cases that cannot run there are SKIP rows (its `supports`)."""
+    and the cases that cannot run there are SKIP rows (its `supports`). `hints`: the record gets a hint search of its
+    own (Impl.hints), which the records made from it share."""
     op = get_op(impl.op)
     why = FRAMEWORKS.missing(impl.framework)
     if why:
@@ -164,7 +195,8 @@ def bind(impl: Impl, backend: str | None = None, timeout: CaseLimit | float | No
     own_record = (impl.op, impl.name) in _BUILT_IN
     # torch's records run as witnesses under a limit of their own: their times say nothing of this implementation's
     return replace(bound, runner=runner,
-                   witness=None if own_record else partial(witness, CaseLimit(limit.fixed), {}, device))
+                   witness=None if own_record else partial(witness, CaseLimit(limit.fixed), {}, device),
+                   hints=HintSearch() if hints else None)  # (a run's own: its budget, what explained its rows)
 
 
 def device_of(impl: Impl, world, device: str | None) -> str:
@@ -211,7 +243,8 @@ def witness(limit: CaseLimit, bound: dict, device: str, issue, case) -> Impl | N
     for record in IMPLS.get(case.op, {}).values():
         if issue in record.known_issues and (record.op, record.name) in _BUILT_IN:
             if record.name not in bound:
-                bound[record.name] = bind(record, timeout=limit, device=None if device == "cpu" else device)
+                bound[record.name] = bind(record, timeout=limit, device=None if device == "cpu" else device,
+                                         hints=False)
             if bound[record.name].unsupported(case) is None:
                 return bound[record.name]
     return None

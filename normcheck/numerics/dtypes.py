@@ -36,7 +36,8 @@ DTYPE_CHOICES = ("f64", "f32", "f16", "bf16", "mixed-f16", "mixed-bf16")
 # What an implementation may declare of its precision (Case.compute_dtype): the finest precision it computes in.
 # f64: no limit (as fine as the input dtype allows); f32: at most float32, float64 input included.
 COMPUTE_DTYPES = ("f64", "f32")
-# What dtype y comes back in (Case.output_dtype): the input's, or result_type(x, weight) (a mixed case's f32).
+# What dtype y comes back in (Case.output_dtype): the input's, or result_type over x and every floating parameter and
+# buffer the layer uses in the case (Op.promotes_through: a mixed case's f32).
 OUTPUT_DTYPES = ("input", "promote")
 
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..core.errors import UsageError
 from ..core.loading import load_callable, spec_of
+from ..numerics.dtypes import COMPUTE_DTYPES, OUTPUT_DTYPES
 from ..numerics.formats import expressible
 from ..numerics.sets import SetView
 from .design import Design
@@ -23,7 +24,8 @@ from .layouts import BATCH, SHARDED, Layout
 
 ALL_CASES = "all dtypes (f64, f32, f16, bf16, mixed), all memory formats, every rank the op takes"
 CONVENTIONS = ("contract", "direct")
-_OUTPUT_DTYPE_MEANS = {"input": "x's dtype", "promote": "what result_type(x, weight) gives"}
+_OUTPUT_DTYPE_MEANS = {"input": "x's dtype",
+                       "promote": "result_type over x and the parameters and buffers the case uses"}
 SECOND_ORDER_OUTPUTS = ("d2x", "d2weight", "d2dy")  # of order-2 cases (Case.directional: those not identically 0)
 TANGENT_OUTPUTS = {"jvp_y": "y", "jvp_dx": "dx", "jvp_dweight": "dweight"}  # of forward-mode cases -> their primal
 JVPS = tuple(TANGENT_OUTPUTS)
@@ -126,6 +128,24 @@ class CaseField:
     quiet: Any = None                      # the value a label leaves unsaid (the convention most code follows)
     convention: bool = True
     defaulted: bool = True
+    # A convention's values a failing row is judged again under (engine.hints; None: its choices): weight_offset's
+    # 0 and 1, none for fp8 (it changes the interface, not how the layer is defined)
+    probes: tuple | None = None
+    # What an implementation following each value does, as a hint says it ("scales by 1 + w"); a dict is accepted
+    meanings: tuple[tuple[Any, str], ...] = ()
+
+    def __post_init__(self):
+        if isinstance(self.meanings, dict):
+            object.__setattr__(self, "meanings", tuple(self.meanings.items()))
+
+    @property
+    def probed(self) -> tuple:
+        """The values a hint search tries (engine.hints)."""
+        return self.choices if self.probes is None else self.probes
+
+    def meaning(self, value) -> str:
+        """What an implementation that follows `value` does, in a clause."""
+        return dict(self.meanings).get(value, f"follows {self.name}={value}")
 
     @property
     def option(self) -> str:
@@ -152,6 +172,16 @@ class CaseField:
     def same_meaning(self, other: "CaseField") -> bool:
         """The same field, whatever default each op gives it."""
         return replace(self, default=None) == replace(other, default=None)
+
+
+# The conventions every op takes, declared like an op's own (Case has them as attributes of its own, and the CLI's
+# --output-dtype / --compute-dtype): what a hint reads of them (Op.conventions)
+OUTPUT_DTYPE = CaseField("output_dtype", "input", "the dtype y comes back in", choices=OUTPUT_DTYPES, meanings={
+    "input": "returns y in x's dtype",
+    "promote": "returns y as result_type over x and its parameters and buffers"})
+COMPUTE_DTYPE = CaseField("compute_dtype", "f64", "the finest precision the layer computes in", choices=COMPUTE_DTYPES,
+                          meanings={"f64": "computes as finely as its input (float64 for float64 input)",
+                                    "f32": "computes in float32 at most"})
 
 
 @dataclass(frozen=True)
@@ -267,6 +297,9 @@ class Impl:
     # The torch adapter may watch the aten ops it runs (a TorchDispatchMode, which known issues follow). False for
     # compiled code: under a dispatch mode torch.compile silently runs the function eagerly.
     dispatch_mode: bool = True
+    # Set by binding: the bound run's hint search (engine.hints.HintSearch: mutable, shared by the records made from
+    # the bound one), which judges a failing row again under the conventions it did not declare; None: no hints
+    hints: Any = field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
         if self.orders is None:
@@ -284,6 +317,11 @@ class Impl:
     def checking(self, names) -> "Impl":
         """This record with the checks `names` added to those it promises (a run's --check)."""
         return replace(self, checks=tuple(dict.fromkeys(self.checks + tuple(names))))
+
+    def declaring(self, conventions: dict) -> "Impl":
+        """This record following `conventions` too (a run's convention options, once checked against its own): a
+        convention it follows is declared, so a hint never judges it otherwise."""
+        return replace(self, follows=tuple({**dict(self.follows), **conventions}.items()))
 
     @property
     def spec(self) -> str:
@@ -428,6 +466,11 @@ class Op:
         """Its own case fields' names -> their defaults on this op."""
         return {f.name: f.default for f in self.fields}
 
+    @property
+    def conventions(self) -> tuple[CaseField, ...]:
+        """The declarations of every convention its cases have: its own convention fields, then every op's."""
+        return tuple(f for f in self.fields if f.convention) + (OUTPUT_DTYPE, COMPUTE_DTYPE)
+
     # -- one case's interface: the op's own, and what the extensions whose field the case sets add
     def fields_without_extensions(self) -> tuple[CaseField, ...]:
         """Its case fields without those its extensions add: the case fields of a record built from this one that
@@ -465,10 +508,11 @@ class Op:
         return tuple(x_shape) if role == "x" else tuple(role(case))
 
     def output_dtype(self, case, name: str) -> str:
-        """The storage dtype an output is expected in: y promoted with the weight's under output_dtype=promote
-        (result_type(x, weight): a mixed case's f32; the input's when there is no weight). A tangent: its primal's."""
+        """The storage dtype an output is expected in: y promoted under output_dtype=promote (result_type over x
+        and every floating parameter and buffer the layer uses in the case, promotes_through: a mixed case's f32; the
+        input's when it uses none). A tangent: its primal's."""
         name = TANGENT_OUTPUTS.get(name, name)
-        if name == "y" and case.output_dtype == "promote" and case.has_weight:
+        if name == "y" and case.output_dtype == "promote" and self.promotes_through(case):
             return case.param_dtype  # (the wider of the two: a case's parameters are never narrower than x)
         if self._declared_dtype(name) is not None:
             return self.dtype_of(case, self._declared_dtype(name))
@@ -477,6 +521,13 @@ class Op:
         if name in self.saved_stats:
             return case.dtypes.moments
         return case.param_dtype
+
+    def promotes_through(self, case) -> tuple[str, ...]:
+        """The tensors in the parameter dtype that the layer computes y from in `case` (what output_dtype=promote
+        promotes x with): its weight and bias where given, and the running statistics where it normalises with
+        them (eval mode; a training step only updates them)."""
+        running = ("running_mean", "running_var") if self.running_stats and not case.training else ()
+        return ("weight",) * case.has_weight + ("bias",) * case.has_bias + running
 
     def dtype_note(self, case, name: str, got: str) -> str:
         """What to declare when an output came back in `got`, the dtype another output-dtype convention gives

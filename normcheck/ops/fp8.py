@@ -52,7 +52,8 @@ def scalar(case) -> tuple[int, ...]:
 
 FIELD = CaseField("fp8", None, "the implementation also returns y quantised to fp8 with a scale, and y's amax: e4m3 "
                   "(float8_e4m3fn) or e5m2 (float8_e5m2); the contract then passes scale= and fp8_dtype= and takes "
-                  "(y, y_fp8, amax) back", choices=FP8_FORMATS, metavar="FORMAT", label="fp8={}")
+                  "(y, y_fp8, amax) back", choices=FP8_FORMATS, metavar="FORMAT", label="fp8={}",
+                  probes=())  # (a hint never tries it: it changes the interface, not how the layer is defined)
 
 
 def refuse_arrays(case) -> None:

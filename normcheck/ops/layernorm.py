@@ -80,7 +80,8 @@ NORMALIZED_DIMS_FIELD = CaseField("normalized_dims", 1, "how many dims a set spa
 NORMALIZED_AT_FIELD = CaseField(
     "normalized_at", "trailing", "which K dims a set spans: trailing (the last K, F.layer_norm; the default) or "
     "channels (dims 1..K of N, C, ... input: channels-first, as ConvNeXt's LayerNorm2d)", choices=NORMALIZED_AT,
-    label="set={}", quiet="trailing")
+    label="set={}", quiet="trailing", meanings={"trailing": "normalises the last K dims",
+                                                "channels": "normalises dims 1..K (channels-first)"})
 
 
 def channels_first(case) -> bool:

@@ -44,7 +44,9 @@ SHARES = {
 REDUCES_GRADS = CaseField(
     "reduces_grads", "yes", "whether the function all-reduces the replicated γ/β gradients itself (yes, the "
     "default: every rank's must be the full sum, the same on every rank) or leaves that to the framework (no: each "
-    "rank's partial sum, which the world adds)", choices=("yes", "no"), label="reduces-grads={}", quiet="yes")
+    "rank's partial sum, which the world adds)", choices=("yes", "no"), label="reduces-grads={}", quiet="yes",
+    meanings={"yes": "all-reduces the replicated γ/β gradients itself",
+              "no": "leaves the replicated γ/β gradients' all-reduce to the framework"})
 
 WHY_ONCE = ("a double backward or forward mode across a world is not defined by normcheck yet (the cotangent of a replicated or "
             "sharded γ's gradient needs a convention of its own)")

@@ -29,10 +29,13 @@ RESIDUAL_DTYPES = ("input", "f32")
 RETURNS = ("y,h", "y")
 STREAM_RETURNED = {"returns": "y,h"}  # torch's composites return the stream: a convention they follow
 RESIDUAL_DTYPE = CaseField("residual_dtype", "input", "the residual stream's dtype: input (x's, the default) or f32 "
-                           "(float32 for half input)", choices=RESIDUAL_DTYPES, label="residual={}", quiet="input")
+                           "(float32 for half input)", choices=RESIDUAL_DTYPES, label="residual={}", quiet="input",
+                           meanings={"input": "keeps the residual stream in x's dtype",
+                                     "f32": "keeps the residual stream in float32"})
 RETURNS_FIELD = CaseField("returns", "y,h", "what the implementation returns: y,h (the norm's output and the new "
                           "residual stream, the default) or y (the norm's output alone)", choices=RETURNS,
-                          label="returns={}", quiet="y,h")
+                          label="returns={}", quiet="y,h", meanings={"y,h": "returns y and the residual stream h",
+                                                                     "y": "returns y alone"})
 WHY_ONCE = ("the double backward and forward mode of a residual add + norm are not judged yet: the directional-derivative formulas "
             "(reference.setwise) are a norm's of its own inputs, not of a prologue's")
 

@@ -109,10 +109,13 @@ BATCH_VARIANCE = KnownIssue(
     Signature(message=r"^not batch invariant"),
 )
 WEIGHT_OFFSET = CaseField("weight_offset", 0.0, "the implementation scales by w + F (1 for Gemma's zero-centred "
-                          "weight; default 0)", parse=float, metavar="F", label="w+{:g}", quiet=0.0)
+                          "weight; default 0)", parse=float, metavar="F", label="w+{:g}", quiet=0.0,
+                          probes=(0.0, 1.0), meanings={0.0: "scales by w", 1.0: "scales by 1 + w"})
 CASTING = CaseField("casting", "end", "where the implementation rounds to the input dtype: "
                     f"{' or '.join(CASTINGS)} (default end)", choices=CASTINGS, metavar="MODE", label="cast={}",
-                    quiet="end")
+                    quiet="end", meanings={"end": "rounds to the input dtype once, at the end",
+                                           "before-weight": "rounds x̂ to the input dtype before the weight",
+                                           "rstd-input": "rounds rstd and x · rstd to the input dtype before the weight"})
 
 
 def rms_norm_fp8(input, normalized_shape, weight=None, eps=None, *, scale, fp8_dtype):

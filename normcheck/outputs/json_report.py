@@ -61,6 +61,7 @@ def case_document(r: Report, backend: str | None = None, timeout: float | None =
         "max_ratio": _number(worst.max_ratio) if worst else None,
         "unit": r.unit,
         "tensors": [_tensor(t) for t in r.tensors],
+        "hint": None if r.hint is None else str(r.hint),
     }
 
 

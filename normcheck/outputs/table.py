@@ -27,6 +27,12 @@ def row(r: Report, colour: bool = False, seed: bool = False) -> str:
     return f"{verdict} {ratio}  {label:<52} {r.summary()}"
 
 
+def hint_line(r: Report) -> str | None:
+    """The line under a failing row (after its replay line) that says under which declared conventions it passes
+    (engine.hints); None when it has no hint."""
+    return None if r.hint is None else f"    hint: {r.hint}"
+
+
 def summary_line(op: str, impl: str, reports: list[Report], seconds: float) -> str:
     """'... 108 cases: 54 passed, 0 failed, 54 skipped in 4.1 s (54 of 108 cases tested)'."""
     tested = tested_count(reports)

@@ -26,12 +26,12 @@ import torch
 import torch.distributed as dist
 
 from ..cases import Case
-from ..core.errors import ImplError, UsageError
+from ..core.errors import ImplError, Unsupported, UsageError
 from ..core.loading import load_callable
 from ..frameworks.torch import run_rank
 from ..kernels.syncbn import cpu_primitives
 from .core import DEFAULT_TIMEOUT, CaseLimit, RankOutputs, positive_seconds
-from .failures import describe_failures, failure_of
+from .failures import declined, describe_failures, failure_of
 
 __all__ = ["EnvWorld", "close_env_world", "env_world"]
 
@@ -109,6 +109,9 @@ class EnvWorld:
         statuses: list = [None] * self.world_size
         dist.all_gather_object(statuses, status, group=self._control)
         failures = {r: s for r, s in enumerate(statuses) if s is not None}
+        reason = declined(failures, self.world_size)
+        if reason is not None:  # (every rank declined the case: a SKIP)
+            raise Unsupported(reason)
         if failures:
             raise ImplError(describe_failures(failures))
         gathered: list | None = [None] * self.world_size if self.rank == 0 else None

@@ -2,7 +2,8 @@
 ranks that caused it (not the peers that merely stopped waiting for them).
 
 A failure is (kind, text, collective): kind "impl" (an interface fault, ImplError), "raised" (an
-exception), "died" (the process ended) or "timed out"; `collective` names the collective the rank
+exception), "died" (the process ended), "timed out" or "unsupported" (the rank declined the case: it raised
+normcheck.Unsupported; every rank declining is a SKIP, `declined`); `collective` names the collective the rank
 was in when it failed, which makes it most likely a consequence of a peer.
 """
 from __future__ import annotations
@@ -11,10 +12,11 @@ import os
 import signal
 import traceback
 
-from ..core.errors import ImplError
+from ..core.errors import ImplError, Unsupported
 from ..core.text import exception_text, raised_at, rank_list
 
 Failure = tuple[str, str, "str | None"]
+UNSUPPORTED = "unsupported"
 
 
 def _torch_dirs() -> tuple[str, str]:
@@ -36,6 +38,8 @@ def collective_of(frames) -> str | None:
 def failure_of(e: BaseException) -> Failure:
     """(kind, text, collective) for an exception raised on a rank; `collective` names the
     torch.distributed call it came out of (then it is most likely a consequence of a peer)."""
+    if isinstance(e, Unsupported):  # (before ImplError: NotDifferentiable is both)
+        return UNSUPPORTED, str(e), None
     if isinstance(e, ImplError):
         return "impl", str(e), None
     collective = collective_of(traceback.extract_tb(e.__traceback__))
@@ -56,11 +60,21 @@ def describe_failures(failures: dict[int, Failure]) -> str:
     primary = {r: f for r, f in failures.items() if f[2] is None} or failures
     by_text: dict[str, list[int]] = {}
     for r in sorted(primary):
-        _, text, collective = primary[r]
+        kind, text, collective = primary[r]
+        if kind == UNSUPPORTED:  # (not every rank declined: `declined` makes that a SKIP)
+            text = f"declined the case (not supported: {text}) that other ranks ran"
         if collective is not None and collective != "a collective":
             text = f"{text} (in {collective})"
         by_text.setdefault(text, []).append(r)
     return "; ".join(f"{rank_list(ranks)}: {text}" for text, ranks in by_text.items())
+
+
+def declined(failures: dict[int, Failure], size: int) -> str | None:
+    """The reason when every one of the `size` ranks declined the case (raised Unsupported): the case is a SKIP
+    row; None otherwise."""
+    if len(failures) != size or any(kind != UNSUPPORTED for kind, _, _ in failures.values()):
+        return None
+    return "; ".join(dict.fromkeys(failures[r][1] for r in sorted(failures)))
 
 
 def exit_text(code: int | None) -> str:

@@ -11,7 +11,7 @@
 """
 from __future__ import annotations
 
-from ..core.errors import ImplError, NotDifferentiable, RaisedElsewhere, UsageError
+from ..core.errors import ImplError, NotDifferentiable, RaisedElsewhere, Unsupported, UsageError
 from ..frameworks import run_case
 from ..frameworks.torch.triton import interpret_here
 from .limits import CaseLimit
@@ -41,8 +41,9 @@ def run_isolated(impl, case, inputs, limit: CaseLimit):
         return details[0]
     if kind == "usage":
         raise UsageError(details[0])
-    if kind == "not-differentiable":
-        raise NotDifferentiable(details[0])
+    if kind == "unsupported":  # (it declined the case: its message is the SKIP row's reason)
+        message, not_differentiable = details
+        raise (NotDifferentiable if not_differentiable else Unsupported)(message)
     if kind in ("raised", "impl"):  # (an ImplError of the interface checks keeps its message as it is)
         raise RaisedElsewhere(*details)
     raise ImplError(details[0])

@@ -15,11 +15,11 @@ from typing import Callable
 import torch
 
 from ..cases import Case, CaseInputs
-from ..core.errors import CaseTimeout, ImplError
+from ..core.errors import CaseTimeout, ImplError, Unsupported
 from ..frameworks.torch import run_rank
 from ..kernels.syncbn import cpu_primitives
 from .core import DEFAULT_TIMEOUT, CaseLimit, RankOutputs
-from .failures import describe_failures, failure_of, never_joined, timed_out
+from .failures import declined, describe_failures, failure_of, never_joined, timed_out
 
 MAX_WORLD_SIZE = 64
 
@@ -162,6 +162,9 @@ def run_lockstep(case: Case, fn: Callable, timeout: float = DEFAULT_TIMEOUT,
         rendezvous.abort()  # a hung thread cannot be killed; it is a daemon and is abandoned
         raise CaseTimeout(timed_out(hung, timeout))
     if errors:
+        reason = declined({r: failure_of(e) for r, e in errors.items()}, size)
+        if reason is not None:
+            raise Unsupported(reason)
         timed = all(isinstance(e, RankFailed) and not e.deserted for e in errors.values())
         raise (CaseTimeout if timed else ImplError)(_describe(errors, size, timeout))
     return results  # type: ignore[return-value]

@@ -49,7 +49,7 @@ from collections.abc import Callable
 from multiprocessing.connection import wait as _wait_any
 
 from ..cases import Case
-from ..core.errors import CaseTimeout, ImplError, NotDifferentiable, UsageError
+from ..core.errors import CaseTimeout, ImplError, NotDifferentiable, Unsupported, UsageError
 from ..core.forkserver import context, main_hidden
 from ..core.loading import load_callable
 from ..core.text import clip, exception_text, raised_at, rank_list
@@ -57,7 +57,8 @@ from ..frameworks import FRAMEWORKS, run_case
 from ..frameworks.torch import run_rank
 from ..kernels.syncbn import cpu_primitives
 from .core import RankOutputs
-from .failures import _torch_dirs, collective_of, describe_failures, exit_text, failure_of, never_joined
+from .failures import UNSUPPORTED, _torch_dirs, collective_of, declined, describe_failures, exit_text, failure_of
+from .failures import never_joined
 from .limits import DEFAULT_TIMEOUT, CaseLimit, as_limit, positive_seconds
 
 STARTUP_TIMEOUT = 180.0       # all ranks imported torch and joined the group (8 ranks on 2 cores: ~15 s)
@@ -152,8 +153,8 @@ def _run_job(job, case, rank: int, group, size: int, fns: dict):
         return ("outputs", run_case(impl, case, inputs))
     except UsageError as e:
         return ("usage", str(e))
-    except NotDifferentiable as e:  # (an ImplError that is a SKIP, not a failure)
-        return ("not-differentiable", str(e))
+    except Unsupported as e:  # a SKIP, not a failure (NotDifferentiable is an ImplError too)
+        return ("unsupported", str(e), isinstance(e, NotDifferentiable))
     except ImplError as e:
         return ("impl", str(e), "", _ops_called(e))
     except BaseException as e:  # noqa: BLE001 - SystemExit from an implementation is a failure too
@@ -336,6 +337,7 @@ class _Workers:
         deadline = time.monotonic() + timeout
         results: dict[int, RankOutputs] = {}
         failures: dict[int, tuple[str, str, str | None]] = {}
+        declines: dict[int, tuple[str, str, str | None]] = {}  # ranks that declined the case (Unsupported): finished
         pending = set(range(self.size))
         first_failure = None
         look_at, last_look = None, None  # deadlock watch: once a rank has finished, are the others stuck?
@@ -344,9 +346,9 @@ class _Workers:
             limit = deadline if first_failure is None else min(deadline, first_failure + _FAILURE_GRACE)
             watching = look_at is not None and first_failure is None  # a failure ends the case anyway
             if watching and now >= look_at:
-                stuck = self._stuck(pending, sorted(results))
+                stuck = self._stuck(pending, sorted([*results, *declines]))
                 if stuck is not None and stuck == last_look:
-                    raise ImplError(stuck)
+                    raise ImplError(f"{describe_failures(declines)}; {stuck}" if declines else stuck)
                 look_at, last_look = now + _DEADLOCK_POLL, stuck
                 continue
             if now >= limit:
@@ -363,18 +365,20 @@ class _Workers:
                     failures[r] = ("died", self._death(r), None)
                 elif msg[0] != self.seq:
                     failures[r] = ("raised", f"answered case #{msg[0]} instead of #{self.seq}", None)
-                elif msg[1] == "ok":
-                    results[r] = msg[2]
+                elif msg[1] == "ok" or msg[2][0] == UNSUPPORTED:  # (a rank that declined the case finished it too)
+                    (results if msg[1] == "ok" else declines)[r] = msg[2]
                     if look_at is None:
                         look_at = time.monotonic() + _DEADLOCK_GRACE
                 else:
                     failures[r] = msg[2]
                 if failures and first_failure is None:
                     first_failure = time.monotonic()
-        if failures:
-            raise ImplError(describe_failures(failures))
+        if failures or (declines and results):
+            raise ImplError(describe_failures({**failures, **declines}))
         if pending:
-            raise CaseTimeout(self._timeout_message(pending, sorted(results), timeout))
+            raise CaseTimeout(self._timeout_message(pending, sorted([*results, *declines]), timeout))
+        if declines:  # (every rank declined the case: a SKIP)
+            raise Unsupported(declined(declines, self.size))
         return [results[r] for r in range(self.size)]
 
     def _read(self, r: int):
@@ -532,6 +536,8 @@ class WorkerPool:
                     workers.run_case(case, load, self.startup_timeout)
                     workers.loaded.add(key)
                 return limit.run(case, lambda seconds: workers.run_case(case, job, seconds))
+            except Unsupported:  # every rank declined and finished the case: the workers stay as after a success
+                raise
             except BaseException:  # ImplError, KeyboardInterrupt, ...: the workers' state is unknown
                 self._discard(kill=True)
                 raise

@@ -13,6 +13,7 @@ from functools import partial
 import numpy as np
 import torch
 import torch.autograd.forward_ad as fwAD
+from torch.autograd.function import once_differentiable
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -93,7 +94,9 @@ def reverse_mode(op, fn, case, t: TorchInputs, group=None, world_size: int = 1) 
 
 
 def called(op, fn, case, t: TorchInputs, group, world_size: int) -> dict[str, torch.Tensor]:
-    """fn's results under the op's contract, checked for shape, dtype and device."""
+    """fn's results under the op's contract, checked for shape, dtype and device. A layer given by its class
+    (frameworks.torch.layers.Layer) learns the case's own facts first (`for_case`)."""
+    fn = fn.for_case(case) if hasattr(fn, "for_case") else fn
     returned = results(op, case, op.call(fn, t, case, group, world_size), t.x.shape)
     for name, value in returned.items():
         if value.device != t.x.device:
@@ -106,9 +109,12 @@ def forward_mode(op, fn, case, t: TorchInputs, group=None, world_size: int = 1) 
     tangents (its directions ddx, ddweight, ddbias); order fwd runs the forward alone and takes y's tangent; fwd-rev
     also runs the backward through autograd and takes the gradients' tangents (forward-over-reverse)."""
     tangents = {"dx": t.ddx, "dweight": t.ddweight, "dbias": t.ddbias}
-    if case.order == "fwd-rev":
-        grad_leaves(t, case)  # (x, γ, β require grad before they are made dual: the gradients are of the duals)
     wrt = op.gradients
+    # x, γ, β require grad before they are made dual: fwd-rev's gradients are of the duals; and in both orders a
+    # torch.library custom op takes its autograd path (which says it has no jvp) only where an input requires grad,
+    # elsewhere it drops the tangents silently
+    for g in case.differentiated:
+        getattr(t, wrt[g]).requires_grad_()
     dual = replace(t, **{wrt[g]: fwAD.make_dual(getattr(t, wrt[g]), tangents[g]) for g in case.differentiated})
     try:
         out = called(op, fn, case, dual, group, world_size) if case.order == "fwd" else reverse_mode(
@@ -122,10 +128,41 @@ def forward_mode(op, fn, case, t: TorchInputs, group=None, world_size: int = 1) 
         if tangent is None and primal == "y":
             raise ImplError("y carries no tangent: the implementation computed it outside forward-mode AD "
                             "(a detached or copied result)")
-        if tangent is None:  # (a gradient computed outside autograd's reach: its backward has no forward derivative)
-            raise NotDifferentiable(f"no forward-mode derivative of its backward: {primal} carries no tangent")
+        if tangent is None:
+            tangent = missing_tangent(out, primal)
         out[name] = tangent
     return out
+
+
+def missing_tangent(out: Outputs, primal: str) -> torch.Tensor:
+    """The tangent of a gradient that carries none: its backward was computed outside forward-mode AD's reach (from
+    saved values, say). Taken as 0, so the comparison shows what that misses, as order 2 shows a backward not
+    differentiable through the statistics; a SKIP only where the implementation declares it (a backward marked
+    @once_differentiable)."""
+    once = once_differentiable_function(out["y"])
+    if once:
+        raise NotDifferentiable(f"no forward-mode derivative of its backward: {primal} carries no tangent, and "
+                                f"{once}'s backward is marked @once_differentiable")
+    return torch.zeros_like(out[primal])
+
+
+def once_differentiable_function(y: torch.Tensor) -> str:
+    """The name of a custom autograd.Function behind y whose backward is marked @once_differentiable, or ''."""
+    nodes, seen = [y.grad_fn], set()
+    while nodes:
+        node = nodes.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        function = getattr(node, "_forward_cls", None)  # (the Function class of a custom Function's node)
+        if getattr(getattr(function, "backward", None), "__code__", None) is _ONCE_DIFFERENTIABLE_CODE:
+            return function.__name__
+        nodes.extend(n for n, _ in node.next_functions)
+    return ""
+
+
+# The code of every backward torch's @once_differentiable wraps (functools.wraps keeps the name, not the code)
+_ONCE_DIFFERENTIABLE_CODE = once_differentiable(lambda ctx: None).__code__
 
 
 # What torch says when forward-mode AD meets code without a forward-mode formula (a custom Function without jvp,
@@ -176,7 +213,8 @@ _REFUSING_NODES = {"Error", "DelayedError", "NotImplemented"}
 # without a double-backward formula, a compiled backward)
 _NOT_TWICE = re.compile(r"once_differentiable|not implemented|does not require grad|is not differentiable twice"
                         r"|derivative for .* is not implemented"
-                        r"|does not currently support double backward", re.I)  # (torch.compile's AOTAutograd)
+                        r"|does not currently support double backward"  # (torch.compile's AOTAutograd)
+                        r"|no autograd formula was registered", re.I)  # (a custom op its backward calls: torch.library)
 
 
 def to_numpy(op, case, outputs: Outputs, x_shape: tuple[int, ...]) -> dict[str, np.ndarray]:

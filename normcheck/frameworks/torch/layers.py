@@ -1,0 +1,314 @@
+"""A layer given by its class: an `nn.Module` subclass (or a factory returning a configured module) judged as a
+function under its op's contract, with no adapter code of the user's.
+
+`Layer` is that function. Each call builds the module from the case (its constructor's arguments filled by their
+names: the sizes, groups, eps, momentum and the switches for the parameters and running statistics), binds the
+case's weight, bias and running statistics to the module's parameters and buffers by role, calls `forward` and
+writes a reassigned running statistic back into the case's tensor (the contract updates them in place). A case the
+constructor cannot express (no bias, a fixed eps, no running statistics, one size for several normalised dims) is
+declined with `Unsupported`, which the engine reports as a SKIP row saying which argument is missing. Nothing here
+knows an op: the contract's parameter names (from its signature) say what each argument of a call is.
+"""
+from __future__ import annotations
+
+import inspect
+from functools import partial
+from typing import Any, Callable
+
+import torch
+
+from ...core.errors import UsageError, Unsupported
+from ...core.loading import load_callable
+
+# What a constructor's (or a factory's) parameter means, by the names the popular model libraries give it
+SIZE_NAMES = ("normalized_shape", "hidden_size", "dim", "d_model", "n_embd", "embed_dim", "emb_dim", "embedding_dim",
+              "model_dim", "hidden_dim", "features", "num_features", "num_channels", "channels", "in_channels",
+              "n_channels", "hidden_channels", "normalized_dim", "size", "ndim", "d", "c", "width", "n_state")
+SHAPE_NAMES = ("normalized_shape",)  # sizes that take a tuple (the others one int: one normalised dim)
+GROUP_NAMES = ("num_groups", "groups", "n_groups", "num_group", "group_num", "g")
+EPS_NAMES = ("eps", "epsilon", "variance_epsilon", "norm_eps", "layer_norm_eps", "layer_norm_epsilon", "rms_norm_eps")
+MOMENTUM_NAMES = ("momentum",)
+AFFINE_NAMES = ("elementwise_affine", "element_affine", "affine", "use_affine", "learnable", "learnable_weight", "with_scale",
+                "use_scale")  # a switch for the weight (and the bias, where no switch of its own follows)
+BIAS_NAMES = ("bias", "use_bias", "with_bias", "add_bias", "elementwise_bias", "center")
+RUNNING_NAMES = ("track_running_stats",)
+IGNORED_NAMES = ("device", "dtype")  # (the module's tensors are replaced by the case's)
+# The module's tensors by role: the names layers give their parameters and buffers
+TENSOR_NAMES = {
+    "weight": ("weight", "gamma", "scale", "g", "w"),
+    "bias": ("bias", "beta", "shift", "b", "offset"),
+    "running_mean": ("running_mean", "moving_mean"),
+    "running_var": ("running_var", "moving_var"),
+}
+# The contract's data arguments a forward takes after the input, by the names forwards give them
+FORWARD_NAMES = {"residual": ("residual", "res", "residual_in", "skip"), "scale": ("scale",), "shift": ("shift",)}
+FILLED = SIZE_NAMES + GROUP_NAMES + EPS_NAMES + MOMENTUM_NAMES + AFFINE_NAMES + BIAS_NAMES + RUNNING_NAMES + \
+    IGNORED_NAMES
+
+
+def contract_parameters(signature: str) -> tuple[str, ...]:
+    """The positional parameters of a contract's signature text, `fn(input, weight, eps) -> ...`."""
+    listed = [p.strip() for p in signature.split("(", 1)[1].split(")", 1)[0].split(",")]
+    return tuple(listed[:listed.index("*")] if "*" in listed else listed)
+
+
+def is_layer_class(target) -> bool:
+    return isinstance(target, type) and issubclass(target, torch.nn.Module)
+
+
+def is_factory(fn: Callable) -> bool:
+    """`fn` returns a configured module: annotated so, or every parameter it requires is one a constructor of a norm
+    layer takes (sizes, groups, eps, ...)."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return False
+    returns = signature.return_annotation
+    if is_layer_class(returns) or (isinstance(returns, str) and returns.rsplit(".", 1)[-1] in ("Module", "nn.Module")):
+        return True
+    required = [p.name for p in signature.parameters.values() if p.default is p.empty
+                and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    return bool(required) and all(name.lower() in FILLED for name in required)
+
+
+class Layer:
+    """A layer class or factory called as a function under a contract whose positional parameters are `parameters`
+    (`contract_parameters`). `target`: the class or factory itself, or the `module:attr` spec it is loaded from where
+    it runs (a file's module is not importable by name in a worker process). Pickles when its target does."""
+
+    def __init__(self, target, parameters: tuple[str, ...], name: str):
+        self.target, self.parameters, self.name = target, tuple(parameters), name
+        self._loaded = None
+        self.check()
+
+    def __getstate__(self):
+        return {"target": self.target, "parameters": self.parameters, "name": self.name}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state, _loaded=None)
+
+    def __repr__(self):
+        return f"Layer({self.name})"
+
+    @property
+    def factory(self) -> Callable:
+        if self._loaded is None:
+            self._loaded = load_callable(self.target) if isinstance(self.target, str) else self.target
+        return self._loaded
+
+    @property
+    def kind(self) -> str:
+        return "constructor" if is_layer_class(self.factory) else "factory"
+
+    def _builder_parameters(self) -> list[inspect.Parameter]:
+        fn = self.factory.__init__ if is_layer_class(self.factory) else self.factory
+        params = list(inspect.signature(fn).parameters.values())
+        return params[1:] if is_layer_class(self.factory) else params  # (without self)
+
+    def check(self) -> None:
+        """One-line UsageError now (not on every case) for a constructor with arguments normcheck cannot fill, or a
+        forward that takes data the contract does not pass."""
+        try:
+            params = self._builder_parameters()
+        except (TypeError, ValueError):
+            return  # (no signature to read: trust it, a failure is a row)
+        unknown = [p.name for p in params if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+                   and p.name.lower() not in FILLED]
+        if unknown:
+            raise UsageError(f"{self.name}: cannot fill its {self.kind}'s argument{'s' * (len(unknown) > 1)} "
+                             f"{', '.join(unknown)} (normcheck fills sizes, groups, eps, momentum and the affine and "
+                             f"running-statistics switches by name); give a factory that takes the sizes and returns "
+                             f"the configured module")
+        if is_layer_class(self.factory):
+            self._forward_roles(self.factory.forward)
+
+    def _forward_roles(self, forward) -> list[str]:
+        """The contract roles a forward's parameters after the input take, in order (UsageError for one it needs
+        that the contract does not pass)."""
+        try:
+            params = list(inspect.signature(forward).parameters.values())
+        except (TypeError, ValueError):
+            return []
+        params = [p for p in params if p.name != "self" and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        roles = []
+        for p in params[1:]:
+            role = next((r for r, names in FORWARD_NAMES.items() if p.name.lower() in names and r in self.parameters),
+                        None)
+            if role is None and p.default is p.empty:
+                passed = [r for r in FORWARD_NAMES if r in self.parameters]
+                raise UsageError(f"{self.name}: its forward takes {p.name}, which the contract does not pass "
+                                 f"(it passes the input{''.join(', ' + r for r in passed)})")
+            if role is None:
+                break
+            roles.append(role)
+        return roles
+
+    # -- one call -----------------------------------------------------------------------------------------------
+    def for_case(self, case) -> Callable:
+        """This layer called on `case` (the torch adapter asks): a constructor takes a number for eps, so a case that
+        leaves eps to the dtype (eps=None) gives it the number that means there (Case.eps_value)."""
+        return partial(self.__call__, eps_none=case.eps_value if case.eps is None else None)
+
+    def __call__(self, *args, eps_none: float | None = None, **keywords):
+        given = dict(zip(self.parameters, args))
+        module = self.build(given, eps_none)
+        bound = self.bind(module, given)
+        forward_keywords = self._keywords(module, keywords)
+        data = [given[role] for role in self._forward_roles(module.forward)]
+        out = module(given["input"], *data, **forward_keywords)
+        self.write_back(bound, given)
+        return out
+
+    def build(self, given: dict[str, Any], eps_none: float | None = None) -> torch.nn.Module:
+        """The module, made by the constructor or factory with every argument it names that the case fills."""
+        arguments, params = {}, self._builder_parameters()
+        for p in params:
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                continue
+            value = self._argument(p, given, params, eps_none)
+            if value is not _LEAVE:
+                arguments[p.name] = value
+        module = self.factory(**arguments)
+        if not isinstance(module, torch.nn.Module):
+            raise UsageError(f"{self.name} returned {type(module).__name__}, not an nn.Module")
+        module = module.to(given["input"].device)
+        training = given.get("training", given.get("use_input_stats", True))
+        module.train(bool(training))
+        self._check_input_rank(module, given["input"])
+        self._check_fixed(module, given, {p.name.lower() for p in params})
+        return module
+
+    def _argument(self, p: inspect.Parameter, given: dict, params, eps_none: float | None) -> Any:
+        name = p.name.lower()
+        wants_weight, wants_bias = given.get("weight") is not None, given.get("bias") is not None
+        has_bias_switch = any(q.name.lower() in BIAS_NAMES for q in params)
+        if name in SIZE_NAMES:
+            return self._size(p, given)
+        if name in GROUP_NAMES and "num_groups" in given:
+            return given["num_groups"]
+        if name in EPS_NAMES and "eps" in given:
+            if given["eps"] is None and p.default is not None:  # (its default may not mean "the dtype's")
+                if eps_none is None:
+                    raise Unsupported(f"{self.name}'s {self.kind} takes a number for {p.name}; the case leaves eps "
+                                      "to the dtype (eps=None)")
+                return eps_none
+            return given["eps"]
+        if name in MOMENTUM_NAMES and "momentum" in given:
+            return given["momentum"]
+        if name in RUNNING_NAMES and "running_mean" in given:
+            return given["running_mean"] is not None
+        if name in BIAS_NAMES:  # (an op without a bias, RMSNorm's: a layer that can add one must not)
+            return wants_bias if "bias" in self.parameters else False
+        if name in AFFINE_NAMES:
+            if "bias" in self.parameters and not has_bias_switch and wants_weight != wants_bias:
+                raise Unsupported(f"{self.name}'s {self.kind} gives weight and bias together ({p.name}); the case has "
+                                  f"only the {'weight' if wants_weight else 'bias'}")
+            if wants_bias and not wants_weight:
+                raise Unsupported(f"{self.name}'s {self.kind} cannot give a bias without a weight ({p.name}); the case "
+                                  "has only the bias")
+            return wants_weight or wants_bias
+        return _LEAVE
+
+    def _size(self, p: inspect.Parameter, given: dict):
+        """The size a constructor's size argument takes: the normalised shape where the contract passes one (one int
+        for an argument that takes one size), else the channels."""
+        if "normalized_shape" not in given:
+            return int(given["input"].shape[1])
+        shape = tuple(int(s) for s in given["normalized_shape"])
+        if p.name.lower() in SHAPE_NAMES:
+            return shape
+        if len(shape) != 1:
+            raise Unsupported(f"{self.name}'s {self.kind} takes one size ({p.name}): it normalises one dim, the case "
+                              f"{len(shape)} dims {shape}")
+        return shape[0]
+
+    def _check_input_rank(self, module, x: torch.Tensor) -> None:
+        """torch's BatchNorm and InstanceNorm classes each take inputs of some ranks (BatchNorm2d: 4-D): another is
+        a case the layer does not take, not its bug."""
+        check = getattr(module, "_check_input_dim", None)
+        if check is None:
+            return
+        try:
+            check(x)
+        except ValueError as e:
+            raise Unsupported(f"{self.name} takes other input ranks ({e})") from None
+        unbatched = getattr(module, "_get_no_batch_dim", lambda: None)()
+        if x.dim() == unbatched:  # (InstanceNorm2d reads 3-D input as one (C, H, W) sample, not (N, C, L))
+            raise Unsupported(f"{self.name} reads {x.dim()}-D input as one unbatched sample, not (N, C, ...)")
+
+    def _check_fixed(self, module, given: dict, named: set[str]) -> None:
+        """A value the case sets that the constructor could not (eps, momentum) and the module holds otherwise."""
+        for role, names in (("eps", EPS_NAMES), ("momentum", MOMENTUM_NAMES)):
+            if role not in given or named & set(names):
+                continue
+            held = next((getattr(module, n) for n in names if isinstance(getattr(module, n, None), (int, float))),
+                        None)
+            if held is not None and held != given[role]:
+                raise Unsupported(f"{self.name} fixes {role} at {held:g} (its {self.kind} takes no {role}); the case has "
+                                  f"{role}={given[role]}")
+
+    def bind(self, module: torch.nn.Module, given: dict) -> dict[str, tuple[torch.nn.Module, str]]:
+        """The case's weight, bias and running statistics put in place of the module's tensors of those roles;
+        returns role -> (owning module, attribute) of each bound one."""
+        bound = {}
+        for role, names in TENSOR_NAMES.items():
+            if role not in self.parameters:
+                continue
+            found = _find(module, names)
+            value = given[role]
+            if value is None and found is None:
+                continue
+            if value is None:
+                raise Unsupported(f"{self.name} always has a {role} ({found[2]}); the case has none")
+            if found is None:
+                raise Unsupported(f"{self.name} has no {role} (no parameter or buffer named "
+                                  f"{' or '.join(names)}); the case has one")
+            owner, attribute, _ = found
+            held = getattr(owner, attribute)
+            if tuple(held.shape) != tuple(value.shape):
+                raise Unsupported(f"{self.name}'s {role} has shape {tuple(held.shape)}; the case's is "
+                                  f"{tuple(value.shape)}")
+            store = owner._parameters if attribute in owner._parameters else owner._buffers
+            store[attribute] = value
+            bound[role] = (owner, attribute)
+        return bound
+
+    @staticmethod
+    def write_back(bound: dict, given: dict) -> None:
+        """A running statistic the layer reassigned (self.running_mean = ...) rather than updated in place: its new
+        values into the case's tensor, which the contract updates in place."""
+        for role in ("running_mean", "running_var"):
+            if role in bound:
+                owner, attribute = bound[role]
+                now = getattr(owner, attribute)
+                if now is not given[role]:
+                    with torch.no_grad():
+                        given[role].copy_(now)
+
+    def _keywords(self, module, keywords: dict) -> dict:
+        """The contract's keywords (fp8's scale, fp8_dtype) where the forward takes them."""
+        if not keywords:
+            return {}
+        try:
+            params = inspect.signature(module.forward).parameters
+        except (TypeError, ValueError):
+            return keywords
+        missing = [k for k in keywords if k not in params]
+        if missing and not any(p.kind == p.VAR_KEYWORD for p in params.values()):
+            raise Unsupported(f"{self.name}'s forward takes no {', '.join(missing)} (the case's fp8 output)")
+        return keywords
+
+
+_LEAVE = object()  # a constructor argument left to its default
+
+
+def _find(module: torch.nn.Module, names: tuple[str, ...]):
+    """(owner, attribute, dotted name) of the one parameter or buffer of the module or its submodules whose own name
+    is one of `names`, the first name first (None: none)."""
+    for name in names:
+        hits = [(owner, name, f"{prefix}.{name}".lstrip(".")) for prefix, owner in module.named_modules()
+                if name in owner._parameters or name in owner._buffers]
+        hits = [h for h in hits if getattr(h[0], h[1]) is not None]
+        if hits:
+            return hits[0]
+    return None

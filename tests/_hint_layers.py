@@ -1,0 +1,15 @@
+"""Residual add + RMSNorm layers that follow a convention of their own (tests/test_hints.py), importable by name so
+that they run in the isolated worker."""
+from normcheck.ops.add_rmsnorm import add_rms_norm
+from normcheck.ops.rmsnorm import rms_norm
+
+
+def add_rms_norm_returning_y(input, residual, normalized_shape, weight, eps):
+    """The last norm of a network: y alone, no residual stream returned (returns=y)."""
+    return add_rms_norm(input, residual, normalized_shape, weight, eps)[0]
+
+
+def add_rms_norm_f32_stream(input, residual, normalized_shape, weight, eps):
+    """A fused kernel's residual stream: h kept in float32, y in the input dtype (residual_dtype=f32)."""
+    h = input.float() + residual.float()
+    return rms_norm(h, normalized_shape, weight, eps).to(input.dtype), h

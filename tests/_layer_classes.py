@@ -1,0 +1,173 @@
+"""Normalization layers as model libraries write them: `nn.Module` classes with their own constructors, parameter
+names and conventions, given to normcheck by class (`--impl tests._layer_classes:LlamaStyleRMSNorm`) with no adapter
+code. Each comment says what a run declares for it; the `Broken...` ones carry one real deviation each.
+Importable by name, so they run in the isolated worker."""
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class LlamaStyleRMSNorm(nn.Module):
+    """A Llama-style RMSNorm: `weight` and `variance_epsilon`, float32 statistics, x̂ rounded to the input dtype
+    before the weight multiplies it. Declares --casting before-weight --output-dtype promote --compute-dtype f32."""
+
+    def __init__(self, hidden_size, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.variance_epsilon = eps
+
+    def forward(self, hidden_states):
+        dtype = hidden_states.dtype
+        h = hidden_states.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
+        return self.weight * h.to(dtype)
+
+
+class BrokenHalfStatisticsRMSNorm(LlamaStyleRMSNorm):
+    """The Llama-style layer with its mean of squares taken in the input dtype (half sums in half precision)."""
+
+    def forward(self, hidden_states):
+        dtype = hidden_states.dtype
+        rstd = torch.rsqrt(hidden_states.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
+        return self.weight * (hidden_states.to(torch.float32) * rstd.to(torch.float32)).to(dtype)
+
+
+class GemmaStyleRMSNorm(nn.Module):
+    """Gemma-style: a zero-initialised `weight`, the layer scales by 1 + w formed in float32, y in the input dtype.
+    Declares --weight-offset 1 --compute-dtype f32."""
+
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x):
+        h = x.float()
+        out = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (out * (1.0 + self.weight.float())).type_as(x)
+
+
+class ChannelsFirstLayerNorm(nn.Module):
+    """A LayerNorm2d as vision libraries write it: statistics over the channels of (N, C, H, W) input, the channels
+    moved last for F.layer_norm and back. Declares --normalized-at channels."""
+
+    def __init__(self, num_channels, eps=1e-6, affine=True):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(num_channels)) if affine else None
+        self.bias = nn.Parameter(torch.zeros(num_channels)) if affine else None
+
+    def forward(self, x):
+        x = x.movedim(1, -1)
+        x = F.layer_norm(x, (x.shape[-1],), self.weight, self.bias, self.eps)
+        return x.movedim(-1, 1)
+
+
+class BrokenLastDimLayerNorm(ChannelsFirstLayerNorm):
+    """The channels-first LayerNorm normalising the last dim instead (a stride read wrongly, in effect)."""
+
+    def forward(self, x):
+        y = F.layer_norm(x, (x.shape[-1],), None, None, self.eps)
+        shape = (-1,) + (1,) * (x.dim() - 2)
+        return y if self.weight is None else y * self.weight.reshape(shape) + self.bias.reshape(shape)
+
+
+class FrozenBatchNorm2d(nn.Module):
+    """A frozen BatchNorm as detection libraries write it: weight, bias and the running statistics are buffers, the
+    layer always normalises with the running statistics and computes in their dtype. Declares --mode eval
+    --output-dtype promote (y comes back in result_type(x, its float32 buffers))."""
+
+    def __init__(self, num_features, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.register_buffer("weight", torch.ones(num_features))
+        self.register_buffer("bias", torch.zeros(num_features))
+        self.register_buffer("running_mean", torch.zeros(num_features))
+        self.register_buffer("running_var", torch.ones(num_features))
+
+    def forward(self, x):
+        scale = self.weight * (self.running_var + self.eps).rsqrt()
+        shift = self.bias - self.running_mean * scale
+        return x * scale.reshape(1, -1, 1, 1) + shift.reshape(1, -1, 1, 1)
+
+
+class BrokenFrozenBatchNorm2d(FrozenBatchNorm2d):
+    """The frozen BatchNorm with eps added outside the square root."""
+
+    def forward(self, x):
+        scale = self.weight * (self.running_var.rsqrt() + self.eps)
+        shift = self.bias - self.running_mean * scale
+        return x * scale.reshape(1, -1, 1, 1) + shift.reshape(1, -1, 1, 1)
+
+
+class ReassigningBatchNorm(nn.Module):
+    """A BatchNorm written out that reassigns its running statistics (self.running_mean = ...) instead of updating
+    them in place, and names them `moving_mean`/`moving_var` as some ports do."""
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1):
+        super().__init__()
+        self.eps, self.momentum = eps, momentum
+        self.weight = nn.Parameter(torch.ones(num_features))
+        self.bias = nn.Parameter(torch.zeros(num_features))
+        self.register_buffer("moving_mean", torch.zeros(num_features))
+        self.register_buffer("moving_var", torch.ones(num_features))
+
+    def forward(self, x):
+        dims = [d for d in range(x.dim()) if d != 1]
+        shape = [1, -1] + [1] * (x.dim() - 2)
+        if self.training:
+            mean, var = x.mean(dims), x.var(dims, unbiased=False)
+            n = x.numel() // x.shape[1]
+            with torch.no_grad():
+                self.moving_mean = (1 - self.momentum) * self.moving_mean + self.momentum * mean
+                self.moving_var = (1 - self.momentum) * self.moving_var + self.momentum * var * n / (n - 1)
+        else:
+            mean, var = self.moving_mean, self.moving_var
+        y = (x - mean.reshape(shape)) * torch.rsqrt(var.reshape(shape) + self.eps)
+        return y * self.weight.reshape(shape) + self.bias.reshape(shape)
+
+
+class AddRMSNorm(nn.Module):
+    """A fused-style residual add + RMSNorm module: forward(x, residual) -> (y, h), h = x + residual in x's dtype,
+    statistics in float32, y in x's dtype."""
+
+    def __init__(self, hidden_size, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.eps = eps
+
+    def forward(self, x, residual):
+        h = x + residual
+        f = h.float()
+        y = f * torch.rsqrt(f.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight.float()
+        return y.to(x.dtype), h
+
+
+class ConfiguredNorm(nn.Module):
+    """A layer whose constructor takes a config object (as model libraries' layers often do): normcheck cannot fill
+    `config`, so it is given through a factory (make_configured_norm)."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.norm = nn.LayerNorm(config["hidden"], eps=config["eps"])
+
+    def forward(self, x):
+        return self.norm(x)
+
+
+def make_configured_norm(hidden_size: int, eps: float) -> nn.Module:
+    """A factory: the sizes and eps in, the configured layer out."""
+    return ConfiguredNorm({"hidden": hidden_size, "eps": eps})
+
+
+class FixedEpsLayerNorm(nn.Module):
+    """A LayerNorm whose eps is fixed (no constructor argument): cases with another eps are not its to take."""
+
+    def __init__(self, normalized_shape):
+        super().__init__()
+        self.eps = 1e-5
+        self.weight = nn.Parameter(torch.ones(normalized_shape))
+        self.bias = nn.Parameter(torch.zeros(normalized_shape))
+
+    def forward(self, x):
+        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)

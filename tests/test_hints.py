@@ -1,0 +1,156 @@
+"""Hints: a failing row judged again under the conventions the implementation did not declare says under which it
+passes (engine.hints), never as a verdict; a wrong implementation gets none, a declared convention is never
+judged otherwise, and a passing run judges nothing again."""
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from normcheck import Case, resolve_impl
+from normcheck.cli import main
+from normcheck.engine import FAIL, judge
+from normcheck.engine.hints import SEARCHES
+from normcheck.pytest_plugin import failure_message
+
+LAYERS = "tests._real_layers"
+LLAMA = {"casting": "before-weight", "output_dtype": "promote", "compute_dtype": "f32"}
+MIXED_RMS = Case("rmsnorm", (8, 64), dtype="bf16", param_dtype="f32")
+
+
+def judged(op: str, spec: str, case: Case, declared: dict | None = None):
+    """(the report of `spec` on `case`, its bound record: the hint search's probes are on it)."""
+    impl = resolve_impl(op, spec).declaring(declared or {})
+    return judge(case, impl), impl
+
+
+@pytest.mark.parametrize("op, spec, case, declarations", [
+    ("layernorm", f"{LAYERS}:promoting_layer_norm", Case("layernorm", (8, 64), dtype="bf16", param_dtype="f32"),
+     {"output_dtype": "promote"}),
+    ("layernorm", f"{LAYERS}:fp32_layer_norm", Case("layernorm", (8, 64), dtype="f64"), {"compute_dtype": "f32"}),
+    ("rmsnorm", f"{LAYERS}:rms_before_weight", MIXED_RMS, {"casting": "before-weight"}),
+    ("rmsnorm", f"{LAYERS}:gemma_rms_norm", Case("rmsnorm", (8, 64), dtype="bf16"), {"weight_offset": 1.0}),
+    ("layernorm", f"{LAYERS}:convnext_layer_norm", Case("layernorm", (4, 6, 5, 5)), {"normalized_at": "channels"}),
+    ("layernorm", f"{LAYERS}:layer_norm_2d", Case("layernorm", (4, 6, 5, 5)), {"normalized_at": "channels"}),
+    ("add_rmsnorm", "tests._hint_layers:add_rms_norm_returning_y", Case("add_rmsnorm", (8, 64)), {"returns": "y"}),
+    ("add_rmsnorm", "tests._hint_layers:add_rms_norm_f32_stream", Case("add_rmsnorm", (8, 64), dtype="bf16"),
+     {"residual_dtype": "f32"}),
+], ids=lambda v: v.split(":")[-1] if isinstance(v, str) and ":" in v else None)
+def test_a_layer_that_follows_an_undeclared_convention_fails_with_a_hint_naming_it(op, spec, case, declarations):
+    report, _ = judged(op, spec, case)
+    assert report.verdict == FAIL and report.hint is not None, report.summary()
+    assert dict(report.hint.declarations) == declarations
+    assert judge(case.with_(**declarations), resolve_impl(op, spec)).verdict != FAIL  # (the hint is right)
+
+
+def test_the_hint_names_the_option_and_what_following_it_means():
+    report, _ = judged("layernorm", f"{LAYERS}:fp32_layer_norm", Case("layernorm", (8, 64), dtype="f64"))
+    assert str(report.hint) == ("it passes with --compute-dtype f32 declared (the implementation computes in float32 at "
+                                "most): declare it if that is how it is written")
+    gemma, _ = judged("rmsnorm", f"{LAYERS}:gemma_rms_norm", Case("rmsnorm", (8, 64)))
+    assert "--weight-offset 1 declared (the implementation scales by 1 + w)" in str(gemma.hint)
+
+
+def test_a_llama_style_rms_norm_needs_two_declarations_and_the_hint_names_both():
+    report, _ = judged("rmsnorm", f"{LAYERS}:llama_rms_norm", MIXED_RMS)
+    assert report.verdict == FAIL and report.message.startswith("y has dtype f32"), report.summary()
+    assert report.hint.declarations == (("output_dtype", "promote"), ("casting", "before-weight"))
+    assert str(report.hint).startswith("it passes with --output-dtype promote --casting before-weight declared (the "
+                                       "implementation returns y as result_type over x and its parameters and "
+                                       "buffers and rounds x̂ to the input dtype before the weight): declare them")
+
+
+def test_a_declared_convention_is_never_judged_otherwise():
+    declared = {"output_dtype": "input"}  # (wrongly: the layer promotes, so nothing else can make it pass)
+    report, impl = judged("rmsnorm", f"{LAYERS}:llama_rms_norm", MIXED_RMS, declared)
+    assert report.verdict == FAIL and report.hint is None
+    assert impl.hints.probes > 0 and not any("output_dtype" in probe for probe in impl.hints.probed)
+
+
+def test_the_command_lines_convention_options_are_declarations():
+    argv = ["compare", "--op", "rmsnorm", "--impl", f"{LAYERS}:llama_rms_norm", "--shape", "8,64", "--dtype",
+            "mixed-bf16"]
+    hints = {}
+    for declared in ([], ["--output-dtype", "input"]):
+        out = io.StringIO()
+        assert main(argv + declared, out) == 1
+        hints[bool(declared)] = [line for line in out.getvalue().splitlines() if line.startswith("    hint: ")]
+    assert hints[False] == ["    hint: it passes with --output-dtype promote --casting before-weight declared (the "
+                            "implementation returns y as result_type over x and its parameters and buffers and rounds x̂ to "
+                            "the input dtype before the weight): declare them if that is how it is written"]
+    assert hints[True] == []
+
+
+@pytest.mark.parametrize("declared", [{}, LLAMA], ids=["nothing declared", "everything declared"])
+def test_a_wrong_implementation_that_no_declaration_explains_gets_no_hint(declared):
+    case = MIXED_RMS.with_(**declared)
+    report, impl = judged("rmsnorm", f"{LAYERS}:llama_rms_norm_off_by_a_little", case, declared)
+    assert report.verdict == FAIL and report.hint is None, report.summary()
+    assert impl.hints.probes > 0  # (searched, and found nothing)
+
+
+def test_a_bug_that_only_a_wider_budget_would_hide_gets_no_hint():
+    """A float64 naive variance's cancellation passes float32's budget by a factor of 10^6: an error that size says
+    nothing of a layer computing in float32, so compute_dtype f32 explains nothing."""
+    from tests.mutants.batchnorm import naive_variance
+
+    case = Case("batchnorm", (1025, 3), "f64", profile="offset", frozen="params")
+    report, impl = judged("batchnorm", naive_variance, case)
+    assert report.verdict == FAIL and report.hint is None, report.summary()
+    assert {"compute_dtype": "f32"} in impl.hints.probed
+    assert judge(case.with_(compute_dtype="f32"), resolve_impl("batchnorm", naive_variance)).verdict != FAIL
+
+
+def test_a_passing_run_judges_nothing_again():
+    impl = resolve_impl("layernorm", f"{LAYERS}:fp32_layer_norm")
+    cases = [Case("layernorm", shape, dtype=dtype) for shape in ((8, 64), (4, 3, 16)) for dtype in ("f32", "bf16")]
+    assert all(judge(case, impl).verdict != FAIL for case in cases)
+    assert impl.hints.probes == 0
+
+
+def test_a_run_searches_its_first_failing_rows_only_and_retries_what_explained_one():
+    wrong = resolve_impl("rmsnorm", f"{LAYERS}:llama_rms_norm_off_by_a_little")
+    probes = []
+    for seed in range(SEARCHES + 2):
+        assert judge(MIXED_RMS.with_(seed=seed), wrong).hint is None
+        probes.append(wrong.hints.probes)
+    assert probes[SEARCHES - 1] > probes[SEARCHES - 2] and probes[SEARCHES - 1] == probes[-1]  # the budget is spent
+    before_weight = resolve_impl("rmsnorm", f"{LAYERS}:rms_before_weight")
+    first = judge(MIXED_RMS, before_weight)
+    searched = before_weight.hints.probes
+    again = judge(MIXED_RMS.with_(shape=(16, 256)), before_weight)
+    assert first.hint is not None and again.hint == first.hint
+    assert before_weight.hints.probed[searched:] == [{"casting": "before-weight"}]  # one probe: what explained a row
+
+
+def test_a_row_that_ran_out_of_time_is_not_searched():
+    """No declaration explains a hang, and every probe of one would wait out a limit (and count as a case that
+    timed out: tests/test_stuck.py)."""
+    impl = resolve_impl("batchnorm", "tests._solo_faults:hangs_on_bf16", timeout=1.5)
+    report = judge(Case("batchnorm", (4, 3, 5), "bf16"), impl)
+    assert report.verdict == FAIL and report.message.startswith("timed out after"), report.summary()
+    assert report.hint is None and impl.hints.probes == 0
+
+
+def test_hints_can_be_switched_off():
+    impl = resolve_impl("rmsnorm", f"{LAYERS}:gemma_rms_norm", hints=False)
+    report = judge(Case("rmsnorm", (8, 64)), impl)
+    assert report.verdict == FAIL and report.hint is None and impl.hints is None
+    out = io.StringIO()
+    assert main(["compare", "--op", "rmsnorm", "--impl", f"{LAYERS}:gemma_rms_norm", "--shape", "8,64",
+                 "--no-hints"], out) == 1
+    assert "hint:" not in out.getvalue()
+
+
+def test_the_json_report_and_the_plugins_failure_text_carry_the_hint():
+    out = io.StringIO()
+    assert main(["compare", "--op", "rmsnorm", "--impl", f"{LAYERS}:gemma_rms_norm", "--shape", "8,64", "--json"],
+                out) == 1
+    assert json.loads(out.getvalue())["cases"][0]["hint"].startswith("it passes with --weight-offset 1 declared")
+    report, _ = judged("rmsnorm", f"{LAYERS}:llama_rms_norm", MIXED_RMS)
+    text = failure_message(report, None)
+    assert text.splitlines()[-1].startswith(
+        "hint: it passes with --normcheck-output-dtype promote --normcheck-casting before-weight declared")
+    returns, _ = judged("add_rmsnorm", "tests._hint_layers:add_rms_norm_returning_y", Case("add_rmsnorm", (8, 64)))
+    assert "hint: it passes with --normcheck-follows returns=y declared" in failure_message(returns, None)

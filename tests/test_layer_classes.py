@@ -1,0 +1,159 @@
+"""Layers given by their class (or a factory), with no adapter code: normcheck builds each from the case by its
+constructor's argument names, binds the case's weight, bias and running statistics by role, and judges forward like a
+function. Correct layers pass with the declarations their source implies; each broken one fails for its own
+deviation; a case the constructor cannot express is a SKIP saying which argument is missing."""
+import pytest
+
+from normcheck import Case, UsageError, compare
+from normcheck.cli import main
+from normcheck.engine.report import FAIL, PASS, SKIP
+
+LAYERS = "tests._layer_classes"
+OK = (PASS, "MISTRUSTED")
+
+
+def judged(op, layer, case):
+    return compare(op, f"{LAYERS}:{layer}" if isinstance(layer, str) else layer, case)
+
+
+# -- torch's own classes, by spec: every family builds from its constructor -----------------------------------------
+@pytest.mark.parametrize("op, spec, case", [
+    ("layernorm", "torch.nn:LayerNorm", Case("layernorm", (4, 6, 10), "f64", normalized_dims=2)),
+    ("layernorm", "torch.nn:LayerNorm", Case("layernorm", (4, 6, 10), "f32", affine="weight")),
+    ("rmsnorm", "torch.nn:RMSNorm", Case("rmsnorm", (5, 16), "f32", eps=None)),
+    ("groupnorm", "torch.nn:GroupNorm", Case("groupnorm", (2, 6, 5, 5), "f64", groups=3)),
+    ("groupnorm", "torch.nn:GroupNorm", Case("groupnorm", (2, 6, 5, 5), "f32", groups=2, affine="weight")),
+    ("batchnorm", "torch.nn:BatchNorm2d", Case("batchnorm", (4, 3, 5, 5), "f64")),
+    ("batchnorm", "torch.nn:BatchNorm2d", Case("batchnorm", (4, 3, 5, 5), "f32", mode="eval")),
+    ("instancenorm", "torch.nn:InstanceNorm2d", Case("instancenorm", (2, 3, 5, 5), "f64")),
+])
+def test_torch_classes_pass(op, spec, case):
+    report = compare(op, spec, case)
+    assert report.verdict in OK, report.summary()
+
+
+@pytest.mark.parametrize("op, spec, case, why", [
+    ("layernorm", f"{LAYERS}:ChannelsFirstLayerNorm",
+     Case("layernorm", (2, 6, 5, 5), "f32", affine="weight", normalized_at="channels"),
+     "gives weight and bias together (affine)"),
+    ("layernorm", "torch.nn:LayerNorm", Case("layernorm", (4, 6, 10), "f32", affine="bias"),
+     "cannot give a bias without a weight"),
+    ("batchnorm", "torch.nn:BatchNorm2d", Case("batchnorm", (4, 3), "f32"), "takes other input ranks"),
+])
+def test_cases_a_constructor_cannot_express_skip(op, spec, case, why):
+    report = compare(op, spec, case)
+    assert report.verdict == SKIP and why in report.message, report.summary()
+
+
+# -- layers as model libraries write them ---------------------------------------------------------------------------
+LLAMA = dict(casting="before-weight", output_dtype="promote", compute_dtype="f32")
+
+
+@pytest.mark.parametrize("dtype, param", [("f32", None), ("bf16", None), ("bf16", "f32"), ("f16", "f32"), ("f64", None)])
+def test_llama_style_rmsnorm_passes_declared(dtype, param):
+    report = judged("rmsnorm", "LlamaStyleRMSNorm", Case("rmsnorm", (6, 64), dtype, param, **LLAMA))
+    assert report.verdict in OK, report.summary()
+
+
+def test_eps_none_gives_the_layer_the_number_it_means():
+    """A constructor takes a number: a case that leaves eps to the dtype hands it the number that means there."""
+    report = judged("rmsnorm", "LlamaStyleRMSNorm", Case("rmsnorm", (6, 64), "f64", eps=None, profile="tiny", **LLAMA))
+    assert report.verdict in OK, report.summary()
+
+
+def test_half_statistics_fail_where_llama_passes():
+    case = Case("rmsnorm", (6, 4096), "bf16", "f32", profile="offset", **LLAMA)
+    assert judged("rmsnorm", "LlamaStyleRMSNorm", case).verdict in OK
+    assert judged("rmsnorm", "BrokenHalfStatisticsRMSNorm", case).verdict == FAIL
+
+
+def test_one_size_constructor_skips_several_normalised_dims():
+    report = judged("rmsnorm", "LlamaStyleRMSNorm", Case("rmsnorm", (2, 3, 8), "f32", normalized_dims=2, **LLAMA))
+    assert report.verdict == SKIP and "takes one size (hidden_size)" in report.message
+
+
+def test_a_layer_with_a_weight_skips_cases_without_one():
+    report = judged("rmsnorm", "LlamaStyleRMSNorm", Case("rmsnorm", (2, 8), "f32", affine=False, **LLAMA))
+    assert report.verdict == SKIP and "always has a weight" in report.message
+
+
+def test_gemma_style_needs_its_weight_offset():
+    case = Case("rmsnorm", (4, 32), "bf16", "f32", compute_dtype="f32")
+    assert judged("rmsnorm", "GemmaStyleRMSNorm", case).verdict == FAIL
+    from dataclasses import replace
+    assert judged("rmsnorm", "GemmaStyleRMSNorm", replace(case, weight_offset=1.0)).verdict in OK
+
+
+@pytest.mark.parametrize("shape, fmt", [((2, 6, 5, 7), "contiguous"), ((2, 6, 5, 7), "channels_last"),
+                                        ((3, 4, 9), "contiguous")])
+def test_channels_first_layernorm(shape, fmt):
+    case = Case("layernorm", shape, "f32", x_format=fmt, normalized_at="channels")
+    assert judged("layernorm", "ChannelsFirstLayerNorm", case).verdict in OK
+    assert judged("layernorm", "BrokenLastDimLayerNorm", case).verdict == FAIL
+
+
+def test_frozen_batchnorm_promotes_through_its_running_statistics():
+    """Mixed precision: y = x·scale + shift with float32 buffers is float32, which promote now means."""
+    case = Case("batchnorm", (4, 3, 5, 5), "bf16", "f32", mode="eval", output_dtype="promote")
+    assert judged("batchnorm", "FrozenBatchNorm2d", case).verdict in OK
+    assert judged("batchnorm", "BrokenFrozenBatchNorm2d", case).verdict == FAIL
+
+
+def test_frozen_batchnorm_binds_buffers_as_parameters():
+    """Its weight and bias are buffers: bound by role all the same, and their gradients come back."""
+    report = judged("batchnorm", "FrozenBatchNorm2d", Case("batchnorm", (4, 3, 5, 5), "f64", mode="eval"))
+    assert report.verdict in OK and {"dweight", "dbias"} <= {t.name for t in report.tensors}
+
+
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_reassigned_running_statistics_are_read_back(mode):
+    report = judged("batchnorm", "ReassigningBatchNorm", Case("batchnorm", (6, 3, 4), "f64", mode=mode))
+    assert report.verdict in OK, report.summary()
+    assert {"running_mean", "running_var"} <= {t.name for t in report.tensors}
+
+
+def test_add_rmsnorm_module_takes_the_residual():
+    report = judged("add_rmsnorm", "AddRMSNorm", Case("add_rmsnorm", (4, 32), "f32"))
+    assert report.verdict in OK, report.summary()
+
+
+def test_a_factory_builds_an_unusual_constructor():
+    report = judged("layernorm", "make_configured_norm", Case("layernorm", (4, 6, 10), "f64"))
+    assert report.verdict in OK, report.summary()
+
+
+def test_a_constructor_normcheck_cannot_fill_is_one_line():
+    with pytest.raises(UsageError, match=r"cannot fill its constructor's argument config .*give a factory"):
+        compare("layernorm", f"{LAYERS}:ConfiguredNorm", Case("layernorm", (4, 10), "f32"))
+
+
+def test_a_fixed_eps_skips_other_eps():
+    assert judged("layernorm", "FixedEpsLayerNorm", Case("layernorm", (4, 10), "f32", eps=1e-5)).verdict in OK
+    report = judged("layernorm", "FixedEpsLayerNorm", Case("layernorm", (4, 10), "f32", eps=1e-2))
+    assert report.verdict == SKIP and "fixes eps at 1e-05" in report.message
+
+
+def test_a_class_object_works_like_its_spec():
+    from tests._layer_classes import LlamaStyleRMSNorm
+    assert compare("rmsnorm", LlamaStyleRMSNorm, Case("rmsnorm", (3, 16), "f32", **LLAMA)).verdict in OK
+
+
+def test_distributed_ops_take_functions_only():
+    with pytest.raises(UsageError, match="single-process ops"):
+        compare("syncbn", "torch.nn:BatchNorm2d", Case("syncbn", (4, 3, 5, 5), "f32", split=(2, 2)))
+
+
+def test_the_cli_sweeps_a_layer_class(capsys):
+    """The default sweep of torch's own LayerNorm class, as a user would run it: no FAIL (what it cannot express is
+    SKIP); known issues of torch's kernels follow into it as for any code that calls them."""
+    status = main(["compare", "--op", "layernorm", "--impl", "torch.nn:LayerNorm", "--order", "1"])
+    out = capsys.readouterr().out
+    assert status == 0, out[-3000:]
+    assert "SKIP" in out and "passed" in out.splitlines()[-1]
+
+
+def test_promote_counts_a_bias_only_layer():
+    """A bias-only layer adds its float32 bias to half x: result_type(x, bias) is float32."""
+    case = Case("layernorm", (4, 32), "bf16", "f32", affine="bias", output_dtype="promote", compute_dtype="f32")
+    assert compare("layernorm", "tests._real_layers:promoting_layer_norm", case).verdict in OK
+
