@@ -357,8 +357,9 @@ def run_compare(args, out) -> int:
                     if args.traceback and report.traceback:
                         progress.print(indent(report.traceback.rstrip(), "    | "), out)
                     progress.print(f"    replay: {report_replay(report, backend, timeout, args.impl)}", out)
-                    if hint_line(report):  # (after the replay line, which scripts read right under the row)
-                        progress.print(hint_line(report), out)
+                    hint = hint_line(report)
+                    if hint:  # (after the replay line, which scripts read right under the row)
+                        progress.print(hint, out)
             if args.maxfail and sum(r.verdict == FAIL for r in reports) >= args.maxfail:
                 stopped = f"stopped after {args.maxfail} failing case{'s' if args.maxfail > 1 else ''} (--maxfail)"
                 break

@@ -38,12 +38,12 @@ def check_tensor(name: str, value, shape: tuple[int, ...], dtype: torch.dtype | 
     return value
 
 
-def grad_leaves(t: TorchInputs, case) -> dict[str, torch.Tensor]:
-    """The inputs the case differentiates with respect to (Case.grads) made to require grad, keyed by the
-    name of their gradient; a frozen one stays as it is."""
+def grad_leaves(t: TorchInputs, case, gradients: tuple[str, ...] | None = None) -> dict[str, torch.Tensor]:
+    """The inputs the case differentiates with respect to (Case.grads, or the named `gradients`) made to require
+    grad, keyed by the name of their gradient; a frozen one stays as it is."""
     named = {"x": t.x, "weight": t.weight, "bias": t.bias, **t.extra}
     wrt = case.record.gradients
-    return {k: named[wrt[k]].requires_grad_() for k in case.grads}
+    return {k: named[wrt[k]].requires_grad_() for k in (case.grads if gradients is None else gradients)}
 
 
 def differentiate(op, fn, case, t: TorchInputs, group=None, world_size: int = 1) -> Outputs:
@@ -113,8 +113,7 @@ def forward_mode(op, fn, case, t: TorchInputs, group=None, world_size: int = 1) 
     # x, γ, β require grad before they are made dual: fwd-rev's gradients are of the duals; and in both orders a
     # torch.library custom op takes its autograd path (which says it has no jvp) only where an input requires grad,
     # elsewhere it drops the tangents silently
-    for g in case.differentiated:
-        getattr(t, wrt[g]).requires_grad_()
+    grad_leaves(t, case, case.differentiated)
     dual = replace(t, **{wrt[g]: fwAD.make_dual(getattr(t, wrt[g]), tangents[g]) for g in case.differentiated})
     try:
         out = called(op, fn, case, dual, group, world_size) if case.order == "fwd" else reverse_mode(
