@@ -9,16 +9,19 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
 from textwrap import indent
 
 from .cases import Case
 from .cases.case import CONVENTIONS, FROZEN, MODES, OP_FIELDS, ORDERS, takers_of
-from .cases.sweep import field_value, fixed_sweep, order_value
+from .cases.narrowing import Narrowing
+from .cases.sweep import default_sweep, field_value, order_value
 from .cases.tokens import decode_case
 from .core.errors import ImplError, Unsupported, UsageError
 from .doctor import run_doctor
+from .frameworks.torch.triton import INTERPRETER_ELEMENT_SCALE
 from .engine import FAIL, KNOWN, judge, nothing_tested, runs_per_case
 from .impls import backend_of, check_world, list_impls, resolve_impl, support_text
 from .numerics.dtypes import COMPUTE_DTYPES, DTYPE_CHOICES, OUTPUT_DTYPES, parse_dtype
@@ -39,10 +42,8 @@ from .worlds.limits import FLOOR, MULTIPLE, STUCK_AFTER
 
 
 
-# Case options that, when given, replace the default sweep with explicitly built cases. The
-# conventions (--weight-offset, --casting, --output-dtype, --compute-dtype) say how the implementation defines
-# the layer instead, and the fixing options (--mode, --frozen, --order, --eps, --momentum, --affine: sweep.FIXABLE)
-# fix one field: they apply to every case of the sweep and to explicit cases alike.
+# Case options beyond the path's (--mode, --frozen, --order, --eps, --momentum, --affine) and the conventions: every
+# one fixes its factor on every case of the sweep (cases.narrowing); --one-case builds one case from them instead.
 _CASE_OPTIONS = ("shape", "dtype", "memory_format", *(f for f in OP_FIELDS if f not in CONVENTIONS), "profile",
                  "world_size", "split")
 _DEFAULT_SHAPE = (4, 6, 5, 5)
@@ -70,35 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--impl", default=None, help="a registered name (see `normcheck list`) or module:attr")
     cmp.add_argument("--framework", metavar="NAME", help="the contract a module:attr function follows: torch (the "
                      "default), or jax / tf (the op's array contract, `normcheck list`)")
-    cmp.add_argument("--shape", type=_int_list, help="N,C[,D][,H][,W]")
-    cmp.add_argument("--dtype", help=f"one of {', '.join(DTYPE_CHOICES)}")
-    cmp.add_argument("--memory-format", help=f"X[:DY], each one of {', '.join(FORMATS)}")
-    for f in (CASE_FIELDS[name] for name in OP_FIELDS):  # the ops' own fields, as their records declare them
-        cmp.add_argument(f"--{f.option}", type=_field_value(f), metavar=f.metavar or "|".join(map(str, f.choices)) or None,
-                         help=f"{', '.join(takers_of(f.name))}: {f.help}")
-    cmp.add_argument("--output-dtype", choices=OUTPUT_DTYPES, help="the dtype the implementation returns y in: input "
-                     "(x's, the default) or promote (result_type over x and every floating parameter and buffer the layer uses "
-                     "in the case: weight, bias, and the running statistics in eval mode; f32 for f16/bf16 x with any "
-                     "of them in f32)")
-    cmp.add_argument("--compute-dtype", choices=COMPUTE_DTYPES, help="the finest precision the implementation "
-                     "computes in: f64 (as fine as the input, the default) or f32 (float32 at most: f64 cases get "
-                     "float32's budget)")
-    cmp.add_argument("--mode", choices=MODES, help="train (batch statistics, the default) or eval (running "
-                     "statistics, left unchanged): batchnorm, syncbn, instancenorm")
-    cmp.add_argument("--frozen", choices=FROZEN, help="which inputs do not require grad: x (only parameter "
-                     "gradients), params (only dx) or none (the default)")
-    cmp.add_argument("--order", type=_order, choices=ORDERS, metavar="|".join(map(str, ORDERS)),
-                     help="1; 2: also the double backward (the gradients of <ddx, dx> + <ddw, dw> + <ddb, db> for "
-                     "random cotangents); fwd: forward mode, the JVP of y along random tangents of x, w, b; fwd-rev: "
-                     "forward-over-reverse, the backward and the JVPs of y and of the gradients (Hessian-vector "
-                     "products)")
-    cmp.add_argument("--profile", help=f"one of {', '.join(PROFILES)}")
-    cmp.add_argument("--eps", type=_eps, help="a number, or none (RMSNorm: the dtype's default)")
-    cmp.add_argument("--momentum", type=float, help="running-stat momentum (default 0.1)")
-    cmp.add_argument("--no-affine", action="store_true", help="weight and bias are None (--affine none)")
-    cmp.add_argument("--affine", metavar="WHICH", help="the parameters given: both (default), weight, bias or none")
-    cmp.add_argument("--world-size", type=int, help="syncbn: number of ranks (the batch is split evenly)")
-    cmp.add_argument("--split", type=_int_list, help="syncbn: per-rank batch sizes, e.g. 3,0,5 (0: an empty rank)")
+    _add_case_options(cmp)
     cmp.add_argument("--backend", choices=BACKENDS + PARALLEL_LAYOUTS, help="a distributed op's world: where ranks "
                      "run (default: the recipe's own, gloo for torch's function and user code); or a parallel layout "
                      "of layernorm or rmsnorm, which runs its parallel op in its own world (--op layernorm --backend "
@@ -135,15 +108,55 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--plot", metavar="PNG",
                      help="also draw budget ratios per channel or group (needs the plot extra)")
 
+    cmp.add_argument("--one-case", action="store_true", help="run one case built from the case options (their "
+                     "defaults for the rest: 4,6,5,5 f32 contiguous normal) instead of the sweep they narrow")
+
     lst = sub.add_parser("list", help="list ops and implementations")
     lst.add_argument("--op", choices=sorted(OPS))
     lst.add_argument("--json", action="store_true")
     lst.add_argument("--coverage", action="store_true",
                      help="with --op: what its default sweep covers (each factor value and pair of values, with "
-                          "how many cases cover it)")
+                          "how many cases cover it); with case options, the sweep they narrow")
+    _add_case_options(lst)
 
     sub.add_parser("doctor", help="what this machine can run: torch, CUDA, nvcc, normcheck's kernels")
     return parser
+
+
+def _add_case_options(parser) -> None:
+    """The case options, shared by compare and list --coverage. Each fixes its factor on every case of the sweep, and
+    the covering design covers the rest (--one-case: one case built from them instead)."""
+    parser.add_argument("--shape", type=_int_list, help="N,C[,D][,H][,W]: every case has this shape (the sweep covers "
+                        "dtypes, layouts, profiles, eps and paths at it)")
+    parser.add_argument("--dtype", help=f"every case in this dtype, one of {', '.join(DTYPE_CHOICES)}")
+    parser.add_argument("--memory-format", help=f"X[:DY], each one of {', '.join(FORMATS)}: every case in this layout")
+    for f in (CASE_FIELDS[name] for name in OP_FIELDS):  # the ops' own fields, as their records declare them
+        parser.add_argument(f"--{f.option}", type=_field_value(f), metavar=f.metavar or "|".join(map(str, f.choices)) or None,
+                         help=f"{', '.join(takers_of(f.name))}: {f.help}")
+    parser.add_argument("--output-dtype", choices=OUTPUT_DTYPES, help="the dtype the implementation returns y in: input "
+                     "(x's, the default) or promote (result_type over x and every floating parameter and buffer the layer uses "
+                     "in the case: weight, bias, and the running statistics in eval mode; f32 for f16/bf16 x with any "
+                     "of them in f32)")
+    parser.add_argument("--compute-dtype", choices=COMPUTE_DTYPES, help="the finest precision the implementation "
+                     "computes in: f64 (as fine as the input, the default) or f32 (float32 at most: f64 cases get "
+                     "float32's budget)")
+    parser.add_argument("--mode", choices=MODES, help="train (batch statistics, the default) or eval (running "
+                     "statistics, left unchanged): batchnorm, syncbn, instancenorm")
+    parser.add_argument("--frozen", choices=FROZEN, help="which inputs do not require grad: x (only parameter "
+                     "gradients), params (only dx) or none (the default)")
+    parser.add_argument("--order", type=_order, choices=ORDERS, metavar="|".join(map(str, ORDERS)),
+                     help="1; 2: also the double backward (the gradients of <ddx, dx> + <ddw, dw> + <ddb, db> for "
+                     "random cotangents); fwd: forward mode, the JVP of y along random tangents of x, w, b; fwd-rev: "
+                     "forward-over-reverse, the backward and the JVPs of y and of the gradients (Hessian-vector "
+                     "products)")
+    parser.add_argument("--profile", help=f"every case's values from this profile, one of {', '.join(PROFILES)}")
+    parser.add_argument("--eps", type=_eps, help="a number, or none (RMSNorm: the dtype's default)")
+    parser.add_argument("--momentum", type=float, help="running-stat momentum (default 0.1)")
+    parser.add_argument("--no-affine", action="store_true", help="weight and bias are None (--affine none)")
+    parser.add_argument("--affine", metavar="WHICH", help="the parameters given: both (default), weight, bias or none")
+    parser.add_argument("--world-size", type=int, help="distributed ops: every case over this many ranks (the sweep's splits of that many ranks; "
+                        "with --one-case the extent is split evenly)")
+    parser.add_argument("--split", type=_int_list, help="distributed ops: every case with these per-rank shares of the split axis, e.g. 3,0,5 (0: an empty rank)")
 
 
 def _int_list(text: str) -> tuple[int, ...]:
@@ -191,7 +204,7 @@ def _positive(text: str) -> int:
 
 
 def build_cases(args, impl=None) -> list[Case]:
-    """The cases to run: a --case token's, explicit ones from case options, or the default sweep (in the layouts
+    """The cases to run: a --case token's, --one-case's, or the default sweep narrowed by the case options (in the layouts
     the implementation can express, Impl.formats, and the splits, Impl.shares); all in the conventions it follows (Impl.follows) or
     --weight-offset / --casting say."""
     follows = dict(impl.follows) if impl is not None else {}
@@ -209,7 +222,7 @@ def declared_conventions(args) -> dict:
 
 
 def _fixed(args) -> dict:
-    """The fields the run fixes on every case (sweep.FIXABLE), as Case values."""
+    """The fields of the path the run fixes on every case (mode, frozen, order, eps, momentum, affine), as Case values."""
     fixed = {k: getattr(args, k) for k in ("mode", "frozen", "order", "momentum") if getattr(args, k) is not None}
     if args.eps is not None:
         fixed["eps"] = None if args.eps == _NO_EPS else args.eps
@@ -219,24 +232,50 @@ def _fixed(args) -> dict:
 
 
 def _build_cases(args, conventions: dict, impl) -> list[Case]:
-    given = [k for k in (*_CASE_OPTIONS, "cases", "seed") if _is_given(getattr(args, k))]
+    given = [k for k in (*_CASE_OPTIONS, "cases", "seed", "one_case") if _is_given(getattr(args, k))]
     fixed = _fixed(args)
     if args.case is not None:
         return [_token_case(args, [*given, *(k for k in CONVENTIONS if getattr(args, k) is not None),
                                    *(("no_affine" if k == "affine" and args.no_affine else k) for k in fixed)])]
-    explicit = any(k in _CASE_OPTIONS for k in given)
     first = args.seed or 0
     seeds = range(first, first + (args.cases or 1))
-    if not explicit:
-        cases = [case for seed in seeds
-                 for case in fixed_sweep(args.op, fixed, seed, tuple(conventions.items()),
-                                         formats=impl and impl.formats, shares=impl and impl.shares)]
-        if get_op(args.op).distributed and args.backend == "env":  # the launcher fixed the world size
-            size = env_world(args.timeout).world_size
-            cases = [c for c in cases if len(c.split) == size]
-            if not cases:
-                raise UsageError(f"the default sweep has no case for world size {size}; give --split")
-        return cases
+    if args.one_case:
+        return _one_case(args, conventions, fixed, seeds)
+    narrowing = narrowing_of(args, conventions)
+    if impl is not None and impl.triton_interpret:
+        narrowing = replace(narrowing, element_scale=INTERPRETER_ELEMENT_SCALE)
+    if get_op(args.op).distributed and args.backend == "env":  # the launcher fixed the world size
+        size = env_world(args.timeout).world_size
+        if narrowing.world_size not in (None, size):
+            raise UsageError(f"--world-size {narrowing.world_size}: torchrun started {size} ranks")
+        narrowing = replace(narrowing, world_size=size)
+    return [case for seed in seeds
+            for case in default_sweep(args.op, seed, formats=impl and impl.formats, shares=impl and impl.shares,
+                                      narrowing=narrowing)]
+
+
+def narrowing_of(args, conventions: dict) -> Narrowing:
+    """What the run's case options fix on every case of the sweep (cases.narrowing): each option its factor."""
+    fields = {**conventions, **_fixed(args)}
+    if args.dtype is not None:
+        spec = parse_dtype(args.dtype)
+        fields.update(dtype=spec.dtype, param_dtype=spec.param_dtype)
+    if args.memory_format is not None:
+        x_format, _, dy_format = args.memory_format.partition(":")
+        fields.update(x_format=x_format, dy_format=dy_format or x_format)
+    if args.profile is not None:
+        fields["profile"] = args.profile
+    fields.update({name: getattr(args, name) for name in OP_FIELDS if getattr(args, name) is not None})
+    if args.shape is not None:
+        fields["shape"] = args.shape
+    _check_world_options(args)
+    if args.split is not None:
+        fields["split"] = args.split
+    return Narrowing.of(fields, args.world_size)
+
+
+def _one_case(args, conventions: dict, fixed: dict, seeds) -> list[Case]:
+    """--one-case: the case the options describe, their defaults for the rest."""
     spec = parse_dtype(args.dtype or "f32")
     x_format, _, dy_format = (args.memory_format or "contiguous").partition(":")
     own = dict(get_op(args.op).case_fields)  # the op's own fields, defaulted; given ones win (and an op
@@ -246,7 +285,6 @@ def _build_cases(args, conventions: dict, impl) -> list[Case]:
     return [Case(args.op, shape, spec.dtype, spec.param_dtype, x_format, dy_format or None, args.profile or "normal",
                  seed=seed, split=split, **own, **fixed)
             for seed in seeds]
-
 
 
 def _affine(args) -> bool | str:
@@ -281,25 +319,32 @@ def _token_case(args, given: list[str]) -> Case:
     return case
 
 
-def _shape_and_split(args) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
-    """--split fixes N when --shape does not; --world-size alone splits N as evenly as possible."""
-    op = get_op(args.op)
-    if not op.distributed:
+def _check_world_options(args) -> None:
+    if not get_op(args.op).distributed:
         if args.split is not None or args.world_size is not None:
             raise UsageError(f"--split and --world-size apply to {', '.join(distributed_ops())} only, not {args.op}")
-        return args.shape or _DEFAULT_SHAPE, None
+        return
     split = args.split
     if split is not None and args.world_size is not None and len(split) != args.world_size:
         raise UsageError(f"--split has {len(split)} ranks but --world-size is {args.world_size}")
     if split is not None and any(s < 0 for s in split):
         raise UsageError(f"--split {','.join(map(str, split))} has a negative size")
+    if args.world_size is not None and args.world_size < 1:
+        raise UsageError(f"--world-size must be >= 1, got {args.world_size}")
+
+
+def _shape_and_split(args) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
+    """--split fixes N when --shape does not; --world-size alone splits N as evenly as possible."""
+    op = get_op(args.op)
+    _check_world_options(args)
+    if not op.distributed:
+        return args.shape or _DEFAULT_SHAPE, None
+    split = args.split
     shape = args.shape or _DEFAULT_SHAPE
     if split is not None and not args.shape:  # the split fixes the length of the axis it divides (Op.layout)
         shape = (sum(split),) + shape[1:] if op.layout.axis == ROWS else shape[:-1] + (sum(split),)
     if split is None:
         world = 1 if args.world_size is None else args.world_size
-        if world < 1:
-            raise UsageError(f"--world-size must be >= 1, got {world}")
         extent = op.layout.extent(shape)
         split = tuple(extent // world + (r < extent % world) for r in range(world))
     return shape, split
@@ -444,7 +489,7 @@ def run_list(args, out) -> int:
     if args.coverage:
         if not args.op:
             raise UsageError("--coverage needs --op OP (the op whose default sweep it describes)")
-        doc = coverage_document(args.op)
+        doc = coverage_document(args.op, narrowing_of(args, declared_conventions(args)))
         print(json.dumps(doc, indent=1, ensure_ascii=False) if args.json else coverage_text(doc), file=out)
         return 0
     ops = [get_op(args.op)] if args.op else list(OPS.values())

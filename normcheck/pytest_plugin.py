@@ -4,8 +4,11 @@
            [--normcheck-device cpu|cuda|cuda:N|mps|...] [--normcheck-triton-interpret]
            [--normcheck-profile ci|dev|thorough] [--normcheck-mode eval] [--normcheck-frozen x|params]
            [--normcheck-order 2|fwd|fwd-rev] [--normcheck-eps E] [--normcheck-momentum M] [--normcheck-affine WHICH]
+           [--normcheck-dtype D] [--normcheck-shape N,C,...] [--normcheck-memory-format X[:DY]]
+           [--normcheck-value-profile P] [--normcheck-groups G] [--normcheck-normalized-dims K]
+           [--normcheck-world-size W] [--normcheck-split S,S,...]   (each fixes its factor; the sweep covers the rest)
            [--normcheck-normalized-at trailing|channels] [--normcheck-casting MODE] [--normcheck-weight-offset F] [--normcheck-output-dtype input|promote]
-           [--normcheck-compute-dtype f64|f32] [--normcheck-residual-dtype input|f32] [--normcheck-fp8 e4m3|e5m2]
+           [--normcheck-compute-dtype f64|f32] [--normcheck-fp8 e4m3|e5m2] [--normcheck-residual-dtype input|f32]
            [--normcheck-follows NAME=VALUE ...]   (any convention the op's record declares, e.g. returns=y)
 
 adds normcheck's suite (normcheck/suite/, shipped inside the package so it runs from any
@@ -39,8 +42,7 @@ class Options:
     backend: str | None     # the world SyncBN ranks run in; None for single-process ops
     profile: str            # a key of normcheck.cases.budgets.PROFILES
     timeout: float | None   # --normcheck-timeout (None: the limit follows the cases' measured times)
-    fixed: dict             # --normcheck-mode/-frozen/-order/-eps/-momentum/-affine given: every case takes them
-    follows: tuple          # the conventions every case follows: the implementation's, and those the options declare
+    narrowing: object       # cases.narrowing.Narrowing: what every case takes (the case options given, the conventions)
 
 
 OPTIONS = pytest.StashKey[Options]()
@@ -52,12 +54,23 @@ _SPELLED_OPTIONS = (
     ("normalized-at", "trailing|channels", "LayerNorm, RMSNorm: the last K dims or dims 1..K"),
     ("casting", "end|before-weight|rstd-input", "RMSNorm: where the layer rounds to the input dtype"),
     ("weight-offset", "F", "RMSNorm: the layer scales by w + F"),
-    ("residual-dtype", "input|f32", "add + norm: the residual stream's dtype"),
     ("fp8", "e4m3|e5m2", "LayerNorm, RMSNorm: y also returned quantised to fp8, with its amax"),
     ("output-dtype", "input|promote", "the dtype y comes back in: x's, or result_type over x and every parameter "
      "and buffer the layer uses"),
     ("compute-dtype", "f64|f32", "the finest precision the layer computes in"))
 _SPELLED = tuple(name.replace("-", "_") for name, _, _ in _SPELLED_OPTIONS)
+# The case options beyond the path's: each fixes its factor on every case (--normcheck-profile is hypothesis's budget,
+# so the value profile is --normcheck-value-profile)
+_NARROWING_OPTIONS = (
+    ("dtype", "D", "f64, f32, f16, bf16, mixed-f16 or mixed-bf16"),
+    ("shape", "N,C[,D][,H][,W]", "the shape: the sweep covers the rest at it"),
+    ("memory-format", "X[:DY]", "the layout of x and dy"),
+    ("value-profile", "P", "the value profile: normal, offset, near_constant, ..."),
+    ("groups", "G", "GroupNorm: the number of groups"),
+    ("normalized-dims", "K", "LayerNorm, RMSNorm: how many dims a set spans"),
+    ("residual-dtype", "input|f32", "add + norm: the residual stream's dtype"),
+    ("world-size", "W", "distributed ops: the number of ranks"),
+    ("split", "S,S,...", "distributed ops: the per-rank shares of the split axis"))
 
 
 def pytest_addoption(parser):
@@ -88,6 +101,9 @@ def pytest_addoption(parser):
                                ("affine", "both|weight|bias|none", "the parameters given")):
         group.addoption(f"--normcheck-{name}", metavar=values,
                         help=f"every case takes this value ({what}); default: the sweep's own mix")
+    for name, values, what in _NARROWING_OPTIONS:
+        group.addoption(f"--normcheck-{name}", metavar=values, help=f"every case takes this value ({what}); the sweep "
+                        "covers the rest (as `normcheck compare --" + name.replace("value-", "") + "`)")
     # The conventions with an option of their own (this module imports no normcheck until --normcheck-op is given,
     # so it cannot read the ops' records here); any convention a record declares is --normcheck-follows NAME=VALUE
     for name, values, what in _SPELLED_OPTIONS:
@@ -175,10 +191,12 @@ def _options(config) -> Options:
         raise pytest.UsageError('the normcheck suite needs hypothesis: pip install "normcheck[pytest]"') from None
     from normcheck.cases.budgets import PROFILES
     from normcheck.cases.case import CONVENTIONS, default_conventions
-    from normcheck.cases.sweep import FIXABLE, field_value, fixed_sweep
+    from normcheck.cases.narrowing import Narrowing
+    from normcheck.frameworks.torch.triton import INTERPRETER_ELEMENT_SCALE
+    from normcheck.cases.sweep import default_sweep, field_value
     from normcheck.core.errors import UsageError
     from normcheck.impls import backend_of, resolve_impl
-    from normcheck.ops import OPS, distributed_ops
+    from normcheck.ops import CASE_FIELDS, OPS, distributed_ops
 
     if op not in OPS:
         raise pytest.UsageError(f"--normcheck-op {op!r} is not an op; choose one of {', '.join(OPS)}")
@@ -201,23 +219,74 @@ def _options(config) -> Options:
                                 .replace("--device ", "--normcheck-device ", 1)
                                 .replace("--triton-interpret", "--normcheck-triton-interpret", 1)) from None
     try:
-        fixed = {name: field_value(name, config.getoption(f"normcheck_{name}")) for name in FIXABLE
+        fixed = {name: field_value(name, config.getoption(f"normcheck_{name}")) for name in _PATH
                  if config.getoption(f"normcheck_{name}") is not None}
-        declared = {name: field_value(name, text) for name, text in _conventions_given(config, CONVENTIONS)}
+        spelled = {name: field_value(name, text) for name, text in _conventions_given(config, CASE_FIELDS)}
+        declared = {name: value for name, value in spelled.items() if name in CONVENTIONS}
         follows = {**default_conventions(op), **dict(impl.follows), **declared}  # (generated cases draw them all)
         for name, value in impl.follows:
             if follows[name] != value:
                 raise UsageError(f"--normcheck-{name.replace('_', '-')} {follows[name]}: {impl.name} follows "
                                  f"{name}={value}")
-        fixed_sweep(op, fixed, follows=tuple(follows.items()))  # what no case can take is refused now, in one line
+        narrowing = Narrowing.of({**follows, **spelled, **fixed, **_narrowing_fields(config)},
+                                 _integer(config, "world_size"),
+                                 INTERPRETER_ELEMENT_SCALE if impl.triton_interpret else None)
+        if narrowing.world_size is not None and not OPS[op].distributed:
+            raise UsageError(f"--normcheck-world-size applies to {', '.join(distributed_ops())} only, not {op}")
+        default_sweep(op, narrowing=narrowing)  # what no case can take is refused now, in one line
     except UsageError as e:
         raise pytest.UsageError(str(e)) from None
     impl = impl.checking(config.getoption("normcheck_check")).declaring(declared)  # (a hint never probes them)
-    return Options(op, impl, backend_of(impl), profile, timeout, fixed, tuple(follows.items()))
+    return Options(op, impl, backend_of(impl), profile, timeout, narrowing)
 
 
-def _conventions_given(config, conventions: tuple[str, ...]) -> list[tuple[str, str]]:
-    """(name, text) of each convention the run gives: its own option, or --normcheck-follows NAME=VALUE."""
+# The path's options (each a Case field of that name)
+_PATH = ("mode", "frozen", "order", "eps", "momentum", "affine")
+
+
+def _narrowing_fields(config) -> dict:
+    """The Case fields the narrowing options give (UsageError for a value that is not one)."""
+    from normcheck.cases.sweep import field_value
+    from normcheck.core.errors import UsageError
+    from normcheck.numerics.dtypes import parse_dtype
+
+    fields = {}
+    text = config.getoption("normcheck_dtype")
+    if text is not None:
+        spec = parse_dtype(text)
+        fields.update(dtype=spec.dtype, param_dtype=spec.param_dtype)
+    text = config.getoption("normcheck_memory_format")
+    if text is not None:
+        x_format, _, dy_format = text.partition(":")
+        fields.update(x_format=x_format, dy_format=dy_format or x_format)
+    if config.getoption("normcheck_value_profile") is not None:
+        fields["profile"] = config.getoption("normcheck_value_profile")
+    for name in ("groups", "normalized_dims", "residual_dtype"):
+        if config.getoption(f"normcheck_{name}") is not None:
+            fields[name] = field_value(name, config.getoption(f"normcheck_{name}"))
+    for name in ("shape", "split"):
+        text = config.getoption(f"normcheck_{name}")
+        if text is not None:
+            try:
+                fields[name] = tuple(int(v) for v in text.split(","))
+            except ValueError:
+                raise UsageError(f"--normcheck-{name} {text!r} is not a comma-separated list of integers") from None
+    return fields
+
+
+def _integer(config, name: str) -> int | None:
+    from normcheck.core.errors import UsageError
+
+    text = config.getoption(f"normcheck_{name}")
+    if text is None:
+        return None
+    if not text.strip().isdigit():
+        raise UsageError(f"--normcheck-{name.replace('_', '-')} must be an integer >= 1, got {text!r}")
+    return int(text)
+
+
+def _conventions_given(config, conventions) -> list[tuple[str, str]]:
+    """(name, text) of each op field the run gives: a convention's own option, or --normcheck-follows NAME=VALUE."""
     given = [(name, config.getoption(f"normcheck_{name}")) for name in _SPELLED
              if config.getoption(f"normcheck_{name}") is not None]
     for item in config.getoption("normcheck_follows"):

@@ -10,6 +10,7 @@ def add_rms_norm_returning_y(input, residual, normalized_shape, weight, eps):
 
 
 def add_rms_norm_f32_stream(input, residual, normalized_shape, weight, eps):
-    """A fused kernel's residual stream: h kept in float32, y in the input dtype (residual_dtype=f32)."""
+    """A kernel that keeps the residual stream in float32 whatever residual it is given (`residual_in_fp32`): h always
+    float32, y in the input dtype. It takes float32 streams only (--residual-dtype f32 narrows the sweep to them)."""
     h = input.float() + residual.float()
     return rms_norm(h, normalized_shape, weight, eps).to(input.dtype), h

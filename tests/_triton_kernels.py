@@ -17,6 +17,7 @@ worker process before it imports this module: @triton.jit decides there whether 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
 import torch
@@ -226,3 +227,10 @@ def rms_norm_tail_other_one(input, normalized_shape, weight=None, eps=None):
 def rms_norm_partials_reduced_once(input, normalized_shape, weight=None, eps=None):
     return _rms_norm(input, normalized_shape, weight, eps, Bugs(every_partial=False))
 
+
+
+def waits_for_other_programs(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """A layer that runs past any limit, as a persistent kernel whose programs wait for one another does in the
+    interpreter (which runs them one after another): it sleeps, then is F.layer_norm."""
+    time.sleep(60)
+    return torch.nn.functional.layer_norm(input, normalized_shape, weight, bias, eps)

@@ -38,8 +38,8 @@ def test_the_batches_hold_the_cases_rows_where_they_say():
 @pytest.mark.parametrize("op", ["layernorm", "add_layernorm", "groupnorm"])
 def test_batch_invariant_code_passes_the_check_on_a_slice_of_its_sweep(op):
     impl = checked(op, "torch")
-    reports = [compare(op, impl, c) for c in default_sweep(op, follows=impl.follows)[::9]
-               if c.x_format == "contiguous" and c.numel <= 1 << 16]
+    small = [c for c in default_sweep(op, follows=impl.follows) if c.x_format == "contiguous" and c.numel <= 1 << 16]
+    reports = [compare(op, impl, c) for c in small[::4][:5]]
     assert reports and all(r.verdict != FAIL for r in reports), [r.summary() for r in reports if r.verdict == FAIL]
     assert any(r.verdict == PASS for r in reports)
 

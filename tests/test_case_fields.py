@@ -82,7 +82,7 @@ def test_the_plugin_takes_any_declared_convention(pytester):
 
 
 def test_the_cli_judges_the_form_that_returns_y_alone(capsys):
-    assert main(["compare", "--op", "add_layernorm", "--impl", "tests.mutants.add_layernorm:fused_y_only",
+    assert main(["compare", "--one-case", "--op", "add_layernorm", "--impl", "tests.mutants.add_layernorm:fused_y_only",
                  "--shape", "3,16", "--dtype", "bf16"]) == 0
     assert " returns=y " in capsys.readouterr().out
     assert main(["compare", "--op", "add_layernorm", "--impl", "torch", "--returns", "y"]) == 2

@@ -11,6 +11,7 @@ import pytest
 from normcheck import Case
 from normcheck.cli import main
 from normcheck.cases.tokens import encode_case
+from normcheck.cases.narrowing import Narrowing
 from normcheck.cases.sweep import default_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,7 +59,7 @@ def test_a_mutant_given_as_impl_exits_1_with_replay_lines(op, mutant):
 
 
 def test_explicit_case_options_and_cases_count():
-    code, out = run("compare", "--op", "groupnorm", "--shape", "2,8,4,4", "--groups", "4", "--dtype", "mixed-bf16",
+    code, out = run("compare", "--one-case", "--op", "groupnorm", "--shape", "2,8,4,4", "--groups", "4", "--dtype", "mixed-bf16",
                     "--memory-format", "channels_last:contiguous", "--profile", "exact", "--cases", "3", "--seed", "9")
     rows = out.strip().splitlines()
     assert code == 0 and len(rows) == 4
@@ -66,7 +67,7 @@ def test_explicit_case_options_and_cases_count():
 
 
 def test_json_report():
-    code, out = run("compare", "--op", "batchnorm", "--shape", "4,3,5", "--json")
+    code, out = run("compare", "--one-case", "--op", "batchnorm", "--shape", "4,3,5", "--json")
     data = json.loads(out)
     assert code == 0 and data["summary"]["pass"] == 1 and data["impl"] == "torch" and data["exit_status"] == 0
     tensors = {t["name"]: t for t in data["cases"][0]["tensors"]}
@@ -102,7 +103,7 @@ def test_user_impl_from_a_file(tmp_path):
         "import torch.nn.functional as F\n"
         "def bn(x, rm, rv, w, b, training, momentum, eps):\n"
         "    return F.batch_norm(x, rm, rv, w, b, training, momentum, eps)\n")
-    code, out = run("compare", "--op", "batchnorm", "--impl", f"{tmp_path / 'mybn.py'}:bn", "--shape", "3,2,4")
+    code, out = run("compare", "--one-case", "--op", "batchnorm", "--impl", f"{tmp_path / 'mybn.py'}:bn", "--shape", "3,2,4")
     assert code == 0 and out.splitlines()[0].startswith("PASS")
 
 
@@ -120,30 +121,30 @@ def test_a_user_file_may_define_dataclasses_and_shadows_no_module(tmp_path):
         "def bn(x, rm, rv, w, b, training, momentum, eps):\n"
         "    assert Blocks().rows == 4\n"
         "    return F.batch_norm(x, rm, rv, w, b, training, momentum, eps)\n")
-    code, out = run("compare", "--op", "batchnorm", "--impl", f"{tmp_path / 'json.py'}:bn", "--shape", "3,2,4")
+    code, out = run("compare", "--one-case", "--op", "batchnorm", "--impl", f"{tmp_path / 'json.py'}:bn", "--shape", "3,2,4")
     assert code == 0 and out.splitlines()[0].startswith("PASS")
     assert json.dumps({"a": 1}) == '{"a": 1}'
 
 
 def test_user_impl_module_is_importable_from_the_current_directory(tmp_path):
     (tmp_path / "mygn.py").write_text("from torch.nn.functional import group_norm as gn\n")
-    proc = run_process("compare", "--op", "groupnorm", "--impl", "mygn:gn", "--shape", "2,4,3", "--groups", "2",
+    proc = run_process("compare", "--one-case", "--op", "groupnorm", "--impl", "mygn:gn", "--shape", "2,4,3", "--groups", "2",
                        cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
 
 
 def test_eps_zero_is_legal_where_the_op_takes_it():
-    assert main(["compare", "--op", "batchnorm", "--shape", "4,3", "--eps", "0", "--mode", "eval"]) == 0
-    assert main(["compare", "--op", "layernorm", "--shape", "4,3", "--eps", "0"]) == 0
+    assert main(["compare", "--one-case", "--op", "batchnorm", "--shape", "4,3", "--eps", "0", "--mode", "eval"]) == 0
+    assert main(["compare", "--one-case", "--op", "layernorm", "--shape", "4,3", "--eps", "0"]) == 0
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["compare", "--op", "groupnorm", "--shape", "2,6,4", "--groups", "4"], "not divisible by groups"),
-    (["compare", "--op", "batchnorm", "--shape", "2,6,x"], "not a comma-separated list"),
-    (["compare", "--op", "batchnorm", "--shape", "2,6,4", "--groups", "2"], "groupnorm and groupnorm_silu only"),
-    (["compare", "--op", "batchnorm", "--dtype", "fp8"], "unknown dtype 'fp8'"),
-    (["compare", "--op", "batchnorm", "--memory-format", "nhwc"], "unknown memory format 'nhwc'"),
-    (["compare", "--op", "batchnorm", "--shape", "2,3,4", "--memory-format", "channels_last"], "needs a 4-D input"),
+    (["compare", "--one-case", "--op", "groupnorm", "--shape", "2,6,4", "--groups", "4"], "not divisible by groups"),
+    (["compare", "--one-case", "--op", "batchnorm", "--shape", "2,6,x"], "not a comma-separated list"),
+    (["compare", "--one-case", "--op", "batchnorm", "--shape", "2,6,4", "--groups", "2"], "groupnorm and groupnorm_silu only"),
+    (["compare", "--one-case", "--op", "batchnorm", "--dtype", "fp8"], "unknown dtype 'fp8'"),
+    (["compare", "--one-case", "--op", "batchnorm", "--memory-format", "nhwc"], "unknown memory format 'nhwc'"),
+    (["compare", "--one-case", "--op", "batchnorm", "--shape", "2,3,4", "--memory-format", "channels_last"], "needs a 4-D input"),
     (["compare", "--op", "batchnorm", "--impl", "no_such_module_xyz:fn"], "cannot import no_such_module_xyz"),
     (["compare", "--op", "batchnorm", "--impl", "json:nothing_here"], "has no attribute nothing_here"),
     (["compare", "--op", "batchnorm", "--impl", "math:pi"], "not callable"),
@@ -166,12 +167,12 @@ def test_eps_zero_is_legal_where_the_op_takes_it():
     (["compare", "--op", "batchnorm", "--frozen", "params", "--affine", "none"], "no parameters to freeze"),
     (["compare", "--op", "batchnorm", "--case", TOKEN, "--order", "2"], "--case names the whole case; drop --order"),
     # values that used to get through: a traceback, a FAIL row blaming torch, or argparse's puzzle
-    (["compare", "--op", "batchnorm", "--shape", "100000,1000,1000", "--dtype", "f16"],
+    (["compare", "--one-case", "--op", "batchnorm", "--shape", "100000,1000,1000", "--dtype", "f16"],
      "shape 100000x1000x1000 has 100,000,000,000 elements: judging it needs about"),
-    (["compare", "--op", "batchnorm", "--shape", "4,3", "--momentum", "nan"], "momentum must be a number from 0 to 1, got nan"),
-    (["compare", "--op", "batchnorm", "--shape", "4,3", "--momentum", "2"], "momentum must be a number from 0 to 1, got 2.0"),
-    (["compare", "--op", "batchnorm", "--shape", "4,3", "--eps", "0"], "batchnorm takes eps > 0 in train mode"),
-    (["compare", "--op", "batchnorm", "--shape", "-4,3,5"], "shape -4x3x5 has a negative size"),
+    (["compare", "--one-case", "--op", "batchnorm", "--shape", "4,3", "--momentum", "nan"], "momentum must be a number from 0 to 1, got nan"),
+    (["compare", "--one-case", "--op", "batchnorm", "--shape", "4,3", "--momentum", "2"], "momentum must be a number from 0 to 1, got 2.0"),
+    (["compare", "--one-case", "--op", "batchnorm", "--shape", "4,3", "--eps", "0"], "batchnorm takes eps > 0 in train mode"),
+    (["compare", "--one-case", "--op", "batchnorm", "--shape", "-4,3,5"], "shape -4x3x5 has a negative size"),
 ])
 def test_usage_errors_are_one_line_and_exit_2(argv, message, capsys):
     code = main(argv, io.StringIO())
@@ -182,7 +183,7 @@ def test_usage_errors_are_one_line_and_exit_2(argv, message, capsys):
 
 
 def test_usage_error_from_a_real_process_has_no_traceback():
-    proc = run_process("compare", "--op", "groupnorm", "--shape", "2,6,4", "--groups", "4")
+    proc = run_process("compare", "--one-case", "--op", "groupnorm", "--shape", "2,6,4", "--groups", "4")
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr == "normcheck: error: C=6 is not divisible by groups=4\n"
 
@@ -196,9 +197,9 @@ def test_a_token_runs_exactly_its_case():
 def test_path_options_put_the_whole_sweep_or_an_explicit_case_on_that_path():
     code, out = run("compare", "--op", "syncbn_silu", "--mode", "eval", "--frozen", "x")
     rows = out.strip().splitlines()[:-1]
-    assert code == 0 and len(rows) == len(default_sweep("syncbn_silu"))
+    assert code == 0 and len(rows) == len(default_sweep("syncbn_silu", narrowing=Narrowing.of({"mode": "eval", "frozen": "x"})))
     assert all(r.split()[0] in ("PASS", "MISTRUSTED") and " eval frozen-x" in r for r in rows)
-    code, out = run("compare", "--op", "layernorm", "--shape", "4,8", "--normalized-dims", "1", "--frozen", "params",
+    code, out = run("compare", "--one-case", "--op", "layernorm", "--shape", "4,8", "--normalized-dims", "1", "--frozen", "params",
                     "--order", "2", "--json")
     case = json.loads(out)["cases"][0]
     assert code == 0 and (case["case"]["frozen"], case["case"]["order"]) == ("params", 2)
@@ -206,7 +207,7 @@ def test_path_options_put_the_whole_sweep_or_an_explicit_case_on_that_path():
 
 
 def test_what_an_implementation_prints_never_breaks_the_json_document():
-    done = subprocess.run([sys.executable, "-m", "normcheck", "compare", "--op", "batchnorm", "--impl",
+    done = subprocess.run([sys.executable, "-m", "normcheck", "compare", "--one-case", "--op", "batchnorm", "--impl",
                            "tests._wrapping_impls:prints_while_it_runs", "--shape", "4,3", "--json"],
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr
@@ -217,7 +218,7 @@ def test_version_and_a_name_registered_for_another_op(capsys):
     with pytest.raises(SystemExit) as done:
         main(["--version"])
     assert done.value.code == 0 and capsys.readouterr().out.startswith("normcheck ")
-    assert main(["compare", "--op", "batchnorm", "--impl", "torch19", "--shape", "4,3"]) == 2
+    assert main(["compare", "--one-case", "--op", "batchnorm", "--impl", "torch19", "--shape", "4,3"]) == 2
     assert "(torch19 is an implementation of syncbn)" in capsys.readouterr().err
 
 

@@ -13,7 +13,8 @@ import pytest
 
 from normcheck import Case, compare, resolve_impl
 from normcheck.cli import main
-from normcheck.cases.sweep import default_sweep, fixed_sweep
+from normcheck.cases.narrowing import Narrowing
+from normcheck.cases.sweep import default_sweep
 from normcheck.engine import FAIL, MISTRUSTED, PASS, judge
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,14 +85,16 @@ def test_eps_momentum_and_affine_fix_every_case_of_the_sweep():
     done = _compare("--op", "groupnorm", "--eps", "0.01", "--momentum", "0.5", "--affine", "weight", "--json")
     assert done.returncode == 0, done.stderr
     cases = [c["case"] for c in json.loads(done.stdout)["cases"]]
-    expected = fixed_sweep("groupnorm", {"eps": 0.01, "momentum": 0.5, "affine": "weight"})
+    expected = default_sweep("groupnorm", narrowing=Narrowing.of({"eps": 0.01, "momentum": 0.5, "affine": "weight"}))
     assert len(cases) == len(expected) > len(default_sweep("groupnorm")) // 2  # a sweep, not one case
     assert {(c["eps"], c["momentum"], c["affine"]) for c in cases} == {(0.01, 0.5, "weight")}
     assert len({c["dtype"] for c in cases}) > 2 and len({c["x_format"] for c in cases}) > 2
 
 
 def test_a_value_no_case_of_the_sweep_can_take_is_one_line(capsys):
-    assert _refused(capsys, "--op", "batchnorm", "--eps", "0").strip().splitlines() == [
+    # (--eps 0 alone narrows BatchNorm's sweep to eval mode, where it is legal)
+    assert {c.mode for c in default_sweep("batchnorm", narrowing=Narrowing.of({"eps": 0.0}))} == {"eval"}
+    assert _refused(capsys, "--op", "batchnorm", "--eps", "0", "--mode", "train").strip().splitlines() == [
         "normcheck: error: batchnorm takes eps > 0 in train mode (torch refuses eps = 0 where it normalises with the "
         "batch's variance); eps = 0 is legal in eval mode"]
     assert "--case names the whole case; drop --eps" in _refused(capsys, "--op", "batchnorm", "--case", "v3.x.y",
@@ -99,7 +102,7 @@ def test_a_value_no_case_of_the_sweep_can_take_is_one_line(capsys):
 
 
 def test_affine_none_unfreezes_what_the_sweep_froze_and_a_conflict_is_refused(capsys):
-    cases = fixed_sweep("layernorm", {"affine": False})
+    cases = default_sweep("layernorm", narrowing=Narrowing.of({"affine": False}))
     assert all(c.affine is False and c.frozen == "none" for c in cases)
     assert any(c.frozen != "none" for c in default_sweep("layernorm"))  # (the sweep froze some)
     refused = _refused(capsys, "--op", "batchnorm", "--affine", "none", "--frozen", "params")

@@ -38,7 +38,7 @@ def test_a_function_that_raises_unsupported_is_a_skip_with_its_reason_in_both_si
 
 def test_the_cli_shows_the_skip_row_and_a_run_that_tested_nothing_exits_2(capsys):
     out = io.StringIO()
-    code = main(["compare", "--op", "rmsnorm", "--impl", f"{HERE}:f32_only_rms_norm", "--shape", "4,16",
+    code = main(["compare", "--one-case", "--op", "rmsnorm", "--impl", f"{HERE}:f32_only_rms_norm", "--shape", "4,16",
                  "--dtype", "f64"], out)
     err = capsys.readouterr().err
     assert code == 2
@@ -60,7 +60,7 @@ def test_every_rank_declining_under_torchrun_is_a_skip_and_the_peers_stay_quiet(
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "normcheck",
-         "compare", "--op", "syncbn", "--backend", "env", "--impl", f"{HERE}:declines_every_split", "--split", "3,5",
+         "compare", "--one-case", "--op", "syncbn", "--backend", "env", "--impl", f"{HERE}:declines_every_split", "--split", "3,5",
          "--cases", "2"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
     rows = [line for line in proc.stdout.splitlines() if line.startswith(("SKIP", "PASS", "FAIL"))]
     assert len(rows) == 2 and all(r.startswith("SKIP") and f"not supported: {limits.WHY_NO_SPLIT}" in r for r in rows)

@@ -19,7 +19,7 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA d
 no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is visible: the error cannot happen")
 
 # A short sweep: three seeds of one case in a layout that is neither dense nor at offset 0 in its storage
-SHORT = ("compare", "--op", "layernorm", "--shape", "4,6,5", "--dtype", "f16", "--memory-format", "strided:sliced",
+SHORT = ("compare", "--one-case", "--op", "layernorm", "--shape", "4,6,5", "--dtype", "f16", "--memory-format", "strided:sliced",
          "--cases", "3", "--json")
 
 

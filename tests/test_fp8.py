@@ -140,7 +140,7 @@ def test_the_array_contract_refuses_fp8():
     (["--op", "rmsnorm", "--fp8", "e8m0"], "argument --fp8: unknown fp8 'e8m0'; choose one of e4m3, e5m2"),
 ])
 def test_bad_fp8_options_are_one_line_exit_2(argv, message, capsys):
-    assert main(["compare", "--shape", "4,6", *argv]) == 2
+    assert main(["compare", "--one-case", "--shape", "4,6", *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
 

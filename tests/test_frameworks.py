@@ -268,7 +268,7 @@ def test_a_raising_or_hanging_device_program_fails_its_case():
 
 @pytest.mark.parametrize("name", [pytest.param("flax", marks=needs_jax), pytest.param("keras", marks=needs_tf)])
 def test_a_world_larger_than_the_simulated_devices_is_one_line(name, capsys):
-    assert main(["compare", "--op", "syncbn", "--impl", name, "--split", ",".join(["1"] * 9)]) == 2
+    assert main(["compare", "--one-case", "--op", "syncbn", "--impl", name, "--split", ",".join(["1"] * 9)]) == 2
     world = IMPLS["syncbn"][name].world
     assert capsys.readouterr().err.strip() == f"normcheck: error: world size 9 is outside 1-8 for the {world} backend"
 
@@ -351,7 +351,7 @@ def test_importing_normcheck_and_listing_imports_no_other_framework():
 @needs_jax
 def test_a_failing_jax_function_replays_under_its_framework(capsys):
     spec = f"{TEXTBOOK}:jax_layer_norm_frozen_variance"
-    assert main(["compare", "--op", "layernorm", "--impl", spec, "--framework", "jax", "--shape", "3,4,2,3",
+    assert main(["compare", "--one-case", "--op", "layernorm", "--impl", spec, "--framework", "jax", "--shape", "3,4,2,3",
                  "--normalized-dims", "2"]) == 1
     replay = next(line.split("replay: ", 1)[1] for line in capsys.readouterr().out.splitlines() if "replay: " in line)
     assert replay.endswith("--framework jax")

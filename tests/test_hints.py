@@ -34,8 +34,6 @@ def judged(op: str, spec: str, case: Case, declared: dict | None = None):
     ("layernorm", f"{LAYERS}:convnext_layer_norm", Case("layernorm", (4, 6, 5, 5)), {"normalized_at": "channels"}),
     ("layernorm", f"{LAYERS}:layer_norm_2d", Case("layernorm", (4, 6, 5, 5)), {"normalized_at": "channels"}),
     ("add_rmsnorm", "tests._hint_layers:add_rms_norm_returning_y", Case("add_rmsnorm", (8, 64)), {"returns": "y"}),
-    ("add_rmsnorm", "tests._hint_layers:add_rms_norm_f32_stream", Case("add_rmsnorm", (8, 64), dtype="bf16"),
-     {"residual_dtype": "f32"}),
 ], ids=lambda v: v.split(":")[-1] if isinstance(v, str) and ":" in v else None)
 def test_a_layer_that_follows_an_undeclared_convention_fails_with_a_hint_naming_it(op, spec, case, declarations):
     report, _ = judged(op, spec, case)
@@ -69,7 +67,7 @@ def test_a_declared_convention_is_never_judged_otherwise():
 
 
 def test_the_command_lines_convention_options_are_declarations():
-    argv = ["compare", "--op", "rmsnorm", "--impl", f"{LAYERS}:llama_rms_norm", "--shape", "8,64", "--dtype",
+    argv = ["compare", "--one-case", "--op", "rmsnorm", "--impl", f"{LAYERS}:llama_rms_norm", "--shape", "8,64", "--dtype",
             "mixed-bf16"]
     hints = {}
     for declared in ([], ["--output-dtype", "input"]):
@@ -138,14 +136,14 @@ def test_hints_can_be_switched_off():
     report = judge(Case("rmsnorm", (8, 64)), impl)
     assert report.verdict == FAIL and report.hint is None and impl.hints is None
     out = io.StringIO()
-    assert main(["compare", "--op", "rmsnorm", "--impl", f"{LAYERS}:gemma_rms_norm", "--shape", "8,64",
+    assert main(["compare", "--one-case", "--op", "rmsnorm", "--impl", f"{LAYERS}:gemma_rms_norm", "--shape", "8,64",
                  "--no-hints"], out) == 1
     assert "hint:" not in out.getvalue()
 
 
 def test_the_json_report_and_the_plugins_failure_text_carry_the_hint():
     out = io.StringIO()
-    assert main(["compare", "--op", "rmsnorm", "--impl", f"{LAYERS}:gemma_rms_norm", "--shape", "8,64", "--json"],
+    assert main(["compare", "--one-case", "--op", "rmsnorm", "--impl", f"{LAYERS}:gemma_rms_norm", "--shape", "8,64", "--json"],
                 out) == 1
     assert json.loads(out.getvalue())["cases"][0]["hint"].startswith("it passes with --weight-offset 1 declared")
     report, _ = judged("rmsnorm", f"{LAYERS}:llama_rms_norm", MIXED_RMS)

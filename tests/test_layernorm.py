@@ -73,7 +73,7 @@ def test_torchs_half_precision_parameter_gradients_are_a_known_issue_with_number
     (["--groups", "2"], "--groups applies to groupnorm and groupnorm_silu only, not layernorm"),
 ])
 def test_bad_layernorm_options_are_one_line_exit_2(argv, message, capsys):
-    assert main(["compare", "--op", "layernorm", "--shape", "4,6,5", *argv]) == 2
+    assert main(["compare", "--one-case", "--op", "layernorm", "--shape", "4,6,5", *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
 
@@ -95,7 +95,7 @@ def test_bad_reference_input_is_one_line_value_error(call, message):
 
 
 def test_weight_and_bias_are_independently_present(capsys):
-    assert main(["compare", "--op", "layernorm", "--shape", "6,7", "--affine", "weight", "--dtype", "f64"]) == 0
+    assert main(["compare", "--one-case", "--op", "layernorm", "--shape", "6,7", "--affine", "weight", "--dtype", "f64"]) == 0
     assert "weight-only" in capsys.readouterr().out
     case = Case("layernorm", (6, 7), "f64", normalized_dims=1, affine="bias")
     inputs = case.make_inputs()
@@ -110,6 +110,6 @@ def test_weight_and_bias_are_independently_present(capsys):
     (["--op", "layernorm", "--no-affine", "--affine", "weight"], "--no-affine and --affine weight disagree"),
 ])
 def test_bad_affine_options_are_one_line_exit_2(argv, message, capsys):
-    assert main(["compare", "--shape", "4,6", *argv]) == 2
+    assert main(["compare", "--one-case", "--shape", "4,6", *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1

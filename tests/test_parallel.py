@@ -155,10 +155,10 @@ def test_a_rank_that_skips_the_reduction_ends_the_case_in_seconds(backend):
 # ----------------------------------------------------------------------------- the command line
 def test_compare_runs_a_textbook_and_a_mutant_from_the_command_line(capsys):
     out = io.StringIO()
-    assert main(["compare", "--op", "rmsnorm_hp", "--split", "7,0,9", "--dtype", "bf16"], out) == 0, out.getvalue()
+    assert main(["compare", "--one-case", "--op", "rmsnorm_hp", "--split", "7,0,9", "--dtype", "bf16"], out) == 0, out.getvalue()
     assert "split=7,0,9" in out.getvalue() and "1 passed" in out.getvalue()
     out = io.StringIO()
-    code = main(["compare", "--op", "layernorm_sp", "--impl", "tests.mutants.layernorm_sp:no_grad_reduction",
+    code = main(["compare", "--one-case", "--op", "layernorm_sp", "--impl", "tests.mutants.layernorm_sp:no_grad_reduction",
                  "--split", "3,0,5", "--shape", "8,32"], out)
     assert code == 1 and "dweight is not the same on every rank" in out.getvalue(), out.getvalue()
 
@@ -225,7 +225,7 @@ def test_dtensors_rms_norm_on_equal_hidden_shares_is_a_known_torch_issue_and_exc
 def test_a_dtensor_record_runs_under_torchrun_in_the_env_world():
     done = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "normcheck",
-         "compare", "--op", "layernorm_sp", "--backend", "env", "--impl", "dtensor", "--split", "4,4", "--cases", "2"],
+         "compare", "--one-case", "--op", "layernorm_sp", "--backend", "env", "--impl", "dtensor", "--split", "4,4", "--cases", "2"],
         cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stdout + done.stderr
     rows = [line for line in done.stdout.splitlines() if line.startswith(("PASS", "FAIL", "KNOWN"))]
@@ -234,11 +234,11 @@ def test_a_dtensor_record_runs_under_torchrun_in_the_env_world():
 
 def test_a_layout_given_as_the_backend_runs_the_ops_parallel_op(capsys):
     out = io.StringIO()
-    assert main(["compare", "--op", "layernorm", "--backend", "sequence-parallel", "--impl", "textbook",
+    assert main(["compare", "--one-case", "--op", "layernorm", "--backend", "sequence-parallel", "--impl", "textbook",
                  "--split", "3,0,5", "--shape", "8,32"], out) == 0, out.getvalue()
     assert out.getvalue().splitlines()[-1].startswith("layernorm_sp / textbook: 1 cases: 1 passed")
     out = io.StringIO()
-    assert main(["compare", "--op", "rmsnorm", "--backend", "hidden-parallel", "--impl",
+    assert main(["compare", "--one-case", "--op", "rmsnorm", "--backend", "hidden-parallel", "--impl",
                  "tests.mutants.rmsnorm_hp:gamma_at_even_offset", "--split", "0,5,11", "--shape", "4,16"], out) == 1
     assert "y on rank 1" in out.getvalue()
     assert main(["compare", "--op", "batchnorm", "--backend", "sequence-parallel"], io.StringIO()) == 2

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from normcheck.cases.sweep import default_sweep, fixed_sweep
+from normcheck.cases.narrowing import Narrowing
+from normcheck.cases.sweep import default_sweep
 
 # A correct BatchNorm (float64 inside, results rounded to the input's dtype) and the same with the
 # classic momentum mix-up; the suite must pass the first and fail the second with replay lines.
@@ -127,9 +128,8 @@ def test_path_options_put_every_sweep_case_on_that_path(pytester):
     result = pytester.runpytest_inprocess("--collect-only", "-q", "--normcheck-op", "batchnorm", "--normcheck-mode",
                                           "eval", "--normcheck-frozen", "x", "--normcheck-order", "2")
     sweep = [line for line in result.outlines if "::test_default_sweep[" in line]
-    # (cases that differ only in the order they were on become one: the sweep's anchors at order 2 and fwd-rev)
-    fixed = fixed_sweep("batchnorm", {"mode": "eval", "frozen": "x", "order": 2})
-    assert result.ret == 0 and len(sweep) == len(fixed) > len(default_sweep("batchnorm")) * 0.9
+    narrowed = default_sweep("batchnorm", narrowing=Narrowing.of({"mode": "eval", "frozen": "x", "order": 2}))
+    assert result.ret == 0 and len(sweep) == len(narrowed) > 20
     assert all(" eval frozen-x order=2 " in line for line in sweep)
 
 
@@ -138,7 +138,8 @@ def test_fixing_and_convention_options_reach_every_sweep_case(pytester):
                                           "0.01", "--normcheck-affine", "weight", "--normcheck-output-dtype", "promote",
                                           "--normcheck-compute-dtype", "f32")
     sweep = [line for line in result.outlines if "::test_default_sweep[" in line]
-    assert result.ret == 0 and len(sweep) == len(fixed_sweep("layernorm", {"eps": 0.01, "affine": "weight"}))
+    narrowed = Narrowing.of({"eps": 0.01, "affine": "weight", "output_dtype": "promote", "compute_dtype": "f32"})
+    assert result.ret == 0 and len(sweep) == len(default_sweep("layernorm", narrowing=narrowed))
     assert all(" eps=0.01 " in line and " weight-only" in line and " out=promote compute=f32 " in line
                for line in sweep), sweep[:3]
 

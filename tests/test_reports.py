@@ -78,7 +78,7 @@ def strict_json(text: str):
     ["--op", "rmsnorm", "--impl", "torch-fp8-e4m3", "--shape", "4,33", "--dtype", "bf16"],
 ])
 def test_json_output_is_what_the_schema_doc_says(argv):
-    code, out = run("compare", *argv, "--json")
+    code, out = run("compare", "--one-case", *argv, "--json")
     doc = strict_json(out)
     tables = documented_tables()
     check_against_doc(doc, tables[""], "report")
@@ -99,7 +99,7 @@ def test_json_output_is_what_the_schema_doc_says(argv):
 
 
 def test_json_of_a_non_finite_ratio_is_the_string_inf():
-    code, out = run("compare", "--op", "batchnorm", "--shape", "16,3,64,64", "--dtype", "f16", "--profile", "offset",
+    code, out = run("compare", "--one-case", "--op", "batchnorm", "--shape", "16,3,64,64", "--dtype", "f16", "--profile", "offset",
                     "--json")
     case = strict_json(out)["cases"][0]
     assert case["verdict"] == "KNOWN" and case["max_ratio"] == "inf"
@@ -110,7 +110,7 @@ def test_json_of_a_non_finite_ratio_is_the_string_inf():
 
 def test_junit_xml_has_a_testcase_per_case_and_failures_carry_the_replay_line(tmp_path):
     path = tmp_path / "bn.xml"
-    code, out = run("compare", "--op", "batchnorm", "--impl", "tests.mutants.batchnorm:naive_variance", "--shape", "4,3,5",
+    code, out = run("compare", "--one-case", "--op", "batchnorm", "--impl", "tests.mutants.batchnorm:naive_variance", "--shape", "4,3,5",
                     "--profile", "offset", "--cases", "3", "--junit-xml", str(path))
     assert code == 1
     suite = ET.parse(path).getroot().find("testsuite")
@@ -141,11 +141,11 @@ def test_an_interrupted_runs_junit_xml_says_so_with_the_planned_total(tmp_path):
 
 
 def test_junit_xml_skips_unsupported_cases_and_known_issues_unless_strict(tmp_path):
-    run("compare", "--op", "syncbn", "--impl", "torch", "--backend", "lockstep", "--split", "2,1",
+    run("compare", "--one-case", "--op", "syncbn", "--impl", "torch", "--backend", "lockstep", "--split", "2,1",
         "--junit-xml", str(tmp_path / "skip.xml"))
     skipped = ET.parse(tmp_path / "skip.xml").getroot().find("testsuite/testcase/skipped")
     assert skipped.get("type") == "unsupported" and "gloo or env world" in skipped.get("message")
-    known = ["--op", "batchnorm", "--shape", "8,3", "--dtype", "mixed-bf16", "--memory-format", "strided",
+    known = ["--one-case", "--op", "batchnorm", "--shape", "8,3", "--dtype", "mixed-bf16", "--memory-format", "strided",
              "--profile", "near_constant"]
     assert run("compare", *known, "--junit-xml", str(tmp_path / "known.xml"))[0] == 0
     skipped = ET.parse(tmp_path / "known.xml").getroot().find("testsuite/testcase/skipped")
@@ -167,7 +167,7 @@ def test_plot_renders_heatmaps_and_a_histogram(tmp_path):
     from matplotlib.image import imread
 
     path = tmp_path / "gn.png"
-    code, _ = run("compare", "--op", "groupnorm", "--impl", "tests.mutants.groupnorm:gamma_outside_group_sums",
+    code, _ = run("compare", "--one-case", "--op", "groupnorm", "--impl", "tests.mutants.groupnorm:gamma_outside_group_sums",
                   "--shape", "2,8,5", "--groups", "4", "--cases", "4", "--plot", str(path))
     assert code == 1 and png_size(path) == SIZE_PX
     pixels = imread(path)[..., :3]
@@ -198,11 +198,11 @@ def test_a_failing_rows_got_and_expected_never_print_alike():
 def test_a_pass_whose_budget_is_the_tensors_own_size_is_mistrusted_and_the_run_says_what_it_never_checked():
     """Zero trust: f32 channels-last offset data gives dx a budget 453 times dx's size, so a BatchNorm whose dx drops
     its x̂ term "passes" there; that row is MISTRUSTED, and the run says dx was never checked."""
-    code, out = run("compare", "--op", "batchnorm", "--impl", "tests.mutants.batchnorm:drop_xhat_term", "--dtype", "f32",
+    code, out = run("compare", "--one-case", "--op", "batchnorm", "--impl", "tests.mutants.batchnorm:drop_xhat_term", "--dtype", "f32",
                     "--memory-format", "channels_last", "--profile", "offset", "--shape", "8,64,28,28", "--json")
     doc = strict_json(out)
     case = doc["cases"][0]
     assert case["verdict"] == "MISTRUSTED" and "a pass proves little for" in case["summary"]
     assert "dx" in doc["summary"]["never_checked"]
-    code, out = run("compare", "--op", "batchnorm", "--impl", "tests.mutants.batchnorm:drop_xhat_term", "--shape", "8,3")
+    code, out = run("compare", "--one-case", "--op", "batchnorm", "--impl", "tests.mutants.batchnorm:drop_xhat_term", "--shape", "8,3")
     assert code == 1 and "never checked" not in out.splitlines()[-1]  # (normal data: dx checked, and it fails)

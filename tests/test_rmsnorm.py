@@ -94,7 +94,7 @@ def test_torch_skips_a_convention_it_does_not_follow_and_the_mutant_record_runs_
 
 
 def test_a_users_convention_is_given_on_the_command_line(capsys):
-    args = ["compare", "--op", "rmsnorm", "--shape", "8,16", "--dtype", "mixed-bf16", "--impl"]
+    args = ["compare", "--one-case", "--op", "rmsnorm", "--shape", "8,16", "--dtype", "mixed-bf16", "--impl"]
     assert main([*args, "tests.mutants.rmsnorm:textbook"]) == 0
     assert main([*args, "tests.mutants.rmsnorm:textbook", "--weight-offset", "1"]) == 1  # it scales by w alone
     assert main([*args, "tests.mutants.rmsnorm:gemma", "--weight-offset", "1"]) == 0
@@ -113,7 +113,7 @@ def test_a_users_convention_is_given_on_the_command_line(capsys):
     (["--op", "rmsnorm", "--normalized-dims", "4"], "rmsnorm needs normalized_dims K (--normalized-dims) with 1 <= K <= 3"),
 ])
 def test_bad_rmsnorm_options_are_one_line_exit_2(argv, message, capsys):
-    assert main(["compare", "--shape", "4,6,5", *argv]) == 2
+    assert main(["compare", "--one-case", "--shape", "4,6,5", *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
 

@@ -33,7 +33,7 @@ def test_default_sweep_runs_torchs_function_in_gloo_and_passes():
 
 
 def test_user_function_with_an_empty_rank():
-    code, out = run("compare", "--op", "syncbn", "--impl", "tests._gloo_impls:sync_bn", "--split", "3,0,2",
+    code, out = run("compare", "--one-case", "--op", "syncbn", "--impl", "tests._gloo_impls:sync_bn", "--split", "3,0,2",
                     "--dtype", "f64")
     assert code == 0, out
     assert out.splitlines()[0].startswith("PASS") and "split=3,0,2" in out
@@ -41,7 +41,7 @@ def test_user_function_with_an_empty_rank():
 
 def test_a_hanging_function_fails_within_the_timeout_naming_the_rank():
     start = time.monotonic()
-    code, out = run("compare", "--op", "syncbn", "--impl", "tests._gloo_impls:hangs_on_rank1", "--split", "2,2,2",
+    code, out = run("compare", "--one-case", "--op", "syncbn", "--impl", "tests._gloo_impls:hangs_on_rank1", "--split", "2,2,2",
                     "--timeout", "3")
     assert code == 1
     assert "rank 1: timed out after 3 s" in out.splitlines()[0]
@@ -50,13 +50,13 @@ def test_a_hanging_function_fails_within_the_timeout_naming_the_rank():
 
 def test_recipes_in_lockstep_from_the_command_line():
     for recipe in ("torch19", "horovod", "master-worker"):
-        code, out = run("compare", "--op", "syncbn", "--impl", recipe, "--backend", "lockstep", "--split", "5,0,3",
+        code, out = run("compare", "--one-case", "--op", "syncbn", "--impl", recipe, "--backend", "lockstep", "--split", "5,0,3",
                         "--dtype", "mixed-bf16", "--memory-format", "channels_last")
         assert code == 0, out
 
 
 def test_pre15_fails_on_an_uneven_split_from_the_command_line():
-    code, out = run("compare", "--op", "syncbn", "--impl", "pre15", "--split", "1,7", "--cases", "2")
+    code, out = run("compare", "--one-case", "--op", "syncbn", "--impl", "pre15", "--split", "1,7", "--cases", "2")
     replays = [line.split()[1:] for line in out.splitlines() if line.startswith("    replay:")]
     assert code == 1 and len(replays) == 2
     # Each replay names the world it ran in and a token holding the split and that row's seed.
@@ -70,7 +70,7 @@ def test_torchrun_env_backend():
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "normcheck",
-         "compare", "--op", "syncbn", "--backend", "env", "--impl", "torch19", "--split", "3,5", "--cases", "2"],
+         "compare", "--one-case", "--op", "syncbn", "--backend", "env", "--impl", "torch19", "--split", "3,5", "--cases", "2"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = [line for line in proc.stdout.splitlines() if line.startswith(("PASS", "FAIL"))]
@@ -94,5 +94,5 @@ def test_bad_syncbn_input_is_one_line_exit_2(argv, message, capsys):
 
 
 def test_split_applies_to_distributed_ops_only(capsys):
-    assert main(["compare", "--op", "batchnorm", "--split", "2,2"], io.StringIO()) == 2
+    assert main(["compare", "--one-case", "--op", "batchnorm", "--split", "2,2"], io.StringIO()) == 2
     assert "syncbn, syncbn_silu, layernorm_sp" in capsys.readouterr().err

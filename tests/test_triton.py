@@ -82,7 +82,7 @@ def test_each_buggy_kernel_fails_a_sweep_case_the_correct_one_passes(op, kernel,
 @needs_triton
 def test_the_cli_judges_a_triton_kernel_in_the_interpreter():
     # (README's sample runs the same spelling as a command of its own: tests/test_readme.py)
-    code, text = run("compare", "--op", "layernorm", "--device", "cpu", "--impl", f"{KERNELS}:triton_layer_norm",
+    code, text = run("compare", "--one-case", "--op", "layernorm", "--device", "cpu", "--impl", f"{KERNELS}:triton_layer_norm",
                      "--triton-interpret", "--shape", "3,5,17", "--normalized-dims", "2", "--memory-format", "strided",
                      "--cases", "2", "--json")
     doc = json.loads(text)
@@ -166,7 +166,7 @@ def test_the_pytest_plugin_runs_the_sweep_in_the_interpreter(triton_imported, py
         start_early()
     result = pytester.runpytest_inprocess("--normcheck-op", "rmsnorm", "--normcheck-impl", f"{KERNELS}:triton_rms_norm",
                                           "--normcheck-triton-interpret",
-                                          "-k", "test_default_sweep and 7x2 and strided and not order")  # (one small case)
+                                          "-k", "test_default_sweep and 7x7 and strided and exact and not order")  # (one small case)
     assert result.ret == 0 and "Triton's interpreter, hypothesis profile" in result.stdout.str()
     result.assert_outcomes(passed=1)
 
@@ -177,3 +177,12 @@ def test_without_triton_the_option_is_one_line_naming_the_extra(monkeypatch, cap
     err = capsys.readouterr().err.strip()
     assert err == 'normcheck: error: --triton-interpret needs triton: pip install -e ".[triton]" (or pip install ' \
                   '"normcheck[triton]")'
+
+
+@needs_triton
+def test_a_case_past_its_limit_in_the_interpreter_is_no_verdict_on_the_kernel():
+    code, out = run("compare", "--one-case", "--op", "layernorm", "--impl", f"{KERNELS}:waits_for_other_programs",
+                    "--triton-interpret", "--timeout", "1", "--shape", "2,8")
+    row = out.splitlines()[0]
+    assert code == 2 and row.startswith("SKIP"), out  # (every case skipped: nothing tested)
+    assert "timed out after 1 s" in row and "Triton's interpreter runs a grid's programs one after another" in row

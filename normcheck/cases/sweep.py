@@ -22,7 +22,8 @@ from ..core.errors import UsageError
 from ..numerics.formats import expressible
 from ..ops import CASE_FIELDS, get_op
 from ..ops.design import Exclusion, Factor, shared_anchors, shared_exclusions, shared_factors
-from .case import DEFAULT_EPS, ORDERS, Case
+from .case import ORDERS, Case
+from .narrowing import Narrowing, fits, narrowed
 
 
 @lru_cache(maxsize=None)
@@ -46,87 +47,105 @@ def allowed(op: str, pair: dict) -> bool:
 
 
 @lru_cache(maxsize=None)
-def design(op: str) -> tuple[dict, ...]:
-    """The covering array: one {factor: value} per case."""
-    constraints = [{"operator": "fn", "requires": list(e.factors),
-                    "evaluate": lambda row, e=e: e.allowed(row[e.factors[0]], row[e.factors[1]])}
-                   for e in exclusions(op)]
-    # (free slots take each factor's usual level)
-    weights = {f.name: {f.usual: 2} for f in factors(op)}
-    rows = make({f.name: list(f.values) for f in factors(op)}, constraints=constraints, weights=weights)
-    order = [f.name for f in factors(op)]
-    rows = [{name: row[name] for name in order} for row in rows]
-    # after the covering array, never inside it: anchors reshape nothing the pairs chose
-    return tuple(rows + [row for row in anchor_rows(op) if row not in rows])
+def narrowed_design(op: str, narrowing: Narrowing = Narrowing()) -> tuple[tuple[Factor, ...], tuple[Exclusion, ...]]:
+    """The op's factors with the levels that survive the run's narrowing (cases.narrowing), and the exclusions
+    still to respect."""
+    if not narrowing:
+        return factors(op), exclusions(op)
+    shared = {f.name for f in shared_factors(get_op(op))}
+    fill = tuple(f.name for f in sorted(factors(op), key=lambda f: f.name in shared))  # the op's geometry first
+    return narrowed(factors(op), exclusions(op), narrowing, lambda row: case_of(op, row, 0, narrowing), fill)
 
 
 @lru_cache(maxsize=None)
-def anchor_rows(op: str) -> tuple[dict, ...]:
+def design(op: str, narrowing: Narrowing = Narrowing()) -> tuple[dict, ...]:
+    """The covering array: one {factor: value} per case."""
+    fs, excluded = narrowed_design(op, narrowing)
+    constraints = [{"operator": "fn", "requires": list(e.factors),
+                    "evaluate": lambda row, e=e: e.allowed(row[e.factors[0]], row[e.factors[1]])}
+                   for e in excluded]
+    # (free slots take each factor's usual level)
+    weights = {f.name: {f.usual: 2} for f in fs}
+    rows = make({f.name: list(f.values) for f in fs}, constraints=constraints, weights=weights)
+    order = [f.name for f in fs]
+    rows = [{name: row[name] for name in order} for row in rows]
+    # after the covering array, never inside it: anchors reshape nothing the pairs chose
+    return tuple(rows + [row for row in anchor_rows(op, narrowing) if row not in rows])
+
+
+@lru_cache(maxsize=None)
+def anchor_rows(op: str, narrowing: Narrowing = Narrowing()) -> tuple[dict, ...]:
     """The op's anchors (normcheck.ops.design.Anchor) as rows: every other factor at its usual level, or where
-    that meets an exclusion, at its first level that does not."""
+    that meets an exclusion, at its first level that does not. An anchor the run's narrowing leaves no level of
+    (order 2 in f64 under --dtype f16) goes."""
+    fs, excluded = narrowed_design(op, narrowing)
+    kept = {f.name: f.values for f in fs}
     rows = []
     shared = {f.name for f in shared_factors(get_op(op))}
-    filling = sorted(factors(op), key=lambda f: f.name in shared)  # the op's geometry first: its usual sizes
+    filling = sorted(fs, key=lambda f: f.name in shared)  # the op's geometry first: its usual sizes
     for anchor in shared_anchors(get_op(op)):
         row = dict(anchor.values)
+        if any(v not in kept[name] for name, v in row.items()):
+            continue
         for f in filling:
             if f.name not in row:
-                fits = [v for v in (f.values[f.usual],) + f.values if allowed_with(op, row, f.name, v)]
-                if not fits:
+                fitting = [v for v in (f.values[f.usual],) + f.values if fits(excluded, row, f.name, v)]
+                if not fitting:
                     raise ValueError(f"{op}: no level of {f.name} meets the anchor '{anchor.why}'")
-                row[f.name] = fits[0]
-        rows.append({f.name: row[f.name] for f in factors(op)})
+                row[f.name] = fitting[0]
+        rows.append({f.name: row[f.name] for f in fs})
     return tuple(rows)
 
 
 def allowed_with(op: str, row: dict, name: str, value) -> bool:
     """Whether `value` of factor `name` may meet every value already in `row`."""
-    return all(allowed(op, {name: value, other: v}) for other, v in row.items() if other != name)
+    return fits(exclusions(op), row, name, value)
 
 
-def case_of(op: str, row: dict, seed: int = 0) -> Case:
+def case_of(op: str, row: dict, seed: int = 0, narrowing: Narrowing = Narrowing()) -> Case:
+    """The case of a design's row, with the fields the run fixes set over it (they win)."""
     fields = {}
     for f in factors(op):
-        if f.fields is not None:
+        if f.fields is not None and f.name in row:
             fields.update(f.fields(row[f.name]))
-    return Case(op, seed=seed, **fields, **get_op(op).sweep.shape(row))
+    fixed = narrowing.fixed
+    geometry = get_op(op).sweep.shape({**fixed, **row})  # (a shape may follow a convention)
+    return Case(op, seed=seed, **{**fields, **geometry, **fixed})
 
 
 def default_sweep(op: str, seed: int = 0, follows=(), formats: tuple[str, ...] | None = None,
-                  shares=None) -> list[Case]:
-    """The op's sweep; `follows`: (field, value) pairs an implementation fixes (Impl.follows), set on every case;
+                  shares=None, narrowing: Narrowing = Narrowing()) -> list[Case]:
+    """The op's sweep under the run's `narrowing` (cases.narrowing: the fields and world size it fixes); `follows`:
+    (field, value) pairs an implementation fixes (Impl.follows), set on every case like the run's own;
     `formats`: the memory formats it can express (Impl.formats): a case in others takes the standard layout;
-    `shares`: the one split of an extent over a number of ranks it expresses (Impl.shares): every case takes it."""
-    cases = [case_of(op, {**row, **dict(follows)}, seed) for row in design(op)]  # (a shape may follow a convention)
+    `shares`: the one split of an extent over a number of ranks it expresses (Impl.shares): every case takes it.
+    Cases that became the same case run once."""
+    narrowing = narrowing.with_fields(follows) if follows else narrowing
+    cases = [case_of(op, row, seed, narrowing) for row in design(op, narrowing)]
     if formats is not None:
         cases = [c if expressible(formats, c.x_format, c.dy_format)
                  else c.with_(x_format="contiguous", dy_format="contiguous") for c in cases]
     if shares is not None:
         cases = [c.with_(split=shares(c.record.layout.extent(c.shape), len(c.split))) for c in cases]
-    return [c.with_(**dict(follows)) for c in cases] if follows else cases
+    return list(dict.fromkeys(cases))
 
 
-def coverage(op: str, cases=None) -> tuple[dict, dict]:
-    """({factor: {value: cases}}, {(factor, factor): {(value, value): cases}}), read off the cases (the default
-    sweep's unless given), for every declared value and every pair that is not excluded (0: not covered)."""
-    cases = default_sweep(op) if cases is None else cases
-    fs = factors(op)
+def coverage(op: str, cases=None, narrowing: Narrowing = Narrowing()) -> tuple[dict, dict]:
+    """({factor: {value: cases}}, {(factor, factor): {(value, value): cases}}), read off the cases (the sweep's
+    under `narrowing` unless given), for every value that survives it and every pair that is not excluded (0: not
+    covered)."""
+    cases = default_sweep(op, narrowing=narrowing) if cases is None else cases
+    fs, excluded = narrowed_design(op, narrowing)
     read = [{f.name: f.read(c) for f in fs} for c in cases]
     values = {f.name: {v: sum(r[f.name] == v for r in read) for v in f.values} for f in fs}
     pairs = {}
     for a, b in combinations(fs, 2):
-        counts = {(va, vb): 0 for va in a.values for vb in b.values if allowed(op, {a.name: va, b.name: vb})}
+        counts = {(va, vb): 0 for va in a.values for vb in b.values if fits(excluded, {a.name: va}, b.name, vb)}
         for r in read:
             if (r[a.name], r[b.name]) in counts:
                 counts[r[a.name], r[b.name]] += 1
         pairs[a.name, b.name] = counts
     return values, pairs
-
-
-# The fields a run may fix on every case of a sweep (--mode, --frozen, --order, --eps, --momentum, --affine); the
-# sweep keeps its mix of everything else. (The conventions an implementation follows are fixed the same way:
-# default_sweep's `follows`.)
-FIXABLE = ("mode", "frozen", "order", "eps", "momentum", "affine")
 
 
 def field_value(name: str, text: str):
@@ -154,24 +173,3 @@ def order_value(text: str):
     if value not in ORDERS:
         raise UsageError(f"order must be one of {', '.join(map(str, ORDERS))}, got {text!r}")
     return value
-
-
-def on_path(case: Case, fixed: dict) -> Case:
-    """A sweep case with the fields a run fixes (FIXABLE). What the sweep chose gives way to them: freezing x or
-    the parameters needs parameters, so a case without them takes both; a case left without parameters freezes
-    none; a mode that refuses eps = 0 takes the default eps. What the run itself fixed never gives way: a
-    combination no case can take is the Case's one-line UsageError."""
-    if fixed.get("frozen", "none") != "none" and not case.affine and "affine" not in fixed:
-        case = case.with_(affine=True)
-    if "affine" in fixed and not fixed["affine"] and "frozen" not in fixed:
-        case = case.with_(frozen="none")
-    if case.eps == 0 and "eps" not in fixed and fixed.get("mode", case.mode) not in case.record.eps_zero:
-        case = case.with_(eps=DEFAULT_EPS)
-    return case.with_(**fixed) if fixed else case
-
-
-def fixed_sweep(op: str, fixed: dict, seed: int = 0, follows=(), formats: tuple[str, ...] | None = None,
-                shares=None) -> list[Case]:
-    """default_sweep with the fields a run fixes set on every case (on_path); cases that became the same case
-    are run once."""
-    return list(dict.fromkeys(on_path(c, fixed) for c in default_sweep(op, seed, follows, formats, shares)))

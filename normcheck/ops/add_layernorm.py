@@ -29,8 +29,5 @@ OP = add_norm(layernorm.OP, "add_layernorm", "residual add + LayerNorm: h = x + 
               "y and h", SIGNATURE, call, impls=(
                   Impl("torch", "add_layernorm", "x + residual, then torch.nn.functional.layer_norm, through autograd",
                        add_layer_norm, known_issues=layernorm.TORCH_ISSUES,
-                       follows={**layernorm.TORCHS, **STREAM_RETURNED, "residual_dtype": "input"}),
-                  Impl("torch-f32-residual", "add_layernorm", "the same composite with the residual stream in float32",
-                       add_layer_norm, known_issues=layernorm.TORCH_ISSUES,
-                       follows={**layernorm.TORCHS, **STREAM_RETURNED, "residual_dtype": "f32"}),
+                       follows={**layernorm.TORCHS, **STREAM_RETURNED}),
               ))

@@ -33,9 +33,6 @@ add_rms_norm = composite(rmsnorm.rms_norm)
 OP = add_norm(rmsnorm.OP, "add_rmsnorm", "residual add + RMSNorm: h = x + residual, y = RMSNorm(h); returns y and h",
               SIGNATURE, call, impls=(
                   Impl("torch", "add_rmsnorm", "x + residual, then torch.nn.functional.rms_norm, through autograd",
-                       add_rms_norm, follows={**rmsnorm.TORCHS, **STREAM_RETURNED, "residual_dtype": "input"},
-                       known_issues=(rmsnorm.BATCH_VARIANCE,)),
-                  Impl("torch-f32-residual", "add_rmsnorm", "the same composite with the residual stream in float32",
-                       add_rms_norm, follows={**rmsnorm.TORCHS, **STREAM_RETURNED, "residual_dtype": "f32"},
+                       add_rms_norm, follows={**rmsnorm.TORCHS, **STREAM_RETURNED},
                        known_issues=(rmsnorm.BATCH_VARIANCE,)),
               ))

@@ -115,8 +115,9 @@ class CaseField:
     norm's residual dtype, fp8 output): its default on that op, what it means, the values it takes and how a case's
     label shows it. Declared once, where its meaning lives, and listed by each record that takes it (Op.fields);
     the Case attribute of that name holds its value, and the CLI's options, the pytest plugin's and the case labels
-    follow from the declaration. A `convention` says how an implementation defines the layer (Impl.follows: every
-    case it is judged on has its value); otherwise the field is the case's geometry. A `defaulted` one left None
+    follow from the declaration. A `convention` is a promise about what an implementation computes (Impl.follows:
+    every case it is judged on has its value); otherwise the field is a property of the inputs the caller passes
+    (geometry, the residual stream's dtype), a factor the sweep covers (docs/architecture.md has the rule). A `defaulted` one left None
     takes the op's default (GroupNorm's groups are not: a count that divides C is the caller's)."""
     name: str
     default: Any

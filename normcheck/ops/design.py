@@ -33,13 +33,15 @@ class Factor:
     """`read(case)`: the value a case has; `fields(value)`: the case fields a value sets (None: a geometry
     factor, which the op's `Design.shape` turns into a shape with the others); `show(value)`: its label;
     `usual`: the index of the level that fills a case where the design leaves the factor free (the common
-    value, not an edge: otherwise most cases would have one row, or eps = 0)."""
+    value, not an edge: otherwise most cases would have one row, or eps = 0); `field`: the case field a geometry
+    factor's value decides (groups, normalized_dims): a run that fixes that field fixes the factor."""
     name: str
     levels: tuple[Level, ...]
     read: Callable[[Case], Any]
     fields: Callable[[Any], dict] | None = None
     show: Callable[[Any], str] = str
     usual: int = 0
+    field: str | None = None
 
     def __post_init__(self):
         values = [lv.value for lv in self.levels]
@@ -61,10 +63,18 @@ class Factor:
 
 @dataclass(frozen=True)
 class Exclusion:
-    """Values of two factors that cannot meet in one case: `allowed(a, b)` False for them, and why."""
+    """Values of two factors that cannot meet in one case: `allowed(a, b)` False for them, and why. `elements`: the
+    largest product of the two values (at_most), which a world that runs cases slowly scales down (`scaled`)."""
     factors: tuple[str, str]
     allowed: Callable[[Any, Any], bool]
     why: str
+    elements: int | None = None
+
+    def scaled(self, scale: float) -> "Exclusion":
+        """An element bound `scale` times as large (this exclusion unchanged when it bounds no product)."""
+        if self.elements is None:
+            return self
+        return at_most(max(1, int(self.elements * scale)), *self.factors, f"{self.why} (scaled by {scale:g})")
 
 
 @dataclass(frozen=True)
@@ -274,7 +284,7 @@ def nc_spatial(n: int, c: int, spatial: int, rank: int) -> tuple[int, ...]:
 
 def at_most(limit: int, a: str, b: str, why: str) -> Exclusion:
     """The product of two factors' values (the elements of a case, with the others small) at most `limit`."""
-    return Exclusion((a, b), lambda u, v: u * v <= limit, why)
+    return Exclusion((a, b), lambda u, v: u * v <= limit, why, elements=limit)
 
 
 SPATIAL_NEEDS_RANK = Exclusion(("rank", "spatial"), lambda rank, spatial: rank > 2 or spatial == 1,

@@ -21,7 +21,8 @@ SIGNATURE = "fn(input, num_groups, weight, bias, eps) -> Tensor  (torch.nn.funct
 OUTPUTS = ("y", "mean", "rstd", "dx", "dweight", "dbias")
 REQUIRED = ("y", "dx", "dweight", "dbias")
 DEFAULT_GROUPS = 3  # for cases built from options without --groups
-GROUPS_FIELD = CaseField("groups", DEFAULT_GROUPS, "groups (C must be divisible)", parse=int, metavar="G", label="G={}",
+GROUPS_FIELD = CaseField("groups", DEFAULT_GROUPS, "every case has G groups (the sweep's channels that G divides; "
+                         "--one-case takes 3)", parse=int, metavar="G", label="G={}",
                          quiet=ALWAYS, convention=False, defaulted=False)
 
 
@@ -59,7 +60,7 @@ SWEEP = Design(
             "C", "G = C: one channel per group (InstanceNorm's path)",
             "2", "two groups of many channels: γ varies inside a group",
             "prime", "an odd prime number of groups (C/G not a power of two)",
-        ), read=lambda case: _label(case.groups, case.channels), usual=2),
+        ), read=lambda case: _label(case.groups, case.channels), usual=2, field="groups"),
         Factor("spatial", levels(
             1, "no spatial extent: sets are channels only",
             7, "a few pixels: fewer than a vector",

@@ -46,7 +46,7 @@ HIDDEN = Factor("hidden", levels(
 ), read=lambda c: c.view.set_size, usual=3)
 DIMS = Factor("normalized_dims", levels(
     1, "normalized_shape of one dim", 2, "of two dims (as flattened by kernels)", 3, "of three dims",
-), read=lambda c: c.normalized_dims)
+), read=lambda c: c.normalized_dims, field="normalized_dims")
 ROW_EXCLUSIONS = (
     Exclusion(("rank", "normalized_dims"), lambda rank, k: k < rank, "the rows need a dim of their own"),
     at_most(MAX_ELEMENTS, "rows", "hidden", "a case of over 1.2M elements takes seconds"),
@@ -75,7 +75,8 @@ SWEEP = Design(
 # Which K dims a set spans (Case.normalized_at, a convention): the last K (F.layer_norm), or dims 1..K of
 # (N, C, ...) input (channels-first: ConvNeXt's and ViTDet's LayerNorm2d)
 NORMALIZED_AT = ("trailing", "channels")
-NORMALIZED_DIMS_FIELD = CaseField("normalized_dims", 1, "how many dims a set spans (default 1: the last)", parse=int,
+NORMALIZED_DIMS_FIELD = CaseField("normalized_dims", 1, "how many dims a set spans: every case spans K (the sweep covers "
+                                  "1, 2 and 3; --one-case takes 1, the last)", parse=int,
                                   metavar="K", label="D={}", quiet=ALWAYS, convention=False)
 NORMALIZED_AT_FIELD = CaseField(
     "normalized_at", "trailing", "which K dims a set spans: trailing (the last K, F.layer_norm; the default) or "

@@ -118,13 +118,20 @@ def _hidden_shape(v: dict) -> dict:
 
 
 def _design(base: Op, layout: Layout) -> Design:
+    """The layout's geometry and the shared factors; the base op's factors of its own case fields (add + norm's
+    residual stream) carried over, with their exclusions."""
     small = "hidden" if layout is SEQUENCE_PARALLEL else "split"
     zero_var = Exclusion(("eps", small), lambda eps, v: eps != 0 or (v if isinstance(v, int) else sum(v)) > 2,
                          "eps = 0 with rows of 1 or 2 values: zero variance")
+    carried = tuple(f for f in base.sweep.factors
+                    if f.fields is not None and set(f.fields(f.values[0])) <= set(base.case_fields))
+    names = {f.name for f in carried}
+    carried_exclusions = tuple(e for e in base.sweep.exclusions if set(e.factors) & names)
     if layout is SEQUENCE_PARALLEL:
-        return Design(factors=(ROW_SPLIT, SEQ_HIDDEN, *SHARED, _eps(base)), shape=_sequence_shape,
-                      exclusions=(zero_var,))
-    return Design(factors=(HIDDEN_SPLIT, HIDDEN_ROWS, *SHARED, _eps(base)), shape=_hidden_shape)
+        return Design(factors=(ROW_SPLIT, SEQ_HIDDEN, *SHARED, _eps(base), *carried), shape=_sequence_shape,
+                      exclusions=(zero_var, *carried_exclusions))
+    return Design(factors=(HIDDEN_SPLIT, HIDDEN_ROWS, *SHARED, _eps(base), *carried), shape=_hidden_shape,
+                  exclusions=carried_exclusions)
 
 
 def parallel(base: Op, layout: Layout, suffix: str) -> Op:

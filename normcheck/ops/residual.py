@@ -10,9 +10,11 @@ dresidual is the norm's gradient alone.
 Its array contract is the inner norm's with the residual after x and h returned after y (y alone under
 returns="y"): `fn(x, residual, weight[, bias], *, axes, eps) -> (y, h)`.
 
-The residual stream has a dtype of its own (case field residual_dtype, a convention): "input" (x's, as a
-plain `h = x + residual` in eager code gives) or "f32" (float32 for half input, as kernels that keep the
-residual stream in float32 do; x's own for f32 and f64 input).
+The residual stream has a dtype of its own (case field residual_dtype): "input" (x's, as a plain `h = x + residual`
+in eager code gives) or "f32" (float32 for half input, as models that keep the residual stream in float32 pass it;
+x's own for f32 and f64 input). It is a property of the tensors the caller passes, so it is a sweep factor, not a
+convention: a fused kernel receives the residual as a tensor and must handle the dtype it is given (h and dresidual
+come back in it).
 """
 from __future__ import annotations
 
@@ -24,14 +26,23 @@ import numpy as np
 from .. import reference
 from ..numerics.dtypes import UNIT_ROUNDOFF, quantise
 from .core import CaseField, Extension, Impl, KnownIssue, Op, Operand, Result
+from .design import Exclusion, Factor, levels
 
 RESIDUAL_DTYPES = ("input", "f32")
 RETURNS = ("y,h", "y")
 STREAM_RETURNED = {"returns": "y,h"}  # torch's composites return the stream: a convention they follow
-RESIDUAL_DTYPE = CaseField("residual_dtype", "input", "the residual stream's dtype: input (x's, the default) or f32 "
-                           "(float32 for half input)", choices=RESIDUAL_DTYPES, label="residual={}", quiet="input",
-                           meanings={"input": "keeps the residual stream in x's dtype",
-                                     "f32": "keeps the residual stream in float32"})
+RESIDUAL_DTYPE = CaseField("residual_dtype", "input", "the residual stream's dtype the caller passes: input (x's) or "
+                           "f32 (float32 for half input); the sweep covers both", choices=RESIDUAL_DTYPES,
+                           label="residual={}", quiet="input", convention=False)
+# The stream's dtype as a factor of the sweep: what a mixed stream adds is where a kernel can round, store or
+# differentiate in the wrong dtype (the sum rounded to x's dtype before its statistics, h stored in x's dtype, the
+# residual cast down before the add, dresidual rounded to x's dtype, the backward recomputing from a rounded h)
+STREAM_FACTOR = Factor("residual_dtype", levels(
+    "input", "the stream in x's dtype, as eager `x + residual` keeps it",
+    "f32", "a float32 stream under half x: the add, the stored h and dresidual in float32",
+), read=lambda c: c.residual_dtype, fields=lambda v: {"residual_dtype": v})
+STREAM_NEEDS_HALF = Exclusion(("residual_dtype", "dtype"), lambda stream, dtype: stream == "input" or dtype[0] in ("f16", "bf16"),
+                              "a float32 stream under f32 or f64 x is x's own dtype")
 RETURNS_FIELD = CaseField("returns", "y,h", "what the implementation returns: y,h (the norm's output and the new "
                           "residual stream, the default) or y (the norm's output alone)", choices=RETURNS,
                           label="returns={}", quiet="y,h", meanings={"y,h": "returns y and the residual stream h",
@@ -97,6 +108,8 @@ def add_norm(inner: Op, name: str, description: str, signature: str, call, impls
         fields=(*inner.fields_without_extensions(), RESIDUAL_DTYPE, RETURNS_FIELD), extensions=(STREAM,),
         impls=tuple(replace(i, known_issues=tuple(map(through_the_add, i.known_issues))) for i in impls),
         operands=OPERANDS, prologue=reference.RESIDUAL_ADD, inner=inner.name,
+        sweep=replace(inner.sweep, factors=inner.sweep.factors + (STREAM_FACTOR,),
+                      exclusions=inner.sweep.exclusions + (STREAM_NEEDS_HALF,)),
         double_backward=False, why_once_differentiable=WHY_ONCE, array_signature=array_signature,
         array_call=array_call,
     )

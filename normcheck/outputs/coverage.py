@@ -2,13 +2,16 @@
 values of two factors, with how many cases cover it, read off the cases; the excluded pairs with why."""
 from __future__ import annotations
 
-from ..cases.sweep import coverage, default_sweep, exclusions, factors
+from ..cases.narrowing import Narrowing
+from ..cases.sweep import coverage, default_sweep, narrowed_design
 
 
-def coverage_document(op: str) -> dict:
-    cases = default_sweep(op)
-    values, pairs = coverage(op, cases)
-    fs = {f.name: f for f in factors(op)}
+def coverage_document(op: str, narrowing: Narrowing = Narrowing()) -> dict:
+    """What the op's sweep covers, narrowed as the run's options say."""
+    cases = default_sweep(op, narrowing=narrowing)
+    values, pairs = coverage(op, cases, narrowing)
+    narrowed, excluded = narrowed_design(op, narrowing)
+    fs = {f.name: f for f in narrowed}
     missing = [f"{name}={fs[name].show(v)}" for name, counts in values.items() for v, n in counts.items() if not n]
     missing += [f"{a}={fs[a].show(va)} × {b}={fs[b].show(vb)}" for (a, b), counts in pairs.items()
                 for (va, vb), n in counts.items() if not n]
@@ -20,7 +23,7 @@ def coverage_document(op: str) -> dict:
                    "least": min(counts.values(), default=0),
                    "counts": {f"{fs[a].show(va)} × {fs[b].show(vb)}": n for (va, vb), n in counts.items()}}
                   for (a, b), counts in pairs.items()],
-        "excluded": [{"factors": list(e.factors), "why": e.why} for e in exclusions(op)],
+        "excluded": [{"factors": list(e.factors), "why": e.why} for e in excluded],
         "missing": missing,
     }
 

@@ -11,12 +11,16 @@
 """
 from __future__ import annotations
 
-from ..core.errors import ImplError, NotDifferentiable, RaisedElsewhere, Unsupported, UsageError
+from ..core.errors import CaseTimeout, ImplError, NotDifferentiable, RaisedElsewhere, Unsupported, UsageError
 from ..frameworks import run_case
 from ..frameworks.torch.triton import interpret_here
 from .limits import CaseLimit
 from .workers import WorkerPool
 
+# Why a case past its limit in Triton's interpreter is no verdict on the kernel
+INTERPRETER_TIMEOUT = ("Triton's interpreter runs a grid's programs one after another in Python, hundreds of times "
+                       "slower than a GPU, so a slow case (or programs that wait for one another) says nothing of the "
+                       "kernel there; judge it on a GPU (--device cuda) or give --timeout S")
 _POOLS: dict[object, WorkerPool] = {}  # what its workers run first (None: nothing) -> the pool
 
 
@@ -34,6 +38,10 @@ def run_isolated(impl, case, inputs, limit: CaseLimit):
     try:
         pool = _pool(interpret_here if impl.triton_interpret else None)
         [outcome] = pool.run_job(case, ("solo", impl.portable, inputs), limit, load=("load", impl.portable))
+    except CaseTimeout as e:
+        if impl.triton_interpret:  # (the worker was killed and restarts like after any timeout)
+            raise Unsupported(f"{str(e).removeprefix('rank 0: ')}: {INTERPRETER_TIMEOUT}") from None
+        raise CaseTimeout(str(e).removeprefix("rank 0: ")) from None
     except ImplError as e:  # a one-process pool names its only rank: a single process needs no name
         raise type(e)(str(e).removeprefix("rank 0: ")) from None
     kind, *details = outcome

@@ -6,5 +6,5 @@ from ._residual import catalogue
 from .layernorm import textbook
 
 MUTANTS, CORRECT = catalogue("add_layernorm", textbook, True, None,
-                             {**layernorm.TORCHS, **STREAM_RETURNED, "residual_dtype": "input"})
+                             {**layernorm.TORCHS, **STREAM_RETURNED})
 globals().update(MUTANTS | CORRECT)

@@ -13,5 +13,5 @@ def _default_eps(dtype):
 
 
 MUTANTS, CORRECT = catalogue("add_rmsnorm", textbook, False, _default_eps,
-                             {**rmsnorm.TORCHS, **STREAM_RETURNED, "residual_dtype": "input"})
+                             {**rmsnorm.TORCHS, **STREAM_RETURNED})
 globals().update(MUTANTS | CORRECT)

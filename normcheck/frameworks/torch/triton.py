@@ -31,6 +31,10 @@ from typing import Any, Callable
 from ...core.text import raised_at
 
 NO_INTERPRETER_DTYPES = ("bf16",)
+# The interpreter runs every program in Python, hundreds of times slower than a GPU: its sweep keeps every level
+# and pair of levels with cases a twelfth the size of the design's bounds (about 100,000 elements, which it runs
+# in seconds), the large levels with smaller companions (cases.narrowing.Narrowing.element_scale)
+INTERPRETER_ELEMENT_SCALE = 1 / 12
 
 
 def triton_version() -> str | None:

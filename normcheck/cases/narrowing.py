@@ -1,0 +1,181 @@
+"""What a run fixes, and the factor levels of a sweep that survive it.
+
+Every case option has one meaning: it fixes that factor, and the covering design covers the rest. A `Narrowing`
+holds the case fields a run fixes (dtype, layout, value profile, an op's geometry fields such as groups or the
+normalised dims, the residual stream's dtype, a shape, eps, the path through the layer, a world's split, the
+conventions an implementation follows) and a world size.
+
+Which levels survive is read off built cases, never decided by name: a level survives when a case built with it
+(the other factors at surviving levels, the run's fields set over them) is a valid case that reads every factor's
+level back. `--dtype f32` keeps the (f32, f32) level; `--frozen x` keeps the paths that freeze x; `--normalized-dims 1`
+keeps one normalised dim and the ranks that leave rows; `--memory-format channels_last` keeps 4-D inputs; a value
+no level has (`--eps 3e-4`, the rows of a `--shape`) becomes the factor's one level. A run no case can take is the
+trial case's one-line UsageError, which names the clash.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Callable
+
+from ..core.errors import UsageError
+from ..ops.design import Exclusion, Factor, Level
+
+GIVEN = "fixed by the run"  # the why of a level the run gave that the design does not declare
+SPLIT = "split"             # the factor a world size narrows (ops.design.split_factor)
+
+
+@dataclass(frozen=True)
+class Narrowing:
+    """`fields`: (Case field, value) pairs every case of the sweep takes; `world_size`: the number of ranks every
+    case of a distributed op has; `element_scale`: how much smaller than the design's own bounds a case's elements
+    must stay where it runs (Triton's interpreter: every level and pair kept, with smaller companions)."""
+    fields: tuple[tuple[str, Any], ...] = ()
+    world_size: int | None = None
+    element_scale: float | None = None
+
+    @classmethod
+    def of(cls, fields: dict | None = None, world_size: int | None = None,
+           element_scale: float | None = None) -> "Narrowing":
+        return cls(tuple(sorted((fields or {}).items())), world_size, element_scale)
+
+    @property
+    def fixed(self) -> dict:
+        return dict(self.fields)
+
+    def with_fields(self, pairs) -> "Narrowing":
+        """This narrowing with more fields fixed (an implementation's conventions); a field it fixes already wins."""
+        return replace(self, fields=Narrowing.of({**dict(pairs), **self.fixed}).fields)
+
+    def __bool__(self) -> bool:
+        return bool(self.fields) or self.world_size is not None or self.element_scale is not None
+
+    def apply(self, case):
+        """`case` with the run's fields, or None when it cannot take them (a generated case): its world size too."""
+        if self.world_size is not None and case.split is not None and len(case.split) != self.world_size:
+            return None
+        try:
+            return case.with_(**self.fixed) if self.fields else case
+        except UsageError:
+            return None
+
+
+Build = Callable[[dict], Any]  # a row {factor: value} -> a Case with the run's fields (UsageError: none)
+
+
+def narrowed(factors: tuple[Factor, ...], exclusions: tuple[Exclusion, ...], narrowing: Narrowing, build: Build,
+             fill_order: tuple[str, ...]) -> tuple[tuple[Factor, ...], tuple[Exclusion, ...]]:
+    """The factors with the levels that survive `narrowing`, and the exclusions still to respect (those between two
+    factors the run fixed go: the run asked for that combination). `build(row)`: the case a full row makes under the
+    run's fields; `fill_order`: the order a trial row's other factors are filled in (the op's geometry first)."""
+    fixed = narrowing.fixed
+    levels = {f.name: list(f.levels) for f in factors}
+    given = set()
+    for f in factors:
+        if f.name == SPLIT and narrowing.world_size is not None:
+            levels[f.name] = world_levels(f, narrowing.world_size)
+        value = _given_value(f, fixed)
+        if value is not None:
+            levels[f.name] = [lv for lv in f.levels if lv.value == value] or [Level(value, GIVEN)]
+            given.add(f.name)
+        elif f.fields is None and "shape" in fixed:
+            given.add(f.name)  # geometry, which the run's shape fixes
+    # The run asked for the values of factors it fixes together; a factor whose field it fixes (groups) has levels
+    # that were labels of the values it replaced: the trial cases' validity says what meets them
+    replaced = {f.name for f in factors if f.field is not None and f.field in fixed}
+    exclusions = tuple(e for e in exclusions if not set(e.factors) <= given and not set(e.factors) & replaced)
+    if narrowing.element_scale is not None:
+        exclusions = tuple(e.scaled(narrowing.element_scale) for e in exclusions)
+    by_name = {f.name: f for f in factors}
+    order = [by_name[name] for name in fill_order]
+
+    def trial(name, value):
+        row = {name: value}
+        for f in order:
+            if f.name in row:
+                continue
+            fitting = [lv.value for lv in _usual_first(f, levels[f.name]) if fits(exclusions, row, f.name, lv.value)]
+            if not fitting:
+                return row, None, None
+            row[f.name] = fitting[0]
+        try:
+            return row, build(row), None
+        except UsageError as e:
+            return row, None, e
+
+    # First each level alone (its own value read back); a factor none of whose levels survive takes the value the
+    # run's cases read (a --shape's rows); then every factor read back, until nothing changes.
+    first_error = None
+    for own_only in (True, False, False, False):
+        changed = False
+        for f in order:  # (the geometry first: a --shape's sizes are read before the factors they decide)
+            kept = []
+            for lv in levels[f.name]:
+                row, case, error = trial(f.name, lv.value)
+                first_error = first_error or error
+                names = [f] if own_only else factors
+                if case is not None and all(g.read(case) == row[g.name] for g in names):
+                    kept.append(lv)
+            if not kept and own_only:
+                kept = _read_level(f, levels, trial)
+            if not kept:
+                raise first_error or UsageError(f"no case of the sweep takes the run's options ({f.name} has no level)")
+            changed |= kept != levels[f.name]
+            levels[f.name] = kept
+        if not own_only and not changed:
+            break
+    return tuple(replace(f, levels=tuple(levels[f.name]), usual=_usual_index(f, levels[f.name]))
+                 for f in factors), exclusions
+
+
+def fits(exclusions, row: dict, name: str, value) -> bool:
+    """Whether `value` of factor `name` may meet every value already in `row`."""
+    full = {**row, name: value}
+    return all(e.allowed(full[e.factors[0]], full[e.factors[1]]) for e in exclusions
+               if name in e.factors and set(e.factors) <= set(full))
+
+
+def _given_value(f: Factor, fixed: dict):
+    """The level of a factor whose case fields the run gives all of (a dtype, a layout, a split), else None."""
+    if f.fields is None:
+        return None
+    keys = list(f.fields(f.values[0]))
+    if not set(keys) <= set(fixed):
+        return None
+    return fixed[keys[0]] if len(keys) == 1 else tuple(fixed[k] for k in keys)
+
+
+def _read_level(f: Factor, levels: dict, trial) -> list[Level]:
+    """The one level a factor has where the run's fields decide it: the value the first case built from one of its
+    levels (the usual first) reads."""
+    for lv in _usual_first(f, levels[f.name]):
+        row, case, error = trial(f.name, lv.value)
+        if case is not None:
+            return [Level(f.read(case), GIVEN)]
+    return []
+
+
+def _usual_first(f: Factor, kept: list[Level]) -> list[Level]:
+    usual = [lv for lv in kept if lv.value == f.values[f.usual]]
+    return usual + [lv for lv in kept if lv not in usual]
+
+
+def _usual_index(f: Factor, kept: list[Level]) -> int:
+    return next((i for i, lv in enumerate(kept) if lv.value == f.values[f.usual]), 0)
+
+
+def world_levels(f: Factor, size: int) -> list[Level]:
+    """A split factor's levels of `size` ranks; where it declares none, each total it declares as even as it
+    divides over them, and with the last rank empty."""
+    kept = [lv for lv in f.levels if len(lv.value) == size]
+    if kept:
+        return kept
+    out = {}
+    for total in sorted({sum(lv.value) for lv in f.levels}):
+        out.setdefault(_even(total, size), f"{total} over {size} ranks, as even as it divides")
+        if size > 1:
+            out.setdefault(_even(total, size - 1) + (0,), f"{total} over {size} ranks, the last empty")
+    return [Level(v, why) for v, why in out.items()]
+
+
+def _even(total: int, size: int) -> tuple[int, ...]:
+    return tuple(total // size + (r < total % size) for r in range(size))
