@@ -28,6 +28,8 @@ ROWS = Factor("rows", levels(
     1, "one row: the decode path, and a long row split over blocks; dγ is one row's products",
     2, "two rows",
     7, "a prime number of rows",
+    256, "a whole number of row tiles (2^k rows per program): the grid has no partial tile",
+    257, "one past 256: a last tile of one row, where per-tile slots or partial sums sized rows // tile overflow",
     65537, "past 65536 rows: dγ and dβ are long sums over rows, grids of many blocks",
 ), read=lambda c: c.view.set_count, usual=2)
 HIDDEN = Factor("hidden", levels(
@@ -36,9 +38,11 @@ HIDDEN = Factor("hidden", levels(
     7, "a prime below a vector's width",
     16, "a whole 16-lane vector (and 4 and 8)",
     17, "one past it: the scalar tail",
+    1024, "exactly 1024: a power-of-two tile holds the row with no masked tail",
     1025, "one past 1024: a block and a tail",
     2049, "one past 2048",
     4095, "one below 4096",
+    4096, "exactly 4096: the single-block limit reached, no tail",
     4097, "one past 4096",
     8193, "one past 8192: past single-block kernels",
     16385, "one past 16384",
@@ -47,8 +51,11 @@ HIDDEN = Factor("hidden", levels(
 DIMS = Factor("normalized_dims", levels(
     1, "normalized_shape of one dim", 2, "of two dims (as flattened by kernels)", 3, "of three dims",
 ), read=lambda c: c.normalized_dims, field="normalized_dims")
+ROW_TILES = (256, 257)
 ROW_EXCLUSIONS = (
     Exclusion(("rank", "normalized_dims"), lambda rank, k: k < rank, "the rows need a dim of their own"),
+    Exclusion(("rows", "hidden"), lambda rows, h: rows not in ROW_TILES or h <= 1025,
+              "the row-tile levels at a modest row length: the tile boundary, not the size, is what they test"),
     at_most(MAX_ELEMENTS, "rows", "hidden", "a case of over 1.2M elements takes seconds"),
 )
 
