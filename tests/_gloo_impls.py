@@ -136,3 +136,24 @@ def dies_on_rank1(x, weight, bias, running_mean, running_var, eps, momentum, gro
 def wrong_shape_on_rank0(x, weight, bias, running_mean, running_var, eps, momentum, group, world_size):
     y = sync_bn(x, weight, bias, running_mean, running_var, eps, momentum, group, world_size)
     return y[:, :-1] if _rank(group) == 0 else y
+
+
+class _SkipsAllReduceWhenEmpty(_SyncBN):
+    """The backward of an empty rank returns at once, as if it had nothing to add: its peers wait in all_reduce."""
+
+    @staticmethod
+    def backward(ctx, dy):
+        if dy.numel() == 0:
+            return (torch.zeros_like(dy),) + (None,) * 8
+        return _SyncBN.backward(ctx, dy)
+
+
+def skips_all_reduce_when_empty(x, weight, bias, running_mean, running_var, eps, momentum, group, world_size):
+    return _SkipsAllReduceWhenEmpty.apply(x, weight, bias, running_mean, running_var, eps, momentum, group, world_size)
+
+
+def skips_all_gather_when_empty(x, weight, bias, running_mean, running_var, eps, momentum, group, world_size):
+    """An empty rank returns its empty output at once: its peers wait in the forward's all_gather."""
+    if x.numel() == 0:
+        return x * 1
+    return _SyncBN.apply(x, weight, bias, running_mean, running_var, eps, momentum, group, world_size)

@@ -244,3 +244,11 @@ def test_list_coverage_prints_every_value_and_pair_with_its_cases(op, capsys):
     assert all(v["cases"] > 0 and v["why"] for f in doc["factors"] for v in f["values"])
     assert main(["list", "--coverage"]) == 2
     assert "--coverage needs --op OP" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "add_rmsnorm"])
+def test_an_empty_batch_is_one_line_not_a_traceback(op, capsys):
+    for explicit in ([], ["--one-case"]):  # (the sweep narrowed to that shape, and the one case)
+        assert main(["compare", *explicit, "--op", op, "--shape", "0,16"]) == 2
+        assert capsys.readouterr().err == ("normcheck: error: shape 0x16 has no elements: an empty batch is not judged "
+                                           "(a distributed op's empty rank is a 0 in --split)\n")

@@ -97,6 +97,21 @@ def test_empty_rank_skipping_collectives_is_a_deadlock_found_at_once_not_a_timeo
     assert report.seconds < 2  # not the 60 s timeout
 
 
+def test_a_deadlock_in_the_gloo_world_names_the_implementations_line_and_one_rank_waits():
+    impl = resolve_impl("syncbn", "tests._gloo_impls:skips_all_reduce_when_empty", "gloo", timeout=60)
+    report = compare("syncbn", impl, Case("syncbn", (8, 3, 4), "f32", split=(3, 0, 5)))
+    assert report.verdict == FAIL and report.seconds < 20, report.message  # (found at once, not the 60 s limit)
+    assert report.message.startswith("rank 1: finished the case without joining a collective that ranks 0, 2 wait in "
+                                     "(all_reduce at _gloo_impls.py:"), report.message  # (not normcheck's adapter)
+    forward = resolve_impl("syncbn", "tests._gloo_impls:skips_all_gather_when_empty", "gloo", timeout=60)
+    report = compare("syncbn", forward, Case("syncbn", (8, 3, 4), "f32", split=(3, 0, 5)))
+    assert report.message.startswith("rank 1: finished the case without joining a collective that ranks 0, 2 wait in "
+                                     "(all_gather at _gloo_impls.py:"), report.message
+    alone = compare("syncbn", impl, Case("syncbn", (8, 3, 4), "f32", split=(8, 0)))
+    assert alone.message.startswith("rank 1: finished the case without joining a collective that rank 0 waits in "
+                                    "(all_reduce at _gloo_impls.py:"), alone.message
+
+
 def test_count_in_the_wrong_dtype_is_rejected_by_the_primitive():
     report = compare("syncbn", syncbn_mutants.MUTANTS["count_in_input_dtype"],
                      Case("syncbn", (8, 3, 4), "bf16", "f32", split=(3, 5)))

@@ -101,6 +101,9 @@ class Case:
                              f"{len(self.shape)}-D shape {self._shape_text}")
         if any(s < 0 for s in self.shape) or self.shape[1] < 1:
             raise UsageError(f"shape {self._shape_text} has a negative size or no channels")
+        if 0 in self.shape:  # (an empty rank of a distributed op is a 0 in its split, judged: its case has elements)
+            raise UsageError(f"shape {self._shape_text} has no elements: an empty batch is not judged (a distributed "
+                             "op's empty rank is a 0 in --split)")
         for name in (self.dtype, self.param_dtype):
             if name not in DTYPES:
                 raise UsageError(f"unknown dtype {name!r}; choose one of {', '.join(DTYPES)}")

@@ -97,7 +97,9 @@ def joined(value) -> str:
 
 def spread(total: int, dims: int) -> tuple[int, ...]:
     """`total` as `dims` sizes whose product it is, as even as its divisors allow, largest last
-    (2048 over 3 dims: 8x16x16; a prime: 1x...x p)."""
+    (2048 over 3 dims: 8x16x16; a prime: 1x...x p; 0: 0x1x...x1)."""
+    if total == 0:
+        return (0,) + (1,) * (dims - 1)
     sizes = []
     for d in range(dims, 1, -1):
         target = total ** (1 / d)

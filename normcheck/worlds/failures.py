@@ -97,6 +97,7 @@ def never_joined(absent, waiting, what: str, timeout: float | None = None) -> st
     """The waiting ranks gave up in a collective (`what`, e.g. "all_gather #2 at recipe.py:40") that the
     absent ones never joined: they finished the case (a deadlock), or, with `timeout`, did not come in time."""
     if timeout is None:
-        return f"{rank_list(absent)}: finished the case without joining a collective that {rank_list(waiting)} wait in ({what})"
+        verb = "waits" if len(list(waiting)) == 1 else "wait"
+        return f"{rank_list(absent)}: finished the case without joining a collective that {rank_list(waiting)} {verb} in ({what})"
     return (f"{rank_list(absent)}: never joined a collective that {rank_list(waiting)} waited in "
             f"({what}; timed out after {timeout:g} s)")

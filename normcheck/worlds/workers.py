@@ -98,9 +98,14 @@ def _last_line(path: str) -> str:
 
 
 # ----------------------------------------------------------------------------- worker side
+# normcheck's code that stands between a case and the implementation (not its own recipes and kernels, which are
+# implementations): a frame there is never the line a failure names
+_MACHINERY = tuple(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), d) + os.sep
+                   for d in ("frameworks", "worlds", "engine", "core"))
 def _describe_stack(frame) -> tuple[str | None, str | None]:
     """(collective, location) of a thread's current stack: the torch.distributed call it waits in,
-    and its innermost frame outside torch and the standard library ("file.py:12 in fn")."""
+    and its innermost frame outside torch, the standard library and normcheck's own machinery (the adapter's
+    function mode, the worlds): the implementation's line ("file.py:12 in fn")."""
     if frame is None:
         return None, None
     stack = traceback.extract_stack(frame)
@@ -108,7 +113,8 @@ def _describe_stack(frame) -> tuple[str | None, str | None]:
     stdlib = {sysconfig.get_paths()[k] + os.sep for k in ("stdlib", "platstdlib")}
     outside = [f for f in stack if not f.filename.startswith(torch_dir)
                and not any(f.filename.startswith(s) for s in stdlib)]
-    loc = (outside or stack)[-1] if stack else None
+    theirs = [f for f in outside if not f.filename.startswith(_MACHINERY)]
+    loc = (theirs or outside or stack)[-1] if stack else None
     where = f"{os.path.basename(loc.filename)}:{loc.lineno} in {loc.name}" if loc else None
     return collective_of(stack), where
 
