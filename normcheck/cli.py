@@ -16,7 +16,7 @@ from textwrap import indent
 
 from .cases import Case
 from .cases.case import CONVENTIONS, FROZEN, MODES, OP_FIELDS, ORDERS, takers_of
-from .cases.narrowing import Narrowing
+from .cases.narrowing import Narrowing, option_fields
 from .cases.sweep import default_sweep, field_value, order_value
 from .cases.tokens import decode_case
 from .core.errors import ImplError, Unsupported, UsageError
@@ -256,21 +256,10 @@ def _build_cases(args, conventions: dict, impl) -> list[Case]:
 
 def narrowing_of(args, conventions: dict) -> Narrowing:
     """What the run's case options fix on every case of the sweep (cases.narrowing): each option its factor."""
-    fields = {**conventions, **_fixed(args)}
-    if args.dtype is not None:
-        spec = parse_dtype(args.dtype)
-        fields.update(dtype=spec.dtype, param_dtype=spec.param_dtype)
-    if args.memory_format is not None:
-        x_format, _, dy_format = args.memory_format.partition(":")
-        fields.update(x_format=x_format, dy_format=dy_format or x_format)
-    if args.profile is not None:
-        fields["profile"] = args.profile
-    fields.update({name: getattr(args, name) for name in OP_FIELDS if getattr(args, name) is not None})
-    if args.shape is not None:
-        fields["shape"] = args.shape
     _check_world_options(args)
-    if args.split is not None:
-        fields["split"] = args.split
+    fields = {**conventions, **_fixed(args),
+              **option_fields(args.dtype, args.memory_format, args.profile, args.shape, args.split)}
+    fields.update({name: getattr(args, name) for name in OP_FIELDS if getattr(args, name) is not None})
     return Narrowing.of(fields, args.world_size)
 
 

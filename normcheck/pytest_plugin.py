@@ -246,31 +246,23 @@ _PATH = ("mode", "frozen", "order", "eps", "momentum", "affine")
 
 def _narrowing_fields(config) -> dict:
     """The Case fields the narrowing options give (UsageError for a value that is not one)."""
+    from normcheck.cases.narrowing import option_fields
     from normcheck.cases.sweep import field_value
     from normcheck.core.errors import UsageError
-    from normcheck.numerics.dtypes import parse_dtype
 
-    fields = {}
-    text = config.getoption("normcheck_dtype")
-    if text is not None:
-        spec = parse_dtype(text)
-        fields.update(dtype=spec.dtype, param_dtype=spec.param_dtype)
-    text = config.getoption("normcheck_memory_format")
-    if text is not None:
-        x_format, _, dy_format = text.partition(":")
-        fields.update(x_format=x_format, dy_format=dy_format or x_format)
-    if config.getoption("normcheck_value_profile") is not None:
-        fields["profile"] = config.getoption("normcheck_value_profile")
-    for name in ("groups", "normalized_dims", "residual_dtype"):
-        if config.getoption(f"normcheck_{name}") is not None:
-            fields[name] = field_value(name, config.getoption(f"normcheck_{name}"))
+    lists = {}
     for name in ("shape", "split"):
         text = config.getoption(f"normcheck_{name}")
         if text is not None:
             try:
-                fields[name] = tuple(int(v) for v in text.split(","))
+                lists[name] = tuple(int(v) for v in text.split(","))
             except ValueError:
                 raise UsageError(f"--normcheck-{name} {text!r} is not a comma-separated list of integers") from None
+    fields = option_fields(config.getoption("normcheck_dtype"), config.getoption("normcheck_memory_format"),
+                           config.getoption("normcheck_value_profile"), **lists)
+    for name in ("groups", "normalized_dims", "residual_dtype"):
+        if config.getoption(f"normcheck_{name}") is not None:
+            fields[name] = field_value(name, config.getoption(f"normcheck_{name}"))
     return fields
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from ..core.errors import UsageError
+from ..numerics.dtypes import parse_dtype
 from ..ops.design import Exclusion, Factor, Level
 
 GIVEN = "fixed by the run"  # the why of a level the run gave that the design does not declare
@@ -57,6 +58,22 @@ class Narrowing:
             return case.with_(**self.fixed) if self.fields else case
         except UsageError:
             return None
+
+
+def option_fields(dtype: str | None = None, memory_format: str | None = None, profile: str | None = None,
+                  shape: tuple[int, ...] | None = None, split: tuple[int, ...] | None = None) -> dict:
+    """The Case fields the case options give, each only where given (the CLI's and the pytest plugin's): a dtype
+    name (mixed-bf16: bf16 input, f32 parameters), a layout X[:DY] (dy in x's unless given), a value profile, a
+    shape, a split."""
+    fields = {}
+    if dtype is not None:
+        spec = parse_dtype(dtype)
+        fields.update(dtype=spec.dtype, param_dtype=spec.param_dtype)
+    if memory_format is not None:
+        x_format, _, dy_format = memory_format.partition(":")
+        fields.update(x_format=x_format, dy_format=dy_format or x_format)
+    fields.update({name: v for name, v in (("profile", profile), ("shape", shape), ("split", split)) if v is not None})
+    return fields
 
 
 Build = Callable[[dict], Any]  # a row {factor: value} -> a Case with the run's fields (UsageError: none)

@@ -41,20 +41,20 @@ def exclusions(op: str) -> tuple[Exclusion, ...]:
     return tuple(e for e in shared_exclusions(get_op(op)) + get_op(op).sweep.exclusions if set(e.factors) <= names)
 
 
-def allowed(op: str, pair: dict) -> bool:
-    """Whether values of two (or more) factors may meet in one case."""
-    return all(e.allowed(pair[e.factors[0]], pair[e.factors[1]]) for e in exclusions(op) if set(e.factors) <= set(pair))
-
-
 @lru_cache(maxsize=None)
 def narrowed_design(op: str, narrowing: Narrowing = Narrowing()) -> tuple[tuple[Factor, ...], tuple[Exclusion, ...]]:
     """The op's factors with the levels that survive the run's narrowing (cases.narrowing), and the exclusions
     still to respect."""
     if not narrowing:
         return factors(op), exclusions(op)
-    shared = {f.name for f in shared_factors(get_op(op))}
-    fill = tuple(f.name for f in sorted(factors(op), key=lambda f: f.name in shared))  # the op's geometry first
+    fill = tuple(f.name for f in geometry_first(op, factors(op)))
     return narrowed(factors(op), exclusions(op), narrowing, lambda row: case_of(op, row, 0, narrowing), fill)
+
+
+def geometry_first(op: str, fs) -> list[Factor]:
+    """`fs` in the order a row's free factors are filled: the op's own (its geometry: its usual sizes) first."""
+    shared = {f.name for f in shared_factors(get_op(op))}
+    return sorted(fs, key=lambda f: f.name in shared)
 
 
 @lru_cache(maxsize=None)
@@ -81,8 +81,7 @@ def anchor_rows(op: str, narrowing: Narrowing = Narrowing()) -> tuple[dict, ...]
     fs, excluded = narrowed_design(op, narrowing)
     kept = {f.name: f.values for f in fs}
     rows = []
-    shared = {f.name for f in shared_factors(get_op(op))}
-    filling = sorted(fs, key=lambda f: f.name in shared)  # the op's geometry first: its usual sizes
+    filling = geometry_first(op, fs)
     for anchor in shared_anchors(get_op(op)):
         row = dict(anchor.values)
         if any(v not in kept[name] for name, v in row.items()):
@@ -95,11 +94,6 @@ def anchor_rows(op: str, narrowing: Narrowing = Narrowing()) -> tuple[dict, ...]
                 row[f.name] = fitting[0]
         rows.append({f.name: row[f.name] for f in fs})
     return tuple(rows)
-
-
-def allowed_with(op: str, row: dict, name: str, value) -> bool:
-    """Whether `value` of factor `name` may meet every value already in `row`."""
-    return fits(exclusions(op), row, name, value)
 
 
 def case_of(op: str, row: dict, seed: int = 0, narrowing: Narrowing = Narrowing()) -> Case:

@@ -38,12 +38,11 @@ def run_isolated(impl, case, inputs, limit: CaseLimit):
     try:
         pool = _pool(interpret_here if impl.triton_interpret else None)
         [outcome] = pool.run_job(case, ("solo", impl.portable, inputs), limit, load=("load", impl.portable))
-    except CaseTimeout as e:
-        if impl.triton_interpret:  # (the worker was killed and restarts like after any timeout)
-            raise Unsupported(f"{str(e).removeprefix('rank 0: ')}: {INTERPRETER_TIMEOUT}") from None
-        raise CaseTimeout(str(e).removeprefix("rank 0: ")) from None
     except ImplError as e:  # a one-process pool names its only rank: a single process needs no name
-        raise type(e)(str(e).removeprefix("rank 0: ")) from None
+        message = str(e).removeprefix("rank 0: ")
+        if isinstance(e, CaseTimeout) and impl.triton_interpret:  # (the worker restarts as after any timeout)
+            raise Unsupported(f"{message}: {INTERPRETER_TIMEOUT}") from None
+        raise type(e)(message) from None
     kind, *details = outcome
     if kind == "outputs":
         return details[0]

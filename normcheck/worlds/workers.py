@@ -102,6 +102,8 @@ def _last_line(path: str) -> str:
 # implementations): a frame there is never the line a failure names
 _MACHINERY = tuple(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), d) + os.sep
                    for d in ("frameworks", "worlds", "engine", "core"))
+
+
 def _describe_stack(frame) -> tuple[str | None, str | None]:
     """(collective, location) of a thread's current stack: the torch.distributed call it waits in,
     and its innermost frame outside torch, the standard library and normcheck's own machinery (the adapter's
