@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
-import torch.nn.functional as F
 
 from ..core.errors import UsageError
 from ..reference.adaln import ADALN, adaln_backward, adaln_forward
@@ -100,6 +99,7 @@ def over_sequence(a, ndim: int):
 
 def modulate(input, scale, shift, normalized_shape, weight=None, bias=None, eps=1e-5):
     """The eager composite, as DiT writes it: F.layer_norm, then · (1 + scale) + shift broadcast over the sequence."""
+    import torch.nn.functional as F
     y = F.layer_norm(input, normalized_shape, weight, bias, eps)
     return y * (1 + over_sequence(scale, input.dim())) + over_sequence(shift, input.dim())
 

@@ -1,8 +1,6 @@
 """Residual add + LayerNorm: h = x + residual (in the residual stream's dtype), y = LayerNorm(h); returns (y, h)."""
 from __future__ import annotations
 
-import torch
-import torch.nn.functional as F
 
 from . import layernorm
 from .core import Impl
@@ -19,6 +17,8 @@ def call(fn, t, case, group=None, world_size=1):
 
 def add_layer_norm(input, residual, normalized_shape, weight=None, bias=None, eps=1e-5):
     """The eager composite: the add in the residual's dtype, F.layer_norm of the sum, y back in input's dtype."""
+    import torch
+    import torch.nn.functional as F
     h = input.to(residual.dtype) + residual
     # (F.layer_norm refuses a float32 input with half parameters: they join the stream's dtype, as a layer's would)
     weight, bias = (None if p is None else p.to(torch.promote_types(p.dtype, h.dtype)) for p in (weight, bias))

@@ -2,13 +2,10 @@
 from __future__ import annotations
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
 from .. import reference
-from ..frameworks.torch import grad_mask
 from ..numerics.sets import SetView
-from .core import Impl, KnownIssue, Op, Signature
+from .core import Impl, KnownIssue, Op, Signature, native_output_mask
 from .forward_ad import forward_ad_issues
 from .design import (MOMENTUM, Design, Factor, at_most, channel_factor,
                      eps_factor, levels, nc_spatial)
@@ -82,11 +79,12 @@ def drop_none(**arrays) -> dict[str, np.ndarray]:
 def native_backward(case, t):
     """aten.native_batch_norm, then aten.native_batch_norm_backward called directly (no autograd); in eval
     mode both take the running statistics (and the saved ones are empty)."""
+    import torch
     aten = torch.ops.aten
     y, mean, invstd = aten.native_batch_norm(t.x, t.weight, t.bias, t.running_mean, t.running_var, case.training,
                                              case.momentum, case.eps)
     dx, dw, db = aten.native_batch_norm_backward(t.dy, t.x, t.weight, t.running_mean, t.running_var, mean, invstd,
-                                                 case.training, case.eps, grad_mask(case))
+                                                 case.training, case.eps, native_output_mask(case))
     return {"y": y, "mean": mean, "invstd": invstd, "dx": dx, "dweight": dw, "dbias": db,
             "running_mean": t.running_mean, "running_var": t.running_var}
 
@@ -172,7 +170,7 @@ OP = Op(
                            "on every row" if c.training else None),
     array_signature=ARRAY_SIGNATURE, array_call=array_call,
     impls=(
-        Impl("torch", "batchnorm", "torch.nn.functional.batch_norm through autograd", F.batch_norm,
+        Impl("torch", "batchnorm", "torch.nn.functional.batch_norm through autograd", "torch.nn.functional:batch_norm",
              known_issues=TORCH_ISSUES),
         Impl("torch-native-backward", "batchnorm",
              "aten.native_batch_norm + aten.native_batch_norm_backward called directly", native_backward,

@@ -234,6 +234,11 @@ def rows_dependence(case) -> str | None:
     return case.record.rows_depend(case)
 
 
+def native_output_mask(case) -> list[bool]:
+    """The output_mask of aten's native backward ops: the gradients the case asks for (Case.grads)."""
+    return [name in case.grads for name in ("dx", "dweight", "dbias")]
+
+
 def supports_everything(case) -> str | None:
     return None
 

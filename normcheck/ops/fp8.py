@@ -25,10 +25,8 @@ from __future__ import annotations
 from typing import Callable
 
 import numpy as np
-import torch
 
 from ..core.errors import UsageError
-from ..frameworks.torch import TORCH_DTYPES
 from ..numerics.dtypes import FP8_FORMATS, TINY, quantise, saturate
 from ..reference.fp8 import fp8_outputs, saturating_scale
 from .core import CaseField, Extension, Operand, Result
@@ -67,7 +65,8 @@ def keywords(t, case) -> dict:
     """The contract's fp8 keywords for a case (none without fp8)."""
     if case.fp8 is None:
         return {}
-    return {"scale": t.extra["scale"], "fp8_dtype": TORCH_DTYPES[case.fp8]}
+    import torch
+    return {"scale": t.extra["scale"], "fp8_dtype": getattr(torch, TORCH_NAMES[case.fp8])}
 
 
 def extension(forward: Callable) -> Extension:
@@ -112,9 +111,10 @@ def outputs(y: np.ndarray, inputs) -> dict[str, np.ndarray]:
     return fp8_outputs(y, inputs.extra["scale"], inputs.case.fp8)
 
 
-def quantised(y: torch.Tensor, scale: torch.Tensor, fp8_dtype: torch.dtype):
+def quantised(y: "torch.Tensor", scale: "torch.Tensor", fp8_dtype: "torch.dtype"):
     """(y, y_fp8, amax) from torch's y: y · scale in float32, clamped to the format's range and cast (round to
     nearest even), the amax of y in float32; neither is differentiated."""
+    import torch
     with torch.no_grad():
         limit = torch.finfo(fp8_dtype).max
         y_fp8 = (y.float() * scale).clamp(-limit, limit).to(fp8_dtype)

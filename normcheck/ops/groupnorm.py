@@ -4,15 +4,12 @@ from __future__ import annotations
 from math import prod
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
 from .. import reference
 from ..core.errors import UsageError
-from ..frameworks.torch import grad_mask
 from ..numerics.sets import SetView
 from .batchnorm import drop_none
-from .core import ALWAYS, CaseField, Impl, KnownIssue, Op, Signature
+from .core import ALWAYS, CaseField, Impl, KnownIssue, Op, Signature, native_output_mask
 from .forward_ad import forward_ad_issues
 from .design import (SPATIAL_NEEDS_RANK, Design, Exclusion, Factor, at_most, channel_factor, eps_factor,
                      levels, nc_spatial, spatial_size)
@@ -121,12 +118,13 @@ def reference_outputs(i) -> dict[str, np.ndarray]:
 
 def native_backward(case, t):
     """aten.native_group_norm, then aten.native_group_norm_backward called directly (no autograd)."""
+    import torch
     aten = torch.ops.aten
     n, c = case.shape[0], case.shape[1]
     hxw = prod(case.shape[2:])
     y, mean, rstd = aten.native_group_norm(t.x, t.weight, t.bias, n, c, hxw, case.groups, case.eps)
     dx, dw, db = aten.native_group_norm_backward(t.dy, t.x, mean, rstd, t.weight, n, c, hxw, case.groups,
-                                                 grad_mask(case))
+                                                 native_output_mask(case))
     return {"y": y, "mean": mean, "rstd": rstd, "dx": dx, "dweight": dw, "dbias": db}
 
 
@@ -260,7 +258,7 @@ OP = Op(
     fields=(GROUPS_FIELD,), set_dim=1, validate=validate,
     array_signature=ARRAY_SIGNATURE, array_call=array_call,
     impls=(
-        Impl("torch", "groupnorm", "torch.nn.functional.group_norm through autograd", F.group_norm,
+        Impl("torch", "groupnorm", "torch.nn.functional.group_norm through autograd", "torch.nn.functional:group_norm",
              known_issues=TORCH_ISSUES),
         Impl("torch-native-backward", "groupnorm",
              "aten.native_group_norm + aten.native_group_norm_backward called directly", native_backward,

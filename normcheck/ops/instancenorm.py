@@ -3,7 +3,6 @@ batch (training); the running statistics for every instance in eval mode (use_in
 from __future__ import annotations
 
 import numpy as np
-import torch.nn.functional as F
 
 from .. import reference
 from ..numerics.sets import SetView
@@ -136,6 +135,6 @@ OP = Op(
     outputs=OUTPUTS, required=REQUIRED, sweep=SWEEP, running_stats=True, set_dim=-1, ranks=(3, 4, 5),
     impls=(
         Impl("torch", "instancenorm", "torch.nn.functional.instance_norm through autograd",
-             F.instance_norm, known_issues=TORCH_ISSUES),
+             "torch.nn.functional:instance_norm", known_issues=TORCH_ISSUES),
     ),
 )

@@ -2,16 +2,13 @@
 from __future__ import annotations
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
 from .. import reference
 from ..core.errors import UsageError
-from ..frameworks.torch import grad_mask
 from ..numerics.sets import SetView
 from .batchnorm import double_backward_issues, drop_none
 from . import fp8
-from .core import ALWAYS, CaseField, Impl, KnownIssue, Op, Signature
+from .core import ALWAYS, CaseField, Impl, KnownIssue, Op, Signature, native_output_mask
 from .forward_ad import forward_ad_issues
 from .design import Design, Exclusion, Factor, at_most, eps_factor, levels, spread
 
@@ -164,10 +161,11 @@ def reference_outputs(i) -> dict[str, np.ndarray]:
 def native_backward(case, t):
     """aten.native_layer_norm, then aten.native_layer_norm_backward called directly (no autograd),
     with the output mask asking for exactly the gradients the case asks for."""
+    import torch
     aten = torch.ops.aten
     d = list(normalized_shape(case))
     y, mean, rstd = aten.native_layer_norm(t.x, d, t.weight, t.bias, case.eps)
-    dx, dw, db = aten.native_layer_norm_backward(t.dy, t.x, d, mean, rstd, t.weight, t.bias, grad_mask(case))
+    dx, dw, db = aten.native_layer_norm_backward(t.dy, t.x, d, mean, rstd, t.weight, t.bias, native_output_mask(case))
     return {"y": y, "mean": mean, "rstd": rstd, "dx": dx, "dweight": dw, "dbias": db}
 
 
@@ -232,6 +230,7 @@ TORCHS = {"normalized_at": "trailing"}  # torch's convention: the last K dims
 
 def layer_norm_fp8(input, normalized_shape, weight=None, bias=None, eps=1e-5, *, scale, fp8_dtype):
     """F.layer_norm, then y quantised in torch (fp8.quantised)."""
+    import torch.nn.functional as F
     return fp8.quantised(F.layer_norm(input, normalized_shape, weight, bias, eps), scale, fp8_dtype)
 
 OP = Op(
@@ -244,7 +243,7 @@ OP = Op(
     min_set_size=1,  # a hidden size of 1 is a layer too: x̂ = 0, y = β, dx = 0
     extensions=(fp8.extension(forward),),
     impls=(
-        Impl("torch", "layernorm", "torch.nn.functional.layer_norm through autograd", F.layer_norm,
+        Impl("torch", "layernorm", "torch.nn.functional.layer_norm through autograd", "torch.nn.functional:layer_norm",
              known_issues=TORCH_ISSUES, follows={**TORCHS, "fp8": None}),
         Impl("torch-native-backward", "layernorm",
              "aten.native_layer_norm + aten.native_layer_norm_backward called directly", native_backward,

@@ -4,8 +4,6 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
 from .. import reference
 from ..core.errors import UsageError
@@ -81,6 +79,7 @@ def reference_outputs(i) -> dict[str, np.ndarray]:
 
 def rms_norm(input, normalized_shape, weight=None, eps=None):
     """F.rms_norm without its warning for f16/bf16 input with f32 weight (it then runs the composite ops)."""
+    import torch.nn.functional as F
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return F.rms_norm(input, normalized_shape, weight, eps)
@@ -89,6 +88,7 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
 def fused_forward(case, t):
     """aten._fused_rms_norm (the CPU kernel F.rms_norm runs when no gradient is needed) for y and rstd;
     the gradients through F.rms_norm's autograd, as torch 2.13 has no CPU _fused_rms_norm_backward."""
+    import torch
     d = list(normalized_shape(case))
     y, rstd = torch.ops.aten._fused_rms_norm(t.x, d, t.weight, case.eps)
     leaves = [a.requires_grad_() for a in (t.x, t.weight) if a is not None]

@@ -135,6 +135,27 @@ def test_framework_free_layers_import_no_framework():
     assert offenders == []
 
 
+def framework_free_modules() -> list[str]:
+    layers = dict(layer_order())
+    return sorted(m for m in MODULES if any(str(MODULES[m].relative_to(ROOT)).startswith(p)
+                                            for name in FRAMEWORK_FREE for p in layers[name]))
+
+
+def test_framework_free_layers_load_no_framework_through_other_modules():
+    # The static check above sees a module's own imports; this one what importing it loads (the op records the
+    # cases and the engine read included), in a fresh interpreter, naming the first module that brings one in.
+    code = ("import importlib, sys\n"
+            f"frameworks = {FRAMEWORKS!r}\n"
+            f"for name in {framework_free_modules()!r}:\n"
+            "    importlib.import_module(name)\n"
+            "    loaded = sorted(f for f in frameworks if f in sys.modules)\n"
+            "    if loaded:\n"
+            "        sys.exit(f'importing {name} loads {loaded}')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert len(framework_free_modules()) > 30  # (the layers' prefixes still name the packages)
+
+
 def test_the_checker_sees_cycles_and_layer_violations():
     # the helpers themselves: a two-module cycle is found, an acyclic chain is not
     assert cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]

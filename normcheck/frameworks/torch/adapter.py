@@ -341,8 +341,3 @@ def run_rank(op, fn, case, inputs, rank: int, group, world_size: int,
     t = torch_inputs(inputs, case.rank_shard(rank), device)
     outputs = _guarded_run(t, lambda: differentiate(op, fn, case, t, group, world_size))
     return to_numpy(op, case, outputs, tuple(t.x.shape))
-
-
-def grad_mask(case) -> list[bool]:
-    """The output_mask of aten's native backward ops: the gradients the case asks for (Case.grads)."""
-    return [name in case.grads for name in ("dx", "dweight", "dbias")]
