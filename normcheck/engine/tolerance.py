@@ -27,7 +27,10 @@ import numpy as np
 from ..cases import Case, CaseInputs
 from ..ops import get_op
 from ..ops.layouts import REPLICATED
-from ..numerics.dtypes import ROUNDS_XHAT, TINY, UNIT_ROUNDOFF, may_round_across, quantise
+from ..numerics.dtypes import TINY, UNIT_ROUNDOFF, quantise
+from .error_terms import (Precisions, SetSums, batch_statistics, casting_flips, epilogue_errors, input_gradient_error,
+                          normalised, output_error, parameter_gradient_errors, replicated_rounding_errors,
+                          running_statistics, running_update_errors, saved_statistics_errors)
 from .expected import Grouped, as_output, directional_outputs, effective_affine, grouped
 from .running_error import exact, tracked_arithmetic
 
@@ -45,166 +48,38 @@ class Constants:
 CONSTANTS = Constants()
 
 
-def rank_masks(case: Case, view) -> list[np.ndarray]:
-    """Per rank of a split case, 1 where it holds an element and 0 elsewhere, in the grouped view (the split axis
-    may be any of its dims: the rows for SyncBN, the hidden dim for a hidden-parallel norm)."""
-    masks = []
-    for rank in range(len(case.split)):
-        m = np.zeros(case.shape)
-        m[case.record.layout.data_index(case.split, rank)] = 1.0
-        masks.append(view.group(m))
-    return masks
-
-
 def element_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) -> dict[str, np.ndarray]:
-    """B_e for every output the op defines, each shaped like the reference output."""
+    """B_e for every output the op defines, each shaped like the reference output: the error terms of one
+    normalisation (engine.error_terms) composed, a fused op's stages around them."""
     op = case.record
     if op.prologue is not None:
         return prologue_bounds(case, inputs, c)
     if op.modulation is not None:
         return modulation_bounds(case, inputs, c)
     view = case.view
-    axes = view.axes
-    ua = UNIT_ROUNDOFF[case.dtypes.accumulation]  # (all three no finer than the precision the kernel computes in)
-    uo = case.dtypes.unit(case.dtype)
-    up = case.dtypes.unit(case.param_dtype)
-    uy = case.dtypes.unit(op.output_dtype(case, "y"))  # y's own storage: the input's, or promoted with the weight's
-    us = max(ua, up)
-    eps, mom = case.eps_value, case.momentum
-    size = view.set_size
-
-    def mean(a):
-        return a.mean(axis=axes, keepdims=True)
-
-    def rho(n):
-        return c.growth * np.sqrt(max(n, 1))
-
-    x = view.group(inputs.x)
-    dy = view.group(inputs.dy)
+    u, sums, rounding = Precisions.of(case), SetSums(view, c.growth), c.rounding
+    x, dy = view.group(inputs.x), view.group(inputs.dy)
     gamma, beta = effective_affine(case, inputs)
 
-    # Forward statistics and how wrong an accumulation in u_a may leave them. An uncentred op
-    # (RMSNorm) is the same formula with μ = 0 held exactly: σ² is then the mean of squares.
-    if case.training:
-        mu = mean(x) if op.centred else np.zeros_like(mean(x))
-        dev = x - mu
-        var = mean(dev * dev)
-        # The probabilistic ρ(M) assumes independent rounding errors. Summing M identical values makes
-        # them correlated, so a constant set gets the deterministic worst case, M·u (Higham, Thm 4.2).
-        constant = x.max(axis=axes, keepdims=True) == x.min(axis=axes, keepdims=True)
-        mean_growth = np.where(constant, float(size), rho(size))
-        d_mu = (ua * mean_growth * mean(np.abs(x)) + c.rounding * us * np.abs(mu)) if op.centred else np.zeros_like(mu)
-        if case.split is not None and op.layout.splits_sets:  # the ranks' means, each rounded (to the moments'
-            # dtype), merged by their counts: c·u_s·Σ_r n_r/M·|μ_r| = c·u_s·Σ_r |Σ_{set ∩ r} x| / M
-            d_mu = d_mu + c.rounding * us * sum(np.abs((x * m).sum(axis=axes, keepdims=True)) / max(size, 1)
-                                                 for m in rank_masks(case, view))
-        # Two-pass and Welford variances both lose about u_a·ρ(M) of σ², and Welford's running mean adds
-        # a term in |μ|·mean|x − μ|; E[x²] − E[x]² would lose u_a·μ², which is what we must not allow.
-        # Σ(x − μ̃)² = Σ(x − μ)² + M·δμ², and the variance may be held in the moments' dtype. SyncBN's
-        # primitives pass invstd = 1/sqrt(σ² + eps) between ranks and recover σ² from it: u_a·(σ² + eps).
-        d_var = (ua * mean_growth * (var + np.abs(mu) * mean(np.abs(dev))) + d_mu * d_mu + c.rounding * us * var
-                 + c.rounding * ua * eps)
-    else:  # eval mode: the running statistics, exact inputs that a kernel may convert to its own precision
-        mu, var = (np.broadcast_to(view.per_channel_values(r), mean(x).shape)  # one per set, like the batch's
-                   for r in (inputs.running_mean, inputs.running_var))
-        dev = x - mu
-        d_mu, d_var = c.rounding * us * np.abs(mu), c.rounding * us * (var + eps)
-    r = 1.0 / np.sqrt(var + eps)
-    xhat = dev * r
-    rel_r = 0.5 * d_var / (var + eps) + c.rounding * us
-    d_xhat = r * d_mu + np.abs(xhat) * rel_r
-    if not case.training:  # kernels fold it into y = x·(γr) + (β − μγr): x·s and μ·s rounded separately
-        d_xhat = d_xhat + c.rounding * ua * r * (np.abs(x) + np.abs(mu))
-
-    # A casting chain that rounds x̂ to the input dtype before the weight (RMSNorm's before-weight) may round an
-    # x̂ known to within δx̂ to the other neighbour: one input-dtype ulp of it, times |γ| in y and |dy| in dγ
-    # (y's own rounding covers it unless y is promoted to a finer dtype). One that rounds rstd first (rstd-input)
-    # may flip rstd itself, which moves the whole row's x · rstd by |x| · ulp(rstd) before that rounding.
-    flips = 0.0
-    if case.casting == "rstd-input":
-        r_flip = np.abs(dev) * may_round_across(r, r * rel_r, case.dtype)
-        flips = r_flip + may_round_across(dev * quantise(r, case.dtype), d_xhat + r_flip, case.dtype)
-    elif case.casting == "before-weight":
-        flips = may_round_across(xhat, d_xhat, case.dtype)
-    bound_y = c.rounding * uy * (np.abs(gamma * xhat) + np.abs(beta)) + np.abs(gamma) * (d_xhat + flips)
-    d_dy = np.zeros_like(dy)  # error in the dy that enters the BatchNorm backward (a fused epilogue's)
+    stats = (batch_statistics(case, x, sums, u, rounding) if case.training
+             else running_statistics(case, inputs, x, sums, u, rounding))
+    norm = normalised(case, x, stats, u, rounding)
+    flips = casting_flips(case, norm)
+    y_error = output_error(gamma, beta, norm, flips, u, rounding)
+    dy_error = np.zeros_like(dy)  # the error of the dy the norm's backward receives (a fused epilogue's)
     if op.epilogue is not None:
-        # z = f(y): z inherits y's error through f'(y); the backward's dy = dz·f'(y) is recomputed
-        # from an inexact y (f'') and rounded to the input dtype.
-        ep = op.epilogue
-        y_norm = gamma * xhat + beta
-        grad1 = ep.grad(y_norm)
-        dy = dy * grad1
-        d_dy = np.abs(view.group(inputs.dy) * ep.grad2(y_norm)) * bound_y + c.rounding * uo * np.abs(dy)
-        # f is several element-wise operations of its own (SiLU: exp, add, divide, multiply): twice the rounding.
-        # Where f'(y) = 0 (SiLU's minimum) y's error reaches z at second order: ½|f''|·δy² (f'' varies slowly).
-        bound_y = (np.abs(grad1) * bound_y + 0.5 * np.abs(ep.grad2(y_norm)) * bound_y * bound_y
-                   + 2 * c.rounding * uy * np.abs(ep.f(y_norm)))
+        after = epilogue_errors(op.epilogue, gamma * norm.xhat + beta, y_error, dy, u, rounding)
+        y_error, dy, dy_error = after.output_error, after.dy, after.dy_error
 
-    # Backward: dx = r·(g − ḡ − x̂·h).
-    # (eval mode: dx = r·g, the statistics do not depend on x)
-    g = gamma * dy
-    d_g = np.abs(gamma) * d_dy
-    if case.casting in ROUNDS_XHAT:  # the gradient reaching x̂ is rounded to x̂'s dtype, the input's, on its way
-        d_g = d_g + uo * np.abs(g)
-    batch_terms = case.training
-    gbar = mean(g) if op.centred and batch_terms else np.zeros_like(mu)  # no mean subtracted, no ḡ term in dx
-    h = mean(g * xhat) if batch_terms else np.zeros_like(mu)
-    def sum_growth(terms):  # ρ(M) of a set's sum; M·u where its terms are all equal (correlated errors)
-        return np.where(terms.max(axis=axes, keepdims=True) == terms.min(axis=axes, keepdims=True), float(size),
-                        rho(size))
-
-    d_gbar = ua * sum_growth(g) * mean(np.abs(g)) + mean(d_g) if op.centred and batch_terms else np.zeros_like(mu)
-    d_h = (ua * sum_growth(g * xhat) * mean(np.abs(g * xhat)) + mean(np.abs(g) * d_xhat) + mean(d_g * np.abs(xhat))
-           if batch_terms else np.zeros_like(mu))
-    dx = r * (g - gbar - xhat * h)
-
-    bounds = {
-        "y": bound_y,
-        "dx": c.rounding * uo * r * (np.abs(g) + np.abs(gbar) + np.abs(xhat * h))
-        + r * (d_g + d_gbar + np.abs(xhat) * d_h + np.abs(h) * d_xhat)
-        + np.abs(dx) * rel_r,
-    }
+    bounds = {"y": y_error, "dx": input_gradient_error(case, sums, norm, gamma, dy, dy_error, u, rounding)}
     bounds = {k: view.ungroup(np.broadcast_to(v, x.shape)) for k, v in bounds.items()}
-
-    per_channel = view.channel_count
-    dweight = view.channel_sum(dy * xhat)
-    dbias = view.channel_sum(dy)
-    def param_growth(terms):  # ρ(M) of a parameter's sum; M·u where its terms are all equal (an expanded dy)
-        equal = (terms.max(axis=(0, 3)) == terms.min(axis=(0, 3))).reshape(view.param_shape)
-        return np.where(equal, float(per_channel), rho(per_channel))
-
-    bounds["dweight"] = (
-        ua * param_growth(dy * xhat) * view.channel_sum(np.abs(dy * xhat))
-        + view.channel_sum(np.abs(dy) * (d_xhat + flips) + d_dy * np.abs(xhat))
-        + c.rounding * up * np.abs(dweight)
-    )
-    bounds["dbias"] = (ua * param_growth(dy) * view.channel_sum(np.abs(dy)) + view.channel_sum(d_dy)
-                       + c.rounding * up * np.abs(dbias))
+    bounds.update(parameter_gradient_errors(sums, norm, flips, dy, dy_error, u, rounding))
     if case.split is not None and op.layout.params == REPLICATED:
-        # Each rank rounds its local dγ/dβ to the parameter dtype before they are summed, and local
-        # sums can be much larger than their total: c·u_p·Σ_r |local_r| on top.
-        for name, per_element in (("dweight", dy * xhat), ("dbias", dy)):
-            local = [np.abs(view.channel_sum(per_element * m)) for m in rank_masks(case, view)]
-            bounds[name] = bounds[name] + c.rounding * up * np.sum(local, axis=0)
-
-    # Saved statistics are returned in the accumulation precision, one per set.
-    bounds["mean"] = (d_mu + c.rounding * us * np.abs(mu)).reshape(view.stats_shape)
-    bounds["invstd"] = bounds["rstd"] = (r * rel_r).reshape(view.stats_shape)
-
-    if op.running_stats and not case.training:  # eval mode leaves them exactly as they were
-        bounds["running_mean"], bounds["running_var"] = np.zeros(case.channels), np.zeros(case.channels)
-    elif op.running_stats:
-        unbiased = size / max(size - 1, 1)
-        rm, rv = inputs.running_mean, inputs.running_var
-        # One statistic per channel (BatchNorm) or the batch average of the per-instance ones (InstanceNorm)
-        mu_c, var_c = mu.mean(axis=0).reshape(-1), var.mean(axis=0).reshape(-1)
-        bounds["running_mean"] = mom * d_mu.mean(axis=0).reshape(-1) + c.rounding * up * (
-            np.abs((1 - mom) * rm) + np.abs(mom * mu_c)
-        )
-        bounds["running_var"] = mom * unbiased * d_var.mean(axis=0).reshape(-1) + c.rounding * up * (
-            np.abs((1 - mom) * rv) + np.abs(mom * unbiased * var_c)
-        )
+        extra = replicated_rounding_errors(case, sums, norm, dy, u, rounding)
+        bounds.update({name: bounds[name] + e for name, e in extra.items()})
+    bounds.update(saved_statistics_errors(stats, norm, u, rounding, view.stats_shape))
+    if op.running_stats:
+        bounds.update(running_update_errors(case, inputs, sums, stats, u, rounding))
     if case.order != 1:
         bounds.update(directional_bounds(case, inputs, c))
     for extension in op.extensions:  # (results a case field adds, bounded from the outputs': fp8's y_fp8, amax)
