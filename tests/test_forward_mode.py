@@ -19,7 +19,7 @@ from normcheck.engine import FAIL, PASS, SKIP
 from normcheck.engine.expected import expected_outputs
 from normcheck.ops import get_op
 from tests._torch_functions import SavedInputsLayerNorm, float64_tensors, functional_y
-from tests.mutants.layernorm import MUTANTS, textbook
+from tests.mutants.layernorm import CORRECT, MUTANTS, textbook
 
 # (op, shape, its own fields): small cases of every op with directional derivatives
 OPS = [("batchnorm", (5, 3, 4), {}), ("groupnorm", (3, 6, 5), {"groups": 2}),
@@ -167,3 +167,15 @@ def test_the_cli_takes_the_forward_mode_orders(capsys):
     assert "order=fwd-rev" in out.getvalue() and "1 passed" in out.getvalue()
     assert main(["compare", "--op", "layernorm", "--order", "3"], io.StringIO()) == 2
     assert "order must be one of 1, 2, fwd, fwd-rev, got '3'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_either_form_of_the_tangent_product_passes_offset_two_element_rows(seed):
+    # mean((x − μ)·ẋ) and mean((x − μ)·(ẋ − mean ẋ)) are one value; on offset rows of two the uncentred product
+    # carries mean(x − μ)'s rounding times mean(ẋ) (20 budgets at seed 3 while the bound followed one form only)
+    case = Case("layernorm", (4096, 2), "f64", profile="offset", affine=False, order="fwd", normalized_dims=1,
+                seed=seed)
+    for name, fn in (("textbook", textbook), ("uncentred_jvp", CORRECT["uncentred_jvp"])):
+        report = compare("layernorm", fn, case)
+        assert report.verdict == PASS, (name, report.summary())
+    assert compare("layernorm", MUTANTS["jvp_missing_stat_terms"], case).verdict == FAIL

@@ -1,4 +1,6 @@
 """Meta-tests of the tolerance model: the ratio arithmetic, and the bound's behaviour."""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -9,8 +11,9 @@ from normcheck.cases.case import FROZEN
 from normcheck.core.errors import UsageError
 from normcheck.engine.baseline import baseline_outputs
 from normcheck.engine.expected import expected_outputs
-from normcheck.ops import OPS
-from normcheck.engine.tolerance import CONSTANTS, Constants, budget_ratio, element_bounds
+from normcheck.engine.error_terms import independent_errors_sum
+from normcheck.ops import OPS, get_op
+from normcheck.engine.tolerance import CONSTANTS, Constants, _inner_case, budget_ratio, element_bounds
 
 FORMULA_ONLY = Constants(CONSTANTS.growth, CONSTANTS.rounding, baseline_factor=0.0)
 
@@ -125,3 +128,30 @@ def test_the_baseline_in_float64_is_the_reference_on_every_path(op):
                 err = float(np.max(np.abs(got[name] - r), initial=0.0))
                 assert err <= 1e-12 * scale, f"{case.label}: baseline {name} differs from the reference by {err:.3g}"
     assert judged == {tuple(p.values()) for p in _paths(op)}, f"{op}: paths never judged"
+
+
+def test_independent_term_errors_grow_like_a_root_sum_of_squares_and_equal_ones_linearly():
+    def summed(a):
+        return a.sum(axis=0)
+    rng = np.random.default_rng(0)
+    varied = rng.uniform(0.5, 1.5, size=(4096, 3))
+    bound = independent_errors_sum(varied, summed, 4096, CONSTANTS.growth)
+    assert np.allclose(bound, CONSTANTS.growth * np.sqrt((varied ** 2).sum(axis=0)))
+    assert (bound < varied.sum(axis=0) / 10).all()  # √M against M: what lets a long sum's bugs show
+    same = np.full((4096, 3), 0.7)  # one element repeated: its errors are one error, M times
+    assert np.allclose(independent_errors_sum(same, summed, 4096, CONSTANTS.growth), same.sum(axis=0))
+    few = rng.uniform(0.5, 1.5, size=(2, 3))  # never above the worst case
+    assert (independent_errors_sum(few, summed, 2, CONSTANTS.growth) <= few.sum(axis=0)).all()
+
+
+def test_a_stage_that_rounds_what_the_norm_reads_widens_every_output_by_what_reading_the_unrounded_value_moves():
+    # add + RMSNorm with a bf16 stream: statistics of x + residual in registers, the stored h normalised
+    case = Case("add_rmsnorm", (257, 7), "bf16", "f32", profile="normal", normalized_dims=1)
+    inputs = case.make_inputs()
+    h = get_op("add_rmsnorm").reference(inputs)["h"]
+    inner = _inner_case(case, get_op("rmsnorm"))
+    on_h = replace(inputs, case=inner, x=h, extra={})
+    alone, either = element_bounds(inner, on_h), element_bounds(inner, on_h, unrounded=inputs.x + inputs.extra["residual"])
+    for name in ("y", "dx", "dweight", "rstd"):
+        assert (either[name] >= alone[name]).all() and (either[name] > alone[name]).any(), name
+    assert (element_bounds(inner, on_h, unrounded=h)["dweight"] == alone["dweight"]).all()  # nothing rounded: nothing moved

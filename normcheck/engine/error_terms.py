@@ -67,6 +67,16 @@ class SetSums:
         return np.where(equal, float(count), self.rho(count))
 
 
+def independent_errors_sum(errors: np.ndarray, summed, count: int, growth: float) -> np.ndarray:
+    """The error of a sum (`summed`: over which axes) of `count` terms, each carrying an error up to `errors` from
+    roundings of its own elements (a different set's statistics, its own products): independent errors grow like
+    λ·√(Σe²), as ρ(M) does for a sum's own roundings; never more than Σe, and Σe where every term's is the same (the
+    same elements repeated: correlated errors)."""
+    linear, square = summed(errors), summed(errors * errors)
+    same = np.isclose(linear * linear, count * square, rtol=1e-9, atol=0.0)
+    return np.where(same, linear, np.minimum(linear, growth * np.sqrt(square)))
+
+
 @dataclass(frozen=True)
 class Statistics:
     """Per set: the mean and biased variance the layer normalises with, and how wrong a correct kernel's may be."""
@@ -145,6 +155,18 @@ def normalised(case: Case, x: np.ndarray, stats: Statistics, u: Precisions, roun
     if not case.training:
         xhat_error = xhat_error + rounding * u.accumulation * rstd * (np.abs(x) + np.abs(stats.mean))
     return Normalised(deviation, rstd, rel, xhat, xhat_error)
+
+
+def read_either(norm: Normalised, other: Normalised) -> Normalised:
+    """A fused prologue rounds the value the norm reads for storage (add + norm's h), and a kernel may normalise
+    the unrounded value instead, or scale the stored one by the unrounded value's rstd (and keep that rstd for its
+    backward: "Fused prologues"). What either moves x̂ and r, element by element, is an input error of the norm: it
+    enters δx̂ and δr/r, and through them every output, summed as magnitudes where a gradient sums over a channel
+    (dγ's terms move with x̂ each, and their moves need not cancel). The other value's mean is not allowed: a row
+    centred on another row's mean is off centre by what rounding moved the mean, times r."""
+    rstd_moved = np.abs(other.rstd - norm.rstd)
+    return Normalised(norm.deviation, norm.rstd, norm.rstd_rel_error + rstd_moved / norm.rstd, norm.xhat,
+                      norm.xhat_error + np.abs(other.xhat - norm.xhat) + np.abs(norm.deviation) * rstd_moved)
 
 
 def casting_flips(case: Case, norm: Normalised) -> np.ndarray | float:

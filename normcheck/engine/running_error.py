@@ -75,4 +75,7 @@ def tracked_arithmetic(axes: tuple[int, ...], param_sum, set_size: int, channel_
             r = 1 / np.sqrt(var.value + eps)
         return var._rounded(r, 0.5 * r * var.bound / (var.value + eps))  # δr/r = ½·δσ²/(σ² + eps)
 
-    return Arithmetic(mean, total, rsqrt)
+    def either(a: Tracked, b: Tracked) -> Tracked:
+        return Tracked(a.value, np.maximum(a.bound, b.bound), a.u)
+
+    return Arithmetic(mean, total, rsqrt, either)

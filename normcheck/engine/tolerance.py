@@ -28,8 +28,10 @@ from ..cases import Case, CaseInputs
 from ..ops import get_op
 from ..ops.layouts import REPLICATED
 from ..numerics.dtypes import TINY, UNIT_ROUNDOFF, quantise
-from .error_terms import (Precisions, SetSums, batch_statistics, casting_flips, epilogue_errors, input_gradient_error,
-                          normalised, output_error, parameter_gradient_errors, replicated_rounding_errors,
+from .error_terms import (Precisions, SetSums, batch_statistics, casting_flips, epilogue_errors, independent_errors_sum,
+                          input_gradient_error,
+                          normalised, output_error, parameter_gradient_errors, read_either,
+                          replicated_rounding_errors,
                           running_statistics, running_update_errors, saved_statistics_errors)
 from .expected import Grouped, as_output, directional_outputs, effective_affine, grouped
 from .running_error import exact, tracked_arithmetic
@@ -48,9 +50,11 @@ class Constants:
 CONSTANTS = Constants()
 
 
-def element_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) -> dict[str, np.ndarray]:
+def element_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS,
+                   unrounded: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """B_e for every output the op defines, each shaped like the reference output: the error terms of one
-    normalisation (engine.error_terms) composed, a fused op's stages around them."""
+    normalisation (engine.error_terms) composed, a fused op's stages around them. `unrounded`: x before a fused
+    prologue rounded it (add + norm's unrounded sum), which a kernel may read in its place."""
     op = case.record
     if op.prologue is not None:
         return prologue_bounds(case, inputs, c)
@@ -61,9 +65,15 @@ def element_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) -> 
     x, dy = view.group(inputs.x), view.group(inputs.dy)
     gamma, beta = effective_affine(case, inputs)
 
-    stats = (batch_statistics(case, x, sums, u, rounding) if case.training
-             else running_statistics(case, inputs, x, sums, u, rounding))
+    def statistics(values):
+        return (batch_statistics(case, values, sums, u, rounding) if case.training
+                else running_statistics(case, inputs, values, sums, u, rounding))
+
+    stats = statistics(x)
     norm = normalised(case, x, stats, u, rounding)
+    if unrounded is not None:
+        values = view.group(unrounded)
+        norm = read_either(norm, normalised(case, values, statistics(values), u, rounding))
     flips = casting_flips(case, norm)
     y_error = output_error(gamma, beta, norm, flips, u, rounding)
     dy_error = np.zeros_like(dy)  # the error of the dy the norm's backward receives (a fused epilogue's)
@@ -106,8 +116,8 @@ def prologue_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) ->
     h = ref[prologue.output]
     inner_case = _inner_case(case, inner)
     on_h = replace(inputs, case=inner_case, x=h, extra={})
-    bounds = element_bounds(inner_case, on_h, c)
     unrounded = sum(inputs.x if s == "x" else inputs.extra[s] for s in prologue.summands)
+    bounds = element_bounds(inner_case, on_h, c, unrounded=unrounded)
     read_h = inner.reference(on_h)
     moved = {k: np.abs(a - read_h[k]) for k, a in inner.reference(replace(on_h, x=unrounded)).items()}
     bounds = {k: b + 2 * moved[k] if k in moved and moved[k].shape == b.shape else b for k, b in bounds.items()}
@@ -157,8 +167,11 @@ def modulation_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) 
 
     growth = c.growth * np.sqrt(terms) if terms > 1 else 0.0
     products = np.abs(inputs.dy * y_norm)
-    bounds[mod.dscale] = (over_sequence(np.abs(inputs.dy) * bound_norm + (c.rounding * uo + growth * ua) * products)
-                          + c.rounding * uo * np.abs(over_sequence(inputs.dy * y_norm)))
+    # each term dy·ŷ carries ŷ's error and its own rounding (one, in the storage dtype), independent from one token's
+    # row to the next
+    term_errors = np.abs(inputs.dy) * bound_norm + uo * products
+    bounds[mod.dscale] = (independent_errors_sum(term_errors, over_sequence, terms, c.growth)
+                          + growth * ua * over_sequence(products) + c.rounding * uo * np.abs(over_sequence(inputs.dy * y_norm)))
     bounds[mod.dshift] = (growth * ua * over_sequence(np.abs(inputs.dy))
                           + c.rounding * uo * np.abs(over_sequence(inputs.dy)))
     return bounds

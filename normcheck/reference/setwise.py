@@ -37,10 +37,12 @@ import numpy as np
 @dataclass(frozen=True)
 class Arithmetic:
     """How `second_order` and `eval_mode` reduce: means over a set, sums over the elements sharing a parameter,
-    and 1/sqrt(var + eps)."""
+    and 1/sqrt(var + eps); and `either(a, b)`: two spellings of one value, equal in exact arithmetic, that a kernel
+    may write (a's value; a running error covers both)."""
     mean: Callable[[Any], Any]
     param_sum: Callable[[Any], Any]
     rsqrt: Callable[[Any, float], Any]
+    either: Callable[[Any, Any], Any] = lambda a, b: a
 
 
 def numpy_arithmetic(axes: tuple[int, ...], param_sum: Callable) -> Arithmetic:
@@ -82,7 +84,9 @@ def second_order(x, dy, gamma, ddx, ddweight, ddbias, eps: float, ar: Arithmetic
     g, g_dot = gamma * dy, ddweight * dy
     if stats is None:
         d_dot = ddx - ar.mean(ddx) if centred else ddx
-        r_dot = r * r * r * ar.mean(dev * d_dot) * -1.0
+        # mean((x − μ)·ḋ) = mean((x − μ)·ẋ) in exact arithmetic, and a kernel may write either (as the backward's
+        # h = mean(g·x̂) takes g uncentred); the uncentred product's rounding carries mean(x − μ)'s times mean(ẋ)
+        r_dot = r * r * r * ar.either(ar.mean(dev * d_dot), ar.mean(dev * ddx)) * -1.0
         xhat_dot = d_dot * r + dev * r_dot
         h = ar.mean(g * xhat)
         h_dot = ar.mean(g_dot * xhat + g * xhat_dot)

@@ -7,9 +7,11 @@ dtype before its statistics, the residual cast down to x's dtype before the add,
 rounded to x's dtype. (A backward that recomputes from h saved in x's dtype is not one: its error is within what the
 half-precision gradients allow.)
 
-Two correct styles: `composed` (the project's textbook norm of h = x + residual, gradients through autograd)
-and `fused` (one autograd.Function as a fused kernel is written: the sum and its statistics in float32 registers,
-h stored rounded to the stream's dtype, an explicit backward that adds dh).
+Three correct styles: `composed` (the project's textbook norm of h = x + residual, gradients through autograd),
+`fused` (one autograd.Function as a fused kernel is written: the sum and its statistics in float32 registers,
+h stored rounded to the stream's dtype, an explicit backward that adds dh) and `stats_from_sum` (the same Function
+as a kernel that reads h back from the stream normalises it: the statistics of the unrounded sum in registers, the
+stored, rounded h normalised with them).
 """
 from __future__ import annotations
 
@@ -30,16 +32,18 @@ class _FusedAddNorm(torch.autograd.Function):
     residual's dtype. Backward: the norm's closed form, recomputed from the stored h, plus dh."""
 
     @staticmethod
-    def forward(ctx, x, residual, weight, bias, dims, eps, centred, bug):
+    def forward(ctx, x, residual, weight, bias, dims, eps, centred, bug, stats_from_sum):
         acc = accumulation_dtype(x.dtype)
         total = x.to(acc) + (residual.to(x.dtype) if bug == "casts_residual_down" else residual).to(acc)
         if bug == "rounds_sum_to_input":
             total = total.to(x.dtype).to(acc)
         h = total.to(x.dtype if bug == "stores_h_in_input" else residual.dtype).to(residual.dtype)
-        ctx.save_for_backward(h, weight)
+        # (a kernel that normalises the stored h with the sum's statistics keeps them for its backward too)
+        ctx.save_for_backward(h, weight, total if stats_from_sum else None)
         ctx.dims, ctx.eps, ctx.centred, ctx.x_dtype, ctx.bug = dims, eps, centred, x.dtype, bug
         ctx.bias_dtype = None if bias is None else bias.dtype
-        xhat, _ = _normalise(x if bug == "normalises_x" else total, dims, eps, centred)
+        normalised = x if bug == "normalises_x" else h.to(acc) if stats_from_sum else total
+        xhat, _ = _normalise(normalised, dims, eps, centred, stats_of=total if stats_from_sum else None)
         y = xhat * weight.to(acc) if weight is not None else xhat
         if bias is not None:
             y = y + bias.to(acc)
@@ -47,9 +51,9 @@ class _FusedAddNorm(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy, dh):
-        h, weight = ctx.saved_tensors
+        h, weight, total = ctx.saved_tensors
         acc = accumulation_dtype(ctx.x_dtype)
-        xhat, rstd = _normalise(h.to(acc), ctx.dims, ctx.eps, ctx.centred)
+        xhat, rstd = _normalise(h.to(acc), ctx.dims, ctx.eps, ctx.centred, stats_of=total)
         rows = prod(h.shape[: h.dim() - ctx.dims])
         dy_acc = dy.to(acc)
         g = (dy_acc * weight.to(acc) if weight is not None else dy_acc).reshape(rows, -1)
@@ -65,23 +69,26 @@ class _FusedAddNorm(torch.autograd.Function):
         dbias = None if ctx.bias_dtype is None else dy_acc.reshape(rows, -1).sum(0).reshape(shape).to(ctx.bias_dtype)
         if ctx.bug == "dresidual_in_input":
             dres = dres.to(ctx.x_dtype)
-        return dx.to(ctx.x_dtype), dres.to(h.dtype), dweight, dbias, None, None, None, None
+        return dx.to(ctx.x_dtype), dres.to(h.dtype), dweight, dbias, None, None, None, None, None
 
 
-def _normalise(a, dims, eps, centred):
-    """(x̂, rstd) of `a` over its last `dims` dims, in a's dtype."""
+def _normalise(a, dims, eps, centred, stats_of=None):
+    """(x̂, rstd) of `a` over its last `dims` dims, in a's dtype, with the statistics of `stats_of` (a's own: None)."""
     axes = tuple(range(a.dim() - dims, a.dim()))
-    dev = a - a.mean(dim=axes, keepdim=True) if centred else a
+    stats_of = a if stats_of is None else stats_of
+    mean = stats_of.mean(dim=axes, keepdim=True) if centred else 0.0
+    dev = stats_of - mean
     rstd = torch.rsqrt((dev * dev).mean(dim=axes, keepdim=True) + eps)
-    return dev * rstd, rstd
+    return (a - mean) * rstd, rstd
 
 
-def fused(centred: bool, default_eps, bug: str | None = None):
+def fused(centred: bool, default_eps, bug: str | None = None, stats_from_sum: bool = False):
     """The fused style, under the op's contract (with a bias argument for LayerNorm)."""
     def add_norm(input, residual, normalized_shape, weight=None, *rest):
         bias, eps = (rest if centred else (None, *rest))
         eps = default_eps(input.dtype) if eps is None else eps
-        return _FusedAddNorm.apply(input, residual, weight, bias, len(normalized_shape), eps, centred, bug)
+        return _FusedAddNorm.apply(input, residual, weight, bias, len(normalized_shape), eps, centred, bug,
+                                   stats_from_sum)
     return add_norm
 
 
@@ -119,8 +126,16 @@ def catalogue(op: str, norm, centred: bool, default_eps, follows: dict):
                          f"mutant: {bug}") for bug in BUGS}
     mutants.update({bug: impl(bug, y_only(fused(centred, default_eps, bug)), f"mutant: {bug}", alone)
                     for bug in Y_ONLY_BUGS})
+    # Normalising the stored h with the unrounded sum's statistics is right for an uncentred norm (h·rstd: rstd
+    # within what rounding h moves it); a centred one that subtracts the sum's mean from h leaves every row off
+    # centre by what rounding moved the mean, amplified by rstd: a bug
+    stats_from_sum = impl("stats_from_sum", fused(centred, default_eps, stats_from_sum=True),
+                          "the fused Function normalising the stored h with the unrounded sum's statistics")
+    if centred:
+        mutants["stats_from_sum"] = stats_from_sum
     correct = {"composed": impl("composed", composed(norm), "the textbook norm of x + residual, through autograd"),
                "fused": impl("fused", fused(centred, default_eps), "one fused Function, explicit backward"),
+               **({} if centred else {"stats_from_sum": stats_from_sum}),
                "fused_y_only": impl("fused_y_only", y_only(fused(centred, default_eps)),
                                     "the fused Function returning y alone", alone)}
     return mutants, correct

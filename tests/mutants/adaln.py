@@ -4,7 +4,8 @@ fn(input, scale, shift, normalized_shape, weight, bias, eps), scale and shift (N
 The bug classes of modulated-norm kernels: modulating by scale instead of 1 + scale, the modulation's gradients
 summed over the batch as well as the sequence (one value for every sample), dscale taken of x instead of the
 normalised x, dx without the modulation factor, the per-sample vectors tiled over the flattened rows in the wrong
-order (repeat instead of repeat_interleave), dshift never reaching the shift.
+order (repeat instead of repeat_interleave), dshift never reaching the shift, dscale's sequence sum accumulated in
+the input's half precision (a long sequence loses it).
 
 Two correct styles: `composed` (the textbook LayerNorm of tests/mutants/textbook.py, then the modulation through
 autograd) and `fused` (one autograd.Function as a fused kernel is written: the row statistics and the modulation in
@@ -64,6 +65,8 @@ class _FusedAdaLN(torch.autograd.Function):
         seq = tuple(range(1, x.dim() - scale.dim() + 1))
         of = x.to(acc) if bug == "dscale_of_x" else y_norm
         dscale, dshift = (a.sum(dim=seq) if seq else a for a in (dya * of, dya))
+        if bug == "sums_sequence_in_half" and seq:
+            dscale = _running_sum((dya * of).to(x.dtype), seq)
         if bug == "modulation_grads_over_batch":
             dscale, dshift = (a.sum(dim=0, keepdim=True).expand_as(a) for a in (dscale, dshift))
         if bug == "dshift_dropped":
@@ -73,6 +76,16 @@ class _FusedAdaLN(torch.autograd.Function):
         dbias = None if not ctx.has_bias else dnorm.reshape(rows, -1).sum(0).reshape(shape).to(ctx.bias_dtype)
         return (dx.reshape(x.shape).to(x.dtype), dscale.to(scale.dtype), dshift.to(scale.dtype), dweight, dbias,
                 None, None, None)
+
+
+def _running_sum(terms: torch.Tensor, seq: tuple[int, ...]) -> torch.Tensor:
+    """Σ over the sequence dims one token at a time, each partial sum rounded to the terms' dtype (a kernel whose
+    accumulator is the input's half precision)."""
+    rows = terms.movedim(0, -1).reshape(prod(terms.shape[d] for d in seq), *terms.shape[len(seq) + 1:], terms.shape[0])
+    total = torch.zeros_like(rows[0])
+    for row in rows:
+        total = (total + row).to(terms.dtype)
+    return total.movedim(-1, 0)
 
 
 def _modulation(a: torch.Tensor, x: torch.Tensor, bug) -> torch.Tensor:
@@ -93,7 +106,7 @@ def fused(bug: str | None = None):
 
 
 BUGS = ("scale_without_one", "modulation_grads_over_batch", "dscale_of_x", "dx_unmodulated", "tiled_rows",
-        "dshift_dropped")
+        "dshift_dropped", "sums_sequence_in_half")
 MUTANTS = {bug: fused(bug) for bug in BUGS}
 CORRECT = {"composed": composed, "fused": fused()}
 globals().update(MUTANTS | CORRECT)

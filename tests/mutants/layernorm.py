@@ -24,5 +24,6 @@ MUTANTS = {bug: named(layer_norm, bug) for bug in BUGS}
 textbook = layer_norm()
 FP8_MUTANTS, FP8_CORRECT = _fp8.records(textbook, "layernorm", {}, __name__)
 MUTANTS |= FP8_MUTANTS
-CORRECT = {"textbook": textbook, **FP8_CORRECT}
+uncentred_jvp = named(layer_norm, "uncentred_jvp")  # (correct: the same formula written another way)
+CORRECT = {"textbook": textbook, "uncentred_jvp": uncentred_jvp, **FP8_CORRECT}
 globals().update(MUTANTS | FP8_CORRECT)

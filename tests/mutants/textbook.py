@@ -55,6 +55,8 @@ class Bugs:
     # Bugs of the forward-mode formula (jvp) alone: forward and backward stay right
     jvp_missing_stat_terms: bool = False    # ẏ = γ·ẋ·invstd: the tangents of the mean and invstd left out
     jvp_ignores_weight_tangent: bool = False  # ẏ without γ̇·x̂
+    # Not bugs: another correct form of the same formula (a kernel may write either)
+    uncentred_jvp: bool = False  # invstd̊ = −invstd³·mean((x − μ)·ẋ): the tangent left uncentred in the product
 
 
 def _read(t: torch.Tensor, bugs: Bugs) -> torch.Tensor:
@@ -220,7 +222,8 @@ class _Norm(torch.autograd.Function):
         tx = view.group(tx.to(acc)) if tx is not None else torch.zeros_like(dev)
         if ctx.running is None and not bugs.jvp_missing_stat_terms:
             tdev = tx - tx.mean(dim=axes, keepdim=True)
-            txhat = tdev * invstd - dev * invstd ** 3 * (dev * tdev).mean(dim=axes, keepdim=True)
+            product = dev * (tx if bugs.uncentred_jvp else tdev)  # (equal in exact arithmetic: mean(x − μ) = 0)
+            txhat = tdev * invstd - dev * invstd ** 3 * product.mean(dim=axes, keepdim=True)
         else:
             txhat = tx * invstd
         gamma = view.per_channel_values(weight.to(acc)) if weight is not None else 1
