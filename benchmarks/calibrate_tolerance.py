@@ -32,7 +32,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from normcheck import OPS, compare, resolve_impl  # noqa: E402
+from normcheck import OPS, Case, compare, resolve_impl  # noqa: E402
 from normcheck.engine import FAIL  # noqa: E402
 from normcheck.numerics.dtypes import DTYPE_CHOICES, FP8_FORMATS  # noqa: E402
 from normcheck.cases.strategies import cases  # noqa: E402
@@ -57,6 +57,17 @@ def correct_impls(op: str, fp8: bool = False):
         ("baseline (formula only)", resolve_impl(op, "baseline"), FORMULA_ONLY)]
 
 
+# Cases where the bound was found too loose or too tight (docs/tolerance.md), judged in every run of their op and
+# dtype beside the generated ones: (dtype choice, case). An f64 LayerNorm JVP on offset rows of two (the tangent's
+# product, centred or not), adaLN's dscale over 4097 tokens in f16, add + RMSNorm's dγ over 257 rows of one value
+# (rstd from the unrounded sum)
+PINNED = {
+    "layernorm": [("f64", Case("layernorm", (4096, 2), "f64", profile="offset", affine=False, order="fwd",
+                               normalized_dims=1, seed=seed)) for seed in (0, 3)],
+    "adaln": [("f16", Case("adaln", (2, 4097, 17), "f16", profile="normal", eps=0.0, affine=False))],
+    "add_rmsnorm": [("mixed-f16", Case("add_rmsnorm", (1, 1, 1, 257, 1), "f16", "f32", profile="tiny", eps=1e-6,
+                                       normalized_dims=1, x_format="channels_last_3d"))],
+}
 IN_ISSUE_REGION = "[issue region, unnamed tensors]"  # (a row of its own: the cases inside a known issue's region)
 
 
@@ -74,10 +85,7 @@ def survey(op: str, dtype: str, count: int, order: int = 1) -> dict:
     failures = []
     judged = sharing_cases(listed)
 
-    @settings(max_examples=count, derandomize=True, database=None, phases=[Phase.generate], deadline=None,
-              suppress_health_check=list(HealthCheck))
-    @given(cases(op, dtypes=[dtype]))
-    def run(drawn):
+    def judge(drawn, order):
         for label, impl, constants in judged:
             case = drawn.with_(**dict(impl.follows), order=order)  # in the conventions it follows (RMSNorm's offset, casting)
             if impl.unsupported(case):
@@ -103,6 +111,15 @@ def survey(op: str, dtype: str, count: int, order: int = 1) -> dict:
             if second:
                 ratios.setdefault(f"{label} [2nd order]", []).append(max(second))
 
+    @settings(max_examples=count, derandomize=True, database=None, phases=[Phase.generate], deadline=None,
+              suppress_health_check=list(HealthCheck))
+    @given(cases(op, dtypes=[dtype]))
+    def run(drawn):
+        judge(drawn, order)
+
+    for choice, pinned in PINNED.get(op, ()):
+        if choice == dtype:
+            judge(pinned, pinned.order)
     run()
     return {
         label: {"cases": len(r), "known": known[label.split(" [")[0]], "max": float(np.max(r)),

@@ -14,13 +14,9 @@ from hypothesis import strategies as st
 from ..numerics.dtypes import DTYPE_CHOICES, parse_dtype
 from ..numerics.formats import formats_for
 from ..numerics.profiles import PROFILES
-from ..ops import CASE_FIELDS, get_op
-from ..ops.layouts import HIDDEN
+from ..ops import get_op
 from .case import OP_FIELDS, Case
 
-# The conventions a generated case draws among their declared values (the others are the implementation's to say:
-# trailing or channels-first sets, fp8 output, who reduces a parallel norm's gradients)
-_DRAWN_CONVENTIONS = ("casting", "residual_dtype", "returns")
 MAX_NUMEL = 1 << 15  # keeps one example well under 100 ms
 
 
@@ -67,19 +63,15 @@ def cases(draw, op: str, dtypes=DTYPE_CHOICES, profiles=tuple(PROFILES), ranks=(
     dy_format = draw(st.one_of(st.just(x_format), st.sampled_from(formats_for(len(shape), "dy"))))
     record = get_op(op)
     fields = dict.fromkeys(OP_FIELDS)
-    if "normalized_dims" in record.case_fields:
-        # (a layout that splits the hidden dim splits the one normalised dim)
-        one = record.layout is not None and record.layout.axis == HIDDEN
-        fields["normalized_dims"] = 1 if one else draw(st.integers(1, min(3, len(shape) - 1)))
-    shape = _with_enough_per_set(op, shape, {**fields, "groups": 1})
-    if "groups" in record.case_fields:
-        c, spatial = shape[1], prod(shape[2:])
-        fields["groups"] = draw(st.sampled_from([g for g in range(1, c + 1) if c % g == 0 and c // g * spatial >= 2]))
-    if "weight_offset" in record.case_fields:
-        fields["weight_offset"] = draw(st.sampled_from([0.0, 1.0]))
-    for name in _DRAWN_CONVENTIONS:  # each value its declaration takes
-        if name in record.case_fields:
-            fields[name] = draw(st.sampled_from(CASE_FIELDS[name].choices))
+    # enough values per set with the op's own fields at their defaults (one group), then each field its declaration
+    # draws (CaseField.draw), the shape regrown after each (a set spans K dims: more values, never fewer)
+    shape = _with_enough_per_set(op, shape, {**fields, **record.case_fields, "groups": 1})
+    for field in record.fields:
+        values = field.candidates(shape, record)
+        if values:
+            fields[field.name] = draw(st.sampled_from(values))
+            shape = _with_enough_per_set(op, shape, {**record.case_fields, **{k: v for k, v in fields.items()
+                                                                              if v is not None}})
     eps_choices = [1e-5, 1e-3, 0.1] + ([None] if record.eps_none is not None else [])
     affine = draw(st.sampled_from([True, True, False, *record.params]))
     return Case(

@@ -164,9 +164,9 @@ def read_either(norm: Normalised, other: Normalised) -> Normalised:
     enters δx̂ and δr/r, and through them every output, summed as magnitudes where a gradient sums over a channel
     (dγ's terms move with x̂ each, and their moves need not cancel). The other value's mean is not allowed: a row
     centred on another row's mean is off centre by what rounding moved the mean, times r."""
-    rstd_moved = np.abs(other.rstd - norm.rstd)
+    rstd_moved = 2 * np.abs(other.rstd - norm.rstd)  # (twice, as the prologue's moved outputs: docs/tolerance.md)
     return Normalised(norm.deviation, norm.rstd, norm.rstd_rel_error + rstd_moved / norm.rstd, norm.xhat,
-                      norm.xhat_error + np.abs(other.xhat - norm.xhat) + np.abs(norm.deviation) * rstd_moved)
+                      norm.xhat_error + 2 * np.abs(other.xhat - norm.xhat) + np.abs(norm.deviation) * rstd_moved)
 
 
 def casting_flips(case: Case, norm: Normalised) -> np.ndarray | float:

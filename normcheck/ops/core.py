@@ -107,6 +107,8 @@ class Extension:
 
 # A label shows a field with this quiet value always (GroupNorm's groups, LayerNorm's K: a case's geometry)
 ALWAYS = object()
+# A generated case draws the field among its declared choices (CaseField.draw)
+AMONG_CHOICES = "among its choices"
 
 
 @dataclass(frozen=True)
@@ -134,10 +136,20 @@ class CaseField:
     probes: tuple | None = None
     # What an implementation following each value does, as a hint says it ("scales by 1 + w"); a dict is accepted
     meanings: tuple[tuple[Any, str], ...] = ()
+    # How a generated case (cases.strategies) draws it: AMONG_CHOICES; draw(shape, op) -> the values to draw among
+    # (a geometry the shape bounds: GroupNorm's groups, LayerNorm's K); or None, not drawn: the implementation's to
+    # say (fp8 output, channels-first sets, who reduces a parallel norm's gradients)
+    draw: Any = None
 
     def __post_init__(self):
         if isinstance(self.meanings, dict):
             object.__setattr__(self, "meanings", tuple(self.meanings.items()))
+
+    def candidates(self, shape: tuple[int, ...], op) -> tuple:
+        """The values a generated case of `op` with `shape` draws among (empty: it is not drawn)."""
+        if self.draw is None:
+            return ()
+        return tuple(self.choices if self.draw == AMONG_CHOICES else self.draw(shape, op))
 
     @property
     def probed(self) -> tuple:

@@ -20,7 +20,10 @@ REQUIRED = ("y", "dx", "dweight", "dbias")
 DEFAULT_GROUPS = 3  # for cases built from options without --groups
 GROUPS_FIELD = CaseField("groups", DEFAULT_GROUPS, "every case has G groups (the sweep's channels that G divides; "
                          "--one-case takes 3)", parse=int, metavar="G", label="G={}",
-                         quiet=ALWAYS, convention=False, defaulted=False)
+                         quiet=ALWAYS, convention=False, defaulted=False,
+                         # (each count dividing C whose groups hold two values or more)
+                         draw=lambda shape, op: [g for g in range(1, shape[1] + 1) if shape[1] % g == 0
+                                                 and shape[1] // g * prod(shape[2:]) >= 2])
 
 
 MAX_ELEMENTS = 1_200_000  # a case of at most this many elements takes well under a second

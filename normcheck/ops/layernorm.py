@@ -11,6 +11,7 @@ from . import fp8
 from .core import ALWAYS, CaseField, Impl, KnownIssue, Op, Signature, native_output_mask
 from .forward_ad import forward_ad_issues
 from .design import Design, Exclusion, Factor, at_most, eps_factor, levels, spread
+from .layouts import HIDDEN as HIDDEN_AXIS
 
 SIGNATURE = ("fn(input, normalized_shape, weight, bias, eps) -> Tensor  (torch.nn.functional.layer_norm); with "
              f"--fp8: fn(..., eps, {fp8.KEYWORDS}) -> {fp8.RETURNS}")
@@ -81,7 +82,10 @@ SWEEP = Design(
 NORMALIZED_AT = ("trailing", "channels")
 NORMALIZED_DIMS_FIELD = CaseField("normalized_dims", 1, "how many dims a set spans: every case spans K (the sweep covers "
                                   "1, 2 and 3; --one-case takes 1, the last)", parse=int,
-                                  metavar="K", label="D={}", quiet=ALWAYS, convention=False)
+                                  metavar="K", label="D={}", quiet=ALWAYS, convention=False,
+                                  # (1 to 3 of the dims after N; one where a layout splits the hidden dim)
+                                  draw=lambda shape, op: (1,) if op.layout is not None and op.layout.axis == HIDDEN_AXIS
+                                  else range(1, min(3, len(shape) - 1) + 1))
 NORMALIZED_AT_FIELD = CaseField(
     "normalized_at", "trailing", "which K dims a set spans: trailing (the last K, F.layer_norm; the default) or "
     "channels (dims 1..K of N, C, ... input: channels-first, as ConvNeXt's LayerNorm2d)", choices=NORMALIZED_AT,

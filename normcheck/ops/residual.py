@@ -25,7 +25,7 @@ import numpy as np
 
 from .. import reference
 from ..numerics.dtypes import UNIT_ROUNDOFF, quantise
-from .core import CaseField, Extension, Impl, KnownIssue, Op, Operand, Result
+from .core import AMONG_CHOICES, CaseField, Extension, Impl, KnownIssue, Op, Operand, Result
 from .design import Exclusion, Factor, levels
 
 RESIDUAL_DTYPES = ("input", "f32")
@@ -33,7 +33,7 @@ RETURNS = ("y,h", "y")
 STREAM_RETURNED = {"returns": "y,h"}  # torch's composites return the stream: a convention they follow
 RESIDUAL_DTYPE = CaseField("residual_dtype", "input", "the residual stream's dtype the caller passes: input (x's) or "
                            "f32 (float32 for half input); the sweep covers both", choices=RESIDUAL_DTYPES,
-                           label="residual={}", quiet="input", convention=False)
+                           label="residual={}", quiet="input", convention=False, draw=AMONG_CHOICES)
 # The stream's dtype as a factor of the sweep: what a mixed stream adds is where a kernel can round, store or
 # differentiate in the wrong dtype (the sum rounded to x's dtype before its statistics, h stored in x's dtype, the
 # residual cast down before the add, dresidual rounded to x's dtype, the backward recomputing from a rounded h)
@@ -50,7 +50,7 @@ STREAM_NEEDS_HALF = Exclusion(("residual_dtype", "dtype"), lambda stream, dtype:
 RETURNS_FIELD = CaseField("returns", "y,h", "what the implementation returns: y,h (the norm's output and the new "
                           "residual stream, the default) or y (the norm's output alone)", choices=RETURNS,
                           label="returns={}", quiet="y,h", meanings={"y,h": "returns y and the residual stream h",
-                                                                     "y": "returns y alone"})
+                                                                     "y": "returns y alone"}, draw=AMONG_CHOICES)
 WHY_ONCE = ("the double backward and forward mode of a residual add + norm are not judged yet: the directional-derivative formulas "
             "(reference.setwise) are a norm's of its own inputs, not of a prologue's")
 

@@ -10,7 +10,7 @@ from ..core.errors import UsageError
 from ..numerics.dtypes import CASTINGS, accumulation, weight_sees
 from .batchnorm import drop_none
 from . import fp8
-from .core import CaseField, Impl, KnownIssue, Op, Signature
+from .core import AMONG_CHOICES, CaseField, Impl, KnownIssue, Op, Signature
 from .design import Design, Factor, eps_factor, levels
 from .layernorm import DIMS, HIDDEN, ROW_EXCLUSIONS, ROWS, as_given, as_trailing, normalized_axes, normalized_shape
 from .layernorm import NORMALIZED_AT_FIELD, NORMALIZED_DIMS_FIELD, rows_shape, view
@@ -110,12 +110,14 @@ BATCH_VARIANCE = KnownIssue(
 )
 WEIGHT_OFFSET = CaseField("weight_offset", 0.0, "the implementation scales by w + F (1 for Gemma's zero-centred "
                           "weight; default 0)", parse=float, metavar="F", label="w+{:g}", quiet=0.0,
-                          probes=(0.0, 1.0), meanings={0.0: "scales by w", 1.0: "scales by 1 + w"})
+                          probes=(0.0, 1.0), meanings={0.0: "scales by w", 1.0: "scales by 1 + w"},
+                          draw=lambda shape, op: (0.0, 1.0))
 CASTING = CaseField("casting", "end", "where the implementation rounds to the input dtype: "
                     f"{' or '.join(CASTINGS)} (default end)", choices=CASTINGS, metavar="MODE", label="cast={}",
                     quiet="end", meanings={"end": "rounds to the input dtype once, at the end",
                                            "before-weight": "rounds x̂ to the input dtype before the weight",
-                                           "rstd-input": "rounds rstd and x · rstd to the input dtype before the weight"})
+                                           "rstd-input": "rounds rstd and x · rstd to the input dtype before the weight"},
+                    draw=AMONG_CHOICES)
 
 
 def rms_norm_fp8(input, normalized_shape, weight=None, eps=None, *, scale, fp8_dtype):

@@ -62,3 +62,26 @@ def test_every_axis_is_reachable():
     assert seen["profile"] == set(PROFILES)
     assert seen["rank"] == {2, 3, 4, 5}
     assert seen["mixed_layout"]
+
+
+def test_each_op_field_is_drawn_as_its_declaration_says():
+    # a field that declares a draw takes each of its values over some draws; one that declares none (the
+    # implementation's to say: fp8 output, channels-first sets, who reduces) keeps the op's default
+    for op in ("groupnorm", "add_rmsnorm", "layernorm_hp"):
+        record, seen = OPS[op], {}
+
+        @settings(max_examples=60, derandomize=True, database=None)
+        @given(cases(op))
+        def collect(case):
+            for field in record.fields:
+                seen.setdefault(field.name, set()).add(getattr(case, field.name))
+                if field.draw is not None:
+                    assert getattr(case, field.name) in field.candidates(case.shape, record)
+
+        collect()
+        for field in record.fields:
+            if field.draw is None:
+                assert seen[field.name] == {field.default}, (op, field.name)
+            elif field.name != "groups":  # (groups: the divisors of each case's own C)
+                assert seen[field.name] == set(field.candidates((2, 8, 8, 8), record)), (op, field.name)
+        assert op != "groupnorm" or len(seen["groups"]) > 2
