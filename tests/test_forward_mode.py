@@ -179,3 +179,12 @@ def test_either_form_of_the_tangent_product_passes_offset_two_element_rows(seed)
         report = compare("layernorm", fn, case)
         assert report.verdict == PASS, (name, report.summary())
     assert compare("layernorm", MUTANTS["jvp_missing_stat_terms"], case).verdict == FAIL
+
+
+@pytest.mark.parametrize("order", [2, "fwd-rev"])
+def test_torchs_second_derivatives_of_offset_two_element_rows_are_within_their_spelling(order):
+    # torch's double backward of LayerNorm takes the tangent uncentred: once recorded as a known issue here (d2dy 18
+    # budgets, jvp_dx 7.5), it is that spelling's rounding
+    case = Case("layernorm", (65537, 1, 2), "f64", profile="offset", frozen="params", normalized_dims=2, order=order)
+    report = compare("layernorm", "torch", case)
+    assert report.verdict == PASS, report.summary()

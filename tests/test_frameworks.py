@@ -184,8 +184,10 @@ WITNESSES = [
      records.FLAX_FAST_VARIANCE, "jvp_y", "jax_layer_norm"),
     ("keras", "layernorm", Case("layernorm", (7, 17), "f64", normalized_dims=1, order="fwd-rev"),
      records.KERAS_MOMENTS_SECOND_ORDER, "jvp_dx", "tf_layer_norm"),
+    # (keras-ln-folded-forward, once recorded on this case at 18 budgets, is within the rounding of the spellings a
+    # kernel may write: docs/tolerance.md, Forward mode)
     ("keras", "layernorm", Case("layernorm", (65537, 1, 2), "f64", profile="offset", frozen="params",
-                                normalized_dims=2, order="fwd"), records.KERAS_LN_FOLDED, "jvp_y", "tf_layer_norm"),
+                                normalized_dims=2, order="fwd"), None, None, None),
     ("flax-nnx", "rmsnorm", Case("rmsnorm", (65537, 1, 1, 1), "f16", profile="heavy_tailed", eps=1e-10, affine=False,
                                  gamma_scale=1e-3, order="fwd-rev", normalized_dims=3),
      records.FLAX_RMS_HALF_SECOND_ORDER, "jvp_dx", "jax_rms_norm"),
@@ -202,7 +204,7 @@ def recorded_version(framework: str) -> str | None:
 
 
 @pytest.mark.parametrize("name, op, case, issue, tensor, clean", [
-    pytest.param(*w, marks=NEEDS[IMPLS[w[1]][w[0]].framework], id=w[3].key if w[3] else "eval-no-issue")
+    pytest.param(*w, marks=NEEDS[IMPLS[w[1]][w[0]].framework], id=w[3].key if w[3] else f"{w[0]}-{w[1]}-no-issue")
     for w in WITNESSES])
 def test_an_upstream_deviation_reproduces_and_is_the_layers(name, op, case, issue, tensor, clean):
     other = recorded_version(IMPLS[op][name].framework)

@@ -100,8 +100,6 @@ WITNESSES = [
      None),
     (ln.HALF_FORWARD_AD, "layernorm", USER_LN, Case("layernorm", (7, 16), "f16", profile="tiny", normalized_dims=1,
                                                     order="fwd"), "jvp_y"),
-    (ln.TINY_ROW_STATISTICS, "layernorm", USER_LN,
-     Case("layernorm", (65537, 1, 2), "f64", profile="offset", frozen="params", normalized_dims=2, order=2), "d2dy"),
     (gn.JVP_CHANNELS_LAST_VIEW, "groupnorm", USER_GN,
      Case("groupnorm", (2, 4, 3, 5), "f64", x_format="channels_last", groups=2, order="fwd"), None),
     (gn.FWD_REV_CANCELLATION, "groupnorm", USER_GN,

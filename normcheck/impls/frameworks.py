@@ -189,17 +189,6 @@ KERAS_FOLDED_BACKWARD = KnownIssue(
     Signature(("dx", "d2x", "d2weight", "d2dy", "jvp_y", "jvp_dx", "jvp_dweight")),
 )
 
-KERAS_LN_FOLDED = KnownIssue(
-    "keras-ln-folded-forward",
-    "keras.layers.LayerNormalization on TensorFlow normalises as x·r + (β − μ·r) for r = γ/√(σ² + ε) "
-    "(keras.ops.layer_normalization's non-torch path): differentiated as written, y's tangent is a difference of "
-    "terms of size |μ|·r that cancel when |mean| ≫ std, so it loses what they share (f64 2-element rows, |mean| ≈ "
-    "1.3e4·std: jvp_y −4.2471e-9 for −4.2494e-9, 18 budgets, where a textbook LayerNorm through the same adapter "
-    "and torch's layer_norm_jvp are right)",
-    lambda c: c.profile in ("offset", "near_constant"),
-    Signature(("y", "dx", "jvp_y", "jvp_dx", "jvp_dweight", "d2x", "d2weight", "d2dy")),
-)
-
 KERAS = (
     _array_impl("keras", "batchnorm", "keras.layers.BatchNormalization (Keras 3, TensorFlow backend, eager; gradients "
                 "by tf.GradientTape)", f"{_KERAS}:batch_norm", "tf",
@@ -207,7 +196,7 @@ KERAS = (
     _array_impl("keras", "groupnorm", "keras.layers.GroupNormalization (TensorFlow backend)", f"{_KERAS}:group_norm",
                 "tf", known_issues=(KERAS_MOMENTS_SECOND_ORDER, KERAS_GN_HALF_SECOND_ORDER)),
     _array_impl("keras", "layernorm", "keras.layers.LayerNormalization over the last K axes (TensorFlow backend)",
-                f"{_KERAS}:layer_norm", "tf", follows=LN_TORCHS, known_issues=(KERAS_MOMENTS_SECOND_ORDER, KERAS_LN_FOLDED)),
+                f"{_KERAS}:layer_norm", "tf", follows=LN_TORCHS, known_issues=(KERAS_MOMENTS_SECOND_ORDER,)),
     _array_impl("keras", "syncbn", "keras.layers.BatchNormalization(synchronized=True) under "
                 "tf.distribute.MirroredStrategy over logical CPU devices, uneven replica batches",
                 f"{_KERAS}:sync_batch_norm", "tf", world="tf-devices", worlds=("tf-devices",),
@@ -233,20 +222,6 @@ INDUCTOR_HALF_BACKWARD = KnownIssue(
     Signature(("dx", "dresidual", "dweight", "dbias"), nonfinite=True),  # (add + norm's dresidual: its dx)
 )
 
-INDUCTOR_UNROUNDED_HALF_SUM = KnownIssue(
-    "inductor-unrounded-half-sum",
-    "torch.compile of the add + RMSNorm composite with an f16/bf16 residual stream: where Inductor fuses the add into "
-    "the norm's reduction, it squares the float32 sum x + residual, not h rounded to the stream's dtype (it drops the "
-    "round trip to half precision unless emulate_precision_casts=True), so rstd is the unrounded sum's while y "
-    "normalises, and the record returns, the rounded h; dγ and dx follow rstd. It shows where rounding h moves rstd: "
-    "tiny values with eps=None (f16 2x13x15x21, D=3: dγ −1.0426054 for −1.0425982, 1.4 budgets; rstd of the unrounded "
-    "sum gives the compiled value to 1e-6). Whether the add is fused depends on the loop structure of the guard set's "
-    "compile (a first compile of the composite fuses it; after another guard set's it may not). Eager torch passes "
-    "these cases, and so does the compiled code under emulate_precision_casts=True",
-    lambda c: c.dtype in _HALF and c.residual_dtype == "input",
-    Signature(("y", "dx", "dresidual", "dweight"), max_ratio=64),
-)
-
 # The same issue where the adaLN composite has it: only dγ (dβ = Σ dŷ takes no x̂) and only with x frozen
 INDUCTOR_HALF_BACKWARD_IN_ADALN = replace(INDUCTOR_HALF_BACKWARD, applies=lambda c: c.dtype in _HALF and c.frozen == "x",
                                           signature=Signature(("dweight",)))
@@ -257,7 +232,7 @@ _FUNCTIONS = {"batchnorm": ("batch_norm", (INDUCTOR_HALF_BACKWARD,)), "groupnorm
               "layernorm": ("layer_norm", (INDUCTOR_HALF_BACKWARD,)), "rmsnorm": ("rms_norm", ()),
               "instancenorm": ("instance_norm", (INDUCTOR_HALF_BACKWARD,))}
 # The fused ops have no F function: their eager composite (the op record's torch Impl) is what a user compiles
-_COMPOSITES = {"add_rmsnorm": ("add_rms_norm", (INDUCTOR_UNROUNDED_HALF_SUM,)),
+_COMPOSITES = {"add_rmsnorm": ("add_rms_norm", ()),
                "add_layernorm": ("add_layer_norm", (INDUCTOR_HALF_BACKWARD,)),  # (F.layer_norm's compiled backward)
                "groupnorm_silu": ("group_norm_silu", ()),
                "adaln": ("modulate", (INDUCTOR_HALF_BACKWARD_IN_ADALN,))}
