@@ -1,5 +1,6 @@
 """`python -m normcheck` and the `normcheck` command: start the workers' fork server first when the
 run will need one, so its torch import overlaps this process's."""
+import signal
 import sys
 
 from .core.forkserver import start_early
@@ -9,11 +10,22 @@ _NO_WORKERS = ("lockstep", "env")  # --backend values whose ranks are threads or
 
 def run(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["compare"] and not any(b.startswith(_NO_WORKERS) for b in _option_values(argv, "--backend")):
-        start_early()
-    from .cli import main
-
+    # SIGTERM outside the cases (the CLI reports one that arrives among them) ends the run as an exit does, so
+    # what it started is stopped (core.forkserver.stop), rather than killing this process alone
+    signal.signal(signal.SIGTERM, _terminated)
+    try:
+        if argv[:1] == ["compare"] and not any(b.startswith(_NO_WORKERS) for b in _option_values(argv, "--backend")):
+            start_early()
+        from .cli import main
+    except KeyboardInterrupt:  # Ctrl-C while torch is still importing: one line, as the CLI says it later
+        print("normcheck: interrupted before any case ran", file=sys.stderr)
+        return 130
     return main(argv)
+
+
+def _terminated(signum, frame):
+    print("normcheck: terminated (SIGTERM)", file=sys.stderr)
+    sys.exit(143)  # 128 + SIGTERM, as shells report it
 
 
 def _option_values(argv: list[str], option: str) -> list[str]:

@@ -126,3 +126,53 @@ def test_a_signal_during_a_gated_pytest_run_keeps_the_junit_report_and_leaves_no
     ran = [c for c in cases if (c.get("name") or "").startswith("test_default_sweep")]
     assert len(ran) >= 10 and not any(c.find("failure") is not None or c.find("error") is not None for c in ran)
     assert not outlived(seen), "processes of the run outlived it"
+
+
+def started_by(marker: str) -> set[int]:
+    """Every live process whose environment carries `marker` (a run's processes inherit it, the fork server
+    reparented to PID 1 included)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker.encode() in (entry / "environ").read_bytes() and alive(int(entry.name)):
+                    found.add(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def _start(marker: str, *args: str) -> subprocess.Popen:
+    env = dict(os.environ, NORMCHECK_TEST_RUN=marker)
+    return subprocess.Popen([sys.executable, "-m", "normcheck", "compare", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc to find the run's processes")
+@pytest.mark.parametrize("how", ["usage error", "Ctrl-C", "SIGTERM"])
+def test_nothing_a_run_started_outlives_it_by_two_seconds(how):
+    # the fork server starts at once and imports torch for seconds: the run ends while it does
+    marker = f"NORMCHECK_TEST_RUN=outlives-{os.getpid()}-{how.replace(' ', '-')}"
+    proc = _start(marker.split("=", 1)[1], "--op", "layernorm", *(["--dtype", "f17"] if how == "usage error" else []))
+    deadline = time.monotonic() + 20
+    while how != "usage error" and len(started_by(marker) - {proc.pid}) < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if how == "Ctrl-C":
+        os.killpg(proc.pid, signal.SIGINT)  # (a terminal sends it to the whole process group)
+    elif how == "SIGTERM":
+        proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == {"usage error": 2, "Ctrl-C": 130, "SIGTERM": 143}[how], err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert not outlived(started_by(marker), within=2.0), "processes of the run outlived it by 2 s"
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc to find the run's processes")
+def test_ctrl_c_at_any_moment_of_start_up_prints_one_line():
+    # the main process importing torch, the fork server starting or importing it: each moment one line, exit 130
+    for delay in (0.2, 0.5, 0.9, 1.4, 2.0):
+        proc = _start(f"ctrl-c-{os.getpid()}", "--op", "layernorm")
+        time.sleep(delay)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130 and err.strip() == "normcheck: interrupted before any case ran", (delay, err)

@@ -7,9 +7,13 @@ run that will need workers, before this process imports torch itself, the two im
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import multiprocessing as mp
+import os
+import signal
 import sys
+import threading
 
 # What torch imports lazily on a process's first case, preloaded so no fresh worker pays it inside
 # the case's time limit (2 cores: symbolic_shapes, through suggest_memory_format, ~0.4-1 s; _dynamo,
@@ -19,11 +23,50 @@ PRELOAD = ["torch", "torch.distributed", "torch.fx.experimental.symbolic_shapes"
 
 
 def context():
-    """'forkserver' with torch and normcheck preloaded. The server itself is single-threaded, so
-    forking it is safe (no fork of a threaded parent)."""
+    """'forkserver' with torch and normcheck preloaded, its server started. The server itself is
+    single-threaded, so forking it is safe (no fork of a threaded parent)."""
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(PRELOAD)
+    _start()
     return ctx
+
+
+def _start() -> None:
+    """Start the server (once: a running one is kept) and stop it when this process exits. SIGINT is ignored while
+    it starts (the few milliseconds of a fork and exec): an ignored signal stays ignored through exec, so a Ctrl-C,
+    which a terminal sends the whole process group, never interrupts the server's start-up or its imports, whose
+    tracebacks it printed under the run's one line. The workers forked from it ignore it too: the parent handles
+    it and stops them."""
+    from multiprocessing import forkserver
+
+    if not _STOP_REGISTERED:
+        atexit.register(stop)
+        _STOP_REGISTERED.append(True)
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main_thread else None
+    try:
+        with main_hidden():
+            forkserver.ensure_running()
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGINT, previous)
+
+
+_STOP_REGISTERED: list[bool] = []
+
+
+def stop() -> None:
+    """End the fork server now. It would end by itself once it sees this process gone, but only from its loop: one
+    still importing torch (a run that ended in its first second: a usage error, Ctrl-C, SIGTERM) lived on for its
+    whole import, 20-100 s on a loaded machine. It holds nothing but preloaded modules."""
+    from multiprocessing import forkserver
+
+    pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
+    if pid is None:
+        return
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)  # (our child: reaped, not left a zombie)
 
 
 @contextlib.contextmanager
@@ -46,8 +89,4 @@ def main_hidden():
 
 def start_early() -> None:
     """Start the server now; it preloads while this process goes on (the first worker waits for it)."""
-    from multiprocessing import forkserver
-
     context()
-    with main_hidden():
-        forkserver.ensure_running()
