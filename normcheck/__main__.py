@@ -1,5 +1,7 @@
 """`python -m normcheck` and the `normcheck` command: start the workers' fork server first when the
 run will need one, so its torch import overlaps this process's."""
+import atexit
+import os
 import signal
 import sys
 
@@ -17,10 +19,21 @@ def run(argv: list[str] | None = None) -> int:
         if argv[:1] == ["compare"] and not any(b.startswith(_NO_WORKERS) for b in _option_values(argv, "--backend")):
             start_early()
         from .cli import main
+
+        status = main(argv)
     except KeyboardInterrupt:  # Ctrl-C while torch is still importing: one line, as the CLI says it later
         print("normcheck: interrupted before any case ran", file=sys.stderr)
-        return 130
-    return main(argv)
+        status = 130
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the run is over: nothing may interrupt its exit
+    if status == 130:
+        # An interrupt that passed through Python code run from C (pybind11's exec in torch's import) marks the
+        # interpreter to kill itself with SIGINT at exit, caught or not: the exit status would be a kill, not 130.
+        # The exit functions run (they stop the fork server and the workers), then the process exits as it says.
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    return status
 
 
 def _terminated(signum, frame):
