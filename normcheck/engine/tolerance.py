@@ -29,10 +29,9 @@ from ..ops import get_op
 from ..ops.layouts import REPLICATED
 from ..numerics.dtypes import TINY, UNIT_ROUNDOFF, quantise
 from .error_terms import (Precisions, SetSums, batch_statistics, casting_flips, epilogue_errors, independent_errors_sum,
-                          input_gradient_error,
-                          normalised, output_error, parameter_gradient_errors, read_either,
-                          replicated_rounding_errors,
-                          running_statistics, running_update_errors, saved_statistics_errors)
+                          input_gradient_error, normalised, output_error, parameter_gradient_errors, read_either,
+                          replicated_rounding_errors, running_statistics, running_update_errors,
+                          saved_statistics_errors)
 from .expected import Grouped, as_output, directional_outputs, effective_affine, grouped
 from .running_error import exact, tracked_arithmetic
 
