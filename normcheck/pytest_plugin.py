@@ -229,7 +229,7 @@ def _options(config) -> Options:
                 raise UsageError(f"--normcheck-{name.replace('_', '-')} {follows[name]}: {impl.name} follows "
                                  f"{name}={value}")
         narrowing = Narrowing.of({**follows, **spelled, **fixed, **_narrowing_fields(config)},
-                                 _integer(config, "world_size"),
+                                 _given(config, "world_size"),
                                  INTERPRETER_ELEMENT_SCALE if impl.triton_interpret else None)
         if narrowing.world_size is not None and not OPS[op].distributed:
             raise UsageError(f"--normcheck-world-size applies to {', '.join(distributed_ops())} only, not {op}")
@@ -247,34 +247,25 @@ _PATH = ("mode", "frozen", "order", "eps", "momentum", "affine")
 def _narrowing_fields(config) -> dict:
     """The Case fields the narrowing options give (UsageError for a value that is not one)."""
     from normcheck.cases.narrowing import option_fields
-    from normcheck.cases.sweep import field_value
-    from normcheck.core.errors import UsageError
 
-    lists = {}
-    for name in ("shape", "split"):
-        text = config.getoption(f"normcheck_{name}")
-        if text is not None:
-            try:
-                lists[name] = tuple(int(v) for v in text.split(","))
-            except ValueError:
-                raise UsageError(f"--normcheck-{name} {text!r} is not a comma-separated list of integers") from None
     fields = option_fields(config.getoption("normcheck_dtype"), config.getoption("normcheck_memory_format"),
-                           config.getoption("normcheck_value_profile"), **lists)
-    for name in ("groups", "normalized_dims", "residual_dtype"):
-        if config.getoption(f"normcheck_{name}") is not None:
-            fields[name] = field_value(name, config.getoption(f"normcheck_{name}"))
+                           config.getoption("normcheck_value_profile"), _given(config, "shape"),
+                           _given(config, "split"))
+    fields.update({name: _given(config, name) for name in ("groups", "normalized_dims", "residual_dtype")
+                   if config.getoption(f"normcheck_{name}") is not None})
     return fields
 
 
-def _integer(config, name: str) -> int | None:
+def _given(config, name: str):
+    """The Case value of a --normcheck-NAME option given as text (sweep.field_value), None where not given."""
+    from normcheck.cases.sweep import field_value
     from normcheck.core.errors import UsageError
 
     text = config.getoption(f"normcheck_{name}")
-    if text is None:
-        return None
-    if not text.strip().isdigit():
-        raise UsageError(f"--normcheck-{name.replace('_', '-')} must be an integer >= 1, got {text!r}")
-    return int(text)
+    try:
+        return None if text is None else field_value(name, text)
+    except UsageError as e:  # (its message starts with the option's name)
+        raise UsageError(f"--normcheck-{e}") from None
 
 
 def _conventions_given(config, conventions) -> list[tuple[str, str]]:

@@ -63,15 +63,20 @@ def cases(draw, op: str, dtypes=DTYPE_CHOICES, profiles=tuple(PROFILES), ranks=(
     dy_format = draw(st.one_of(st.just(x_format), st.sampled_from(formats_for(len(shape), "dy"))))
     record = get_op(op)
     fields = dict.fromkeys(OP_FIELDS)
-    # enough values per set with the op's own fields at their defaults (one group), then each field its declaration
-    # draws (CaseField.draw), the shape regrown after each (a set spans K dims: more values, never fewer)
-    shape = _with_enough_per_set(op, shape, {**fields, **record.case_fields, "groups": 1})
+    # enough values per set with the op's own fields at their defaults (one group) or as drawn: before the first
+    # field its declaration draws (CaseField.draw) and after each (a set spans K dims: more values, never fewer)
+    drawn = {}
+
+    def grown(shape):
+        return _with_enough_per_set(op, shape, {**fields, **record.case_fields, "groups": 1, **drawn})
+
+    shape = grown(shape)
     for field in record.fields:
         values = field.candidates(shape, record)
         if values:
-            fields[field.name] = draw(st.sampled_from(values))
-            shape = _with_enough_per_set(op, shape, {**record.case_fields, **{k: v for k, v in fields.items()
-                                                                              if v is not None}})
+            drawn[field.name] = draw(st.sampled_from(values))
+            shape = grown(shape)
+    fields.update(drawn)
     eps_choices = [1e-5, 1e-3, 0.1] + ([None] if record.eps_none is not None else [])
     affine = draw(st.sampled_from([True, True, False, *record.params]))
     return Case(

@@ -144,7 +144,18 @@ def coverage(op: str, cases=None, narrowing: Narrowing = Narrowing()) -> tuple[d
 
 def field_value(name: str, text: str):
     """The Case value of a fixable field or convention given as text (a pytest option): eps "none" is None,
-    affine both/none are True/False; UsageError for a number that is not one."""
+    affine both/none are True/False, a shape or split a comma-separated list of integers, a world size one >= 1;
+    UsageError for a number that is not one."""
+    option = name.replace("_", "-")
+    if name in ("shape", "split"):
+        try:
+            return tuple(int(v) for v in text.split(","))
+        except ValueError:
+            raise UsageError(f"{option} {text!r} is not a comma-separated list of integers") from None
+    if name == "world_size":
+        if not text.strip().isdigit() or int(text) < 1:
+            raise UsageError(f"{option} must be an integer >= 1, got {text!r}")
+        return int(text)
     if name == "affine":
         return {"both": True, "none": False}.get(text, text)
     if name == "eps" and text.lower() == "none":
@@ -157,7 +168,7 @@ def field_value(name: str, text: str):
         try:
             return float(text)
         except ValueError:
-            raise UsageError(f"{name.replace('_', '-')} must be a number, got {text!r}") from None
+            raise UsageError(f"{option} must be a number, got {text!r}") from None
     return text
 
 
