@@ -157,6 +157,9 @@ def test_nothing_a_run_started_outlives_it_by_two_seconds(how):
     deadline = time.monotonic() + 20
     while how != "usage error" and len(started_by(marker) - {proc.pid}) < 1 and time.monotonic() < deadline:
         time.sleep(0.05)
+    # (a moment after the server appears: a Ctrl-C in the instant it is started can be lost, a known defect; this
+    # test is about what outlives the run)
+    time.sleep(0.5)
     if how == "Ctrl-C":
         os.killpg(proc.pid, signal.SIGINT)  # (a terminal sends it to the whole process group)
     elif how == "SIGTERM":
