@@ -135,23 +135,21 @@ def test_master_worker_needs_the_lockstep_world():
     assert report.verdict == SKIP and "lockstep" in report.message
 
 
-def test_silu_bn_reference_matches_torch_float64_autograd():
+def test_silu_bn_reference_composed_from_its_stage_matches_torch_float64_autograd():
     import numpy as np
     import torch
     import torch.nn.functional as F
 
-    from normcheck import reference
+    from normcheck import OPS
 
-    rng = np.random.default_rng(0)
-    x, dz = rng.normal(size=(6, 3, 5)), rng.normal(size=(6, 3, 5))
-    w, b = rng.normal(size=3), rng.normal(size=3)
-    z, _ = reference.silu_bn_forward(x, w, b)
-    grads = reference.silu_bn_backward(dz, x, w, b)
-    tx, tw, tb = (torch.tensor(a, requires_grad=True) for a in (x, w, b))
-    tz = F.silu(F.batch_norm(tx, None, None, tw, tb, True, 0.1, 1e-5))
-    tz.backward(torch.tensor(dz))
-    for ours, theirs in ((z, tz), (grads.dx, tx.grad), (grads.dweight, tw.grad), (grads.dbias, tb.grad)):
-        assert np.abs(ours - theirs.detach().numpy()).max() <= 1e-12 * np.abs(ours).max()
+    case = Case("syncbn_silu", (6, 3, 5), "f64")
+    i = case.make_inputs()
+    out = OPS["syncbn_silu"].reference(i)
+    tx, tw, tb = (torch.tensor(a, requires_grad=True) for a in (i.x, i.weight, i.bias))
+    tz = F.silu(F.batch_norm(tx, None, None, tw, tb, True, 0.1, case.eps))
+    tz.backward(torch.tensor(i.dy))
+    for name, theirs in (("y", tz), ("dx", tx.grad), ("dweight", tw.grad), ("dbias", tb.grad)):
+        assert np.abs(out[name] - theirs.detach().numpy()).max() <= 1e-12 * np.abs(out[name]).max()
 
 
 def test_fused_silu_recipe_passes_and_a_wrong_backward_fails():

@@ -13,7 +13,8 @@ from normcheck.engine.baseline import baseline_outputs
 from normcheck.engine.expected import expected_outputs
 from normcheck.engine.error_terms import independent_errors_sum
 from normcheck.ops import OPS, get_op
-from normcheck.engine.tolerance import CONSTANTS, Constants, _inner_case, budget_ratio, element_bounds
+from normcheck.engine.stage_bounds import inner_case
+from normcheck.engine.tolerance import CONSTANTS, Constants, budget_ratio, element_bounds
 
 FORMULA_ONLY = Constants(CONSTANTS.growth, CONSTANTS.rounding, baseline_factor=0.0)
 
@@ -149,7 +150,7 @@ def test_a_stage_that_rounds_what_the_norm_reads_widens_every_output_by_what_rea
     case = Case("add_rmsnorm", (257, 7), "bf16", "f32", profile="normal", normalized_dims=1)
     inputs = case.make_inputs()
     h = get_op("add_rmsnorm").reference(inputs)["h"]
-    inner = _inner_case(case, get_op("rmsnorm"))
+    inner = inner_case(case, get_op("rmsnorm"))
     on_h = replace(inputs, case=inner, x=h, extra={})
     alone, either = element_bounds(inner, on_h), element_bounds(inner, on_h, unrounded=inputs.x + inputs.extra["residual"])
     for name in ("y", "dx", "dweight", "rstd"):

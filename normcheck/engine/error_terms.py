@@ -6,7 +6,7 @@ section of docs/tolerance.md it implements; the symbols are the doc's (μ, σ²,
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -169,6 +169,17 @@ def read_either(norm: Normalised, other: Normalised) -> Normalised:
                       norm.xhat_error + 2 * np.abs(other.xhat - norm.xhat) + np.abs(norm.deviation) * rstd_moved)
 
 
+def inexact_input(case: Case, norm: Normalised, error: np.ndarray, sums: SetSums) -> Normalised:
+    """The norm's input known to within `error` element by element (a stage before it that a kernel may round:
+    "Fused stages"): δμ = mean δv, δσ² ≤ 2·mean(|v − μ|·δv) to first order, so δr/r gains mean(|v − μ|·δv)/(σ² + eps)
+    and δx̂ gains r·(δv + δμ) + |x̂|·that."""
+    var_eps = 1.0 / (norm.rstd * norm.rstd)
+    rel = sums.mean(np.abs(norm.deviation) * error) / var_eps
+    mean_error = sums.mean(error) if case.record.centred else 0.0
+    return replace(norm, rstd_rel_error=norm.rstd_rel_error + rel,
+                   xhat_error=norm.xhat_error + norm.rstd * (error + mean_error) + np.abs(norm.xhat) * rel)
+
+
 def casting_flips(case: Case, norm: Normalised) -> np.ndarray | float:
     """What a casting chain's rounding to the input dtype may flip ("Uncentred statistics (RMSNorm)"): one that
     rounds x̂ before the weight (before-weight) may round an x̂ known to within δx̂ to the other neighbour, one
@@ -206,7 +217,7 @@ def epilogue_errors(epilogue, y_norm, y_error, dz, u: Precisions, rounding: floa
     dy = dz * grad1
     dy_error = np.abs(dz * grad2) * y_error + rounding * u.storage * np.abs(dy)
     bound = (np.abs(grad1) * y_error + 0.5 * np.abs(grad2) * y_error * y_error
-             + 2 * rounding * u.output * np.abs(epilogue.f(y_norm)))
+             + epilogue.rounding(y_norm, u.output, rounding))
     return AfterNorm(bound, dy, dy_error)
 
 

@@ -1,18 +1,17 @@
 """Adaptive (modulated) LayerNorm, a diffusion transformer's adaLN: y = LayerNorm(x)·(1 + scale) + shift, with
-scale and shift one vector per sample (N, *normalized_shape), broadcast over its sequence (normcheck.reference.adaln
-has the math). LayerNorm's rows, hidden sizes and eps; the LayerNorm's own γ, β optional (DiT's has none)."""
+scale and shift one vector per sample (N, *normalized_shape), broadcast over its sequence: a Scale stage after the
+norm (normcheck.reference.stages has the math: dŷ = dy·(1 + scale), dscale = Σ_S dy·ŷ, dshift = Σ_S dy per sample).
+LayerNorm's rows, hidden sizes and eps; the LayerNorm's own γ, β optional (DiT's has none)."""
 from __future__ import annotations
-
-from dataclasses import replace
 
 import numpy as np
 
 from ..core.errors import UsageError
-from ..reference.adaln import ADALN, adaln_backward, adaln_forward
+from ..reference.stages import ONE_PLUS, PER_SAMPLE, Scale
 from . import layernorm
-from .batchnorm import drop_none
 from .core import Impl, Operand
 from .design import Design, Exclusion, Factor, at_most, eps_factor, levels, spread
+from .fused import fused
 from .layernorm import HIDDEN, MAX_ELEMENTS, normalized_axes, normalized_shape
 
 SIGNATURE = ("fn(input, scale, shift, normalized_shape, weight, bias, eps) -> Tensor  (layer_norm(input)·(1 + scale) "
@@ -84,14 +83,6 @@ def array_call(fn, a, case):
     return fn(a.x, a.extra["scale"], a.extra["shift"], a.weight, a.bias, axes=normalized_axes(case), eps=case.eps)
 
 
-def reference_outputs(i) -> dict[str, np.ndarray]:
-    c, d = i.case, normalized_shape(i.case)
-    scale, shift = i.extra["scale"], i.extra["shift"]
-    bwd = adaln_backward(i.dy, i.x, scale, d, i.weight, i.bias, c.eps)
-    return drop_none(y=adaln_forward(i.x, scale, shift, d, i.weight, i.bias, c.eps), dx=bwd.dx, dscale=bwd.dscale,
-                     dshift=bwd.dshift, dweight=bwd.dweight, dbias=bwd.dbias)
-
-
 def over_sequence(a, ndim: int):
     """A per-sample (N, *D) tensor as (N, 1, ..., 1, *D) against an input of `ndim` dims."""
     return a.reshape(a.shape[:1] + (1,) * (ndim - a.dim()) + a.shape[1:])
@@ -107,11 +98,14 @@ def modulate(input, scale, shift, normalized_shape, weight=None, bias=None, eps=
 OPERANDS = (Operand("scale", shape=per_sample, draw=modulation_values, gradient="dscale"),
             Operand("shift", shape=per_sample, draw=modulation_values, gradient="dshift"))
 
-OP = replace(
-    layernorm.OP, name="adaln", description="adaptive LayerNorm: LayerNorm(x)·(1 + scale) + shift, scale and shift "
-    "per sample", signature=SIGNATURE, call=call, reference=reference_outputs, validate=validate,
+# y = ŷ·(1 + scale) + shift, one vector per sample broadcast over its sequence
+MODULATION = Scale("scale", ONE_PLUS, ("dscale", "dshift"), shift="shift", broadcast=PER_SAMPLE)
+
+OP = fused(
+    layernorm.OP, (MODULATION,), name="adaln", description="adaptive LayerNorm: LayerNorm(x)·(1 + scale) + shift, "
+    "scale and shift per sample", signature=SIGNATURE, call=call, validate=validate,
     outputs=("y", "dx", "dscale", "dshift", "dweight", "dbias"), required=("y", "dx", "dscale", "dshift", "dweight", "dbias"),
-    saved_stats=(), sweep=SWEEP, operands=OPERANDS, fields=layernorm.OP.fields_without_extensions(), extensions=(), modulation=ADALN, inner=layernorm.OP.name,
+    saved_stats=(), sweep=SWEEP, operands=OPERANDS, fields=layernorm.OP.fields_without_extensions(), extensions=(),
     double_backward=False, why_once_differentiable=WHY_ONCE, array_signature=ARRAY_SIGNATURE, array_call=array_call,
     impls=(Impl("torch", "adaln", "F.layer_norm · (1 + scale) + shift, through autograd", modulate,
                 known_issues=layernorm.TORCH_ISSUES, follows=layernorm.TORCHS),),

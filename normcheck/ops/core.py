@@ -405,7 +405,6 @@ class Op:
     fields: tuple[CaseField, ...] = ()  # the op's own case fields (CaseField), each with its default on this op
     set_dim: int = 0                    # a dim every normalisation set spans (strategies grow it)
     validate: Callable[[Any], None] = lambda case: None  # op-specific checks of a case (UsageError)
-    epilogue: Any = None                # an element-wise function applied after the norm (reference.Epilogue)
     impls: tuple[Impl, ...] = ()        # torch's own implementations, with their known issues
     default_impl: str = "torch"
     params: tuple[str, ...] = ("weight", "bias")  # the affine parameters it takes (RMSNorm: no bias)
@@ -433,13 +432,11 @@ class Op:
     results: tuple[Result, ...] = ()
     # What a case field adds to that interface where a case sets it (Extension: fp8's scale, y_fp8 and amax)
     extensions: tuple[Extension, ...] = ()
-    # A fused op made of a prologue and an inner norm (reference.Prologue: h = x + residual, normalised as `inner`,
-    # the name of that op): the tolerance model bounds the inner norm on h and adds the prologue's own rounding
-    prologue: Any = None
+    # A fused op: an inner norm (`inner`, the name of its record) with element-wise stages before and after it
+    # (reference.stages: a sum of inputs, a scale by an operand through a function, an activation), built by
+    # ops.fused; its reference, baseline and tolerance are composed from them
+    stages: tuple = ()
     inner: str | None = None
-    # A fused op whose inner norm's output each sample modulates (reference.Modulation: y = ŷ·(1 + scale) + shift,
-    # adaln's): the tolerance model bounds the inner norm and adds the modulation's own rounding
-    modulation: Any = None
     # How a distributed op's cases are laid out over the ranks (ops.layouts: which axis the split divides, what each
     # rank holds of γ and β, how the ranks' outputs are assembled); a distributed op without one has SyncBN's, BATCH
     layout: Layout | None = None
@@ -459,6 +456,20 @@ class Op:
                 raise ValueError(f"op {self.name}: result {r.name} must be an output, its cotangent an operand")
         if not set(self.gradients) <= set(self.outputs) | set(GRADIENTS):
             raise ValueError(f"op {self.name}: its operands' gradients must be outputs")
+        if self.stages and self.inner is None:
+            raise ValueError(f"op {self.name}: a fused op's stages are around an inner norm (inner)")
+        after = [s.kind for s in self.stages if s.side == "after"]
+        if "activation" in after[1:]:
+            raise ValueError(f"op {self.name}: an activation is bounded directly after the norm only (the first stage "
+                             "after it), not after another stage")
+        if self.running_stats and set(after) - {"activation"} | {s.kind for s in self.stages if s.side == "before"}:
+            raise ValueError(f"op {self.name}: eval mode composes an activation after the norm only")
+
+    @property
+    def epilogue(self):
+        """The element-wise function of an activation stage after the norm (reference.stages.ElementFunction; None:
+        none), which eval mode's formulas apply (reference.setwise.eval_mode)."""
+        return next((s.fn for s in self.stages if s.kind == "activation"), None)
 
     @property
     def gradients(self) -> dict[str, str]:

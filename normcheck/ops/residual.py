@@ -1,5 +1,5 @@
 """Residual add + norm records, built from the inner norm's record: its sets, sweep, conventions and eps, with
-the residual stream declared as the fused op's own interface (normcheck.reference.residual has the math).
+the residual stream declared as the fused op's own interface (normcheck.reference.stages has the math: a Sum before the norm).
 
     fn(input, residual, normalized_shape, weight[, bias], eps) -> (y, h)    h = input + residual, y = norm(h)
 
@@ -21,12 +21,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable
 
-import numpy as np
-
-from .. import reference
-from ..numerics.dtypes import UNIT_ROUNDOFF, quantise
+from ..numerics.dtypes import UNIT_ROUNDOFF
+from ..reference.stages import Sum
 from .core import AMONG_CHOICES, CaseField, Extension, Impl, KnownIssue, Op, Operand, Result
 from .design import Exclusion, Factor, levels
+from .fused import fused
 
 RESIDUAL_DTYPES = ("input", "f32")
 RETURNS = ("y,h", "y")
@@ -95,23 +94,20 @@ def through_the_add(issue: KnownIssue) -> KnownIssue:
     return replace(issue, signature=replace(issue.signature, tensors=tensors + ("dresidual",)))
 
 
+# h = x + residual, stored in the stream's dtype and returned (with dh taken) where the case's form returns it
+RESIDUAL_ADD = Sum(("x", "residual"), "h", "dh", ("dx", "dresidual"))
+
+
 def add_norm(inner: Op, name: str, description: str, signature: str, call, impls: tuple[Impl, ...]) -> Op:
     """The add + `inner` record: `inner`'s geometry and conventions, plus the residual stream. Its implementations'
     known issues (the inner norm's kernels') reach dresidual as they reach dx."""
-    def reference_outputs(i) -> dict[str, np.ndarray]:
-        c = i.case
-        h = reference.residual_add(i.x, i.extra["residual"], lambda a: quantise(a, residual_dtype(c)))
-        out = inner.reference(replace(i, x=h))
-        dx = reference.residual_backward(out["dx"], i.extra.get("dh"))
-        return {**out, "h": h, "dx": dx, "dresidual": dx}
-
     array_signature, array_call = array_contract(inner)
-    return replace(
-        inner, name=name, description=description, signature=signature, call=call, reference=reference_outputs,
+    return fused(
+        inner, (RESIDUAL_ADD,), name=name, description=description, signature=signature, call=call,
         outputs=inner.outputs + ("h", "dresidual"), required=inner.required + ("dresidual",),
         fields=(*inner.fields_without_extensions(), RESIDUAL_DTYPE, RETURNS_FIELD), extensions=(STREAM,),
         impls=tuple(replace(i, known_issues=tuple(map(through_the_add, i.known_issues))) for i in impls),
-        operands=OPERANDS, prologue=reference.RESIDUAL_ADD, inner=inner.name,
+        operands=OPERANDS,
         sweep=replace(inner.sweep, factors=inner.sweep.factors + (STREAM_FACTOR,),
                       exclusions=inner.sweep.exclusions + (STREAM_NEEDS_HALF, SUM_MAY_CANCEL)),
         double_backward=False, why_once_differentiable=WHY_ONCE, array_signature=array_signature,

@@ -6,27 +6,21 @@ the same functions compute in float32: the same-precision baseline is this math,
 """
 
 from ._moments import NormBackward, working, working_precision
-from .adaln import ADALN, Modulation
 from .batchnorm import BatchNormForward, batch_norm_backward, batch_norm_forward
 from .groupnorm import GroupNormForward, group_norm_backward, group_norm_forward
 from .instancenorm import InstanceNormForward, instance_norm_backward, instance_norm_forward
 from .layernorm import LayerNormForward, layer_norm_backward, layer_norm_forward
-from .residual import RESIDUAL_ADD, Prologue, residual_add, residual_backward
 from .rmsnorm import RMSNormForward, rms_norm_backward, rms_norm_forward
-from .silu_bn import SILU, Epilogue, silu_bn_backward, silu_bn_forward, silu_grad
+from .silu import silu, silu_grad
+from .stages import AFTER, BEFORE, ONE_PLUS, PER_CHANNEL, PER_ELEMENT, PER_SAMPLE, SILU, Activation, ElementFunction, Scale, Sum
 
 __all__ = [
-    "ADALN",
     "BatchNormForward",
-    "Epilogue",
     "SILU",
     "GroupNormForward",
     "InstanceNormForward",
     "LayerNormForward",
-    "Modulation",
     "NormBackward",
-    "Prologue",
-    "RESIDUAL_ADD",
     "RMSNormForward",
     "batch_norm_backward",
     "batch_norm_forward",
@@ -36,13 +30,20 @@ __all__ = [
     "instance_norm_forward",
     "layer_norm_backward",
     "layer_norm_forward",
-    "residual_add",
-    "residual_backward",
     "rms_norm_backward",
     "rms_norm_forward",
-    "silu_bn_backward",
-    "silu_bn_forward",
+    "silu",
     "silu_grad",
+    "AFTER",
+    "BEFORE",
+    "ONE_PLUS",
+    "PER_CHANNEL",
+    "PER_ELEMENT",
+    "PER_SAMPLE",
+    "Activation",
+    "ElementFunction",
+    "Scale",
+    "Sum",
     "working",
     "working_precision",
 ]

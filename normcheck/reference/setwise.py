@@ -56,7 +56,7 @@ def numpy_arithmetic(axes: tuple[int, ...], param_sum: Callable) -> Arithmetic:
 def eval_mode(x, dy, gamma, beta, mu, var, eps: float, ar: Arithmetic, epilogue=None) -> dict:
     """y and the first-order gradients with the constant statistics μ, σ² (the running ones).
 
-    `epilogue` (reference.Epilogue): z = f(y) is the output and dz·f'(y) the gradient reaching the norm."""
+    `epilogue` (reference.stages.ElementFunction, an activation's): z = f(y) is the output and dz·f'(y) the gradient reaching the norm."""
     r = ar.rsqrt(var, eps)
     xhat = (x - mu) * r
     y = gamma * xhat + beta

@@ -1,0 +1,37 @@
+"""Fused ops built from stages: an inner norm's record with element-wise stages around it (reference.stages).
+
+    fused(layernorm.OP, (Scale("scale", ONE_PLUS, ("dscale", "dshift"), shift="shift", broadcast=PER_SAMPLE),),
+          name="adaln", ...)
+
+is adaLN: the inner norm's geometry, sweep, conventions and eps, and a reference composed from the stages and the
+inner norm's own (reference.stages.staged). The engine composes the same-precision baseline (that reference in the
+accumulation precision) and the tolerance (engine.stage_bounds, one bound per stage kind) from them: a new fusion
+declares its stages, operands and interface, and no engine code changes.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..numerics.dtypes import quantise
+from ..reference.stages import staged
+from .core import Op
+
+
+def store_of(i):
+    """A result rounded to the dtype the case's record declares for it (add + norm's h: the residual stream's)."""
+    case = i.case
+    return lambda name, a: quantise(a, case.record.output_dtype(case, name))
+
+
+def fused(inner: Op, stages: tuple, **changes) -> Op:
+    """`inner` with `stages` around it; `changes`: the fused record's own (name, description, contract, operands,
+    outputs, implementations, ...). It keeps the inner record's other fields, so each change a stage makes to the
+    interface is said here."""
+    outputs = changes.get("outputs", inner.outputs)
+    declared = {name for s in stages for name in s.operands()}
+    missing = declared - {o.name for o in changes.get("operands", inner.operands)}
+    if missing:
+        raise ValueError(f"op {changes.get('name', inner.name)}: its stages read operands it does not declare: "
+                         f"{', '.join(sorted(missing))}")
+    return replace(inner, stages=tuple(stages), inner=inner.name,
+                   reference=staged(inner.reference, tuple(stages), outputs, store_of), **changes)
