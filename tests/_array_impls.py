@@ -135,6 +135,34 @@ def adaln(framework, x, scale, shift, weight, bias, *, axes, eps):
     return xp.asarray(y * (1 + m) + t, x.dtype)
 
 
+def gated_rms_norm(first: bool):
+    """RMSNorm with a SiLU gate before (first) or after the norm, the gate and the product in the accumulation dtype."""
+    def gated(framework, x, gate, weight, *, axes, eps):
+        xp = _namespace(framework)
+        acc = _acc(xp, x)
+        xf, zf = xp.asarray(x, acc), xp.asarray(gate, acc)
+        silu = _silu(xp, zf)
+        if first:
+            return xp.asarray(rms_norm(framework, xf * silu, weight, axes=axes, eps=eps), x.dtype)
+        return xp.asarray(xp.asarray(rms_norm(framework, xf, weight, axes=axes, eps=eps), acc) * silu, x.dtype)
+
+    gated.__name__ = "gate_rms_norm" if first else "rms_norm_gate"
+    return gated
+
+
+gate_rms_norm, rms_norm_gate = gated_rms_norm(True), gated_rms_norm(False)
+
+
+def adagn(framework, x, scale, shift, weight, bias, *, num_groups, eps, channel_axis):
+    """GroupNorm(x)·(1 + scale) + shift before its one rounding, scale and shift (N, C) over the spatial dims."""
+    xp = _namespace(framework)
+    acc = _acc(xp, x)
+    over = tuple(scale.shape) + (1,) * (len(x.shape) - 2)  # (the epilogue sees the channels at axis 1)
+    m, t = (xp.reshape(xp.asarray(a, acc), over) for a in (scale, shift))
+    return group_norm(framework, x, weight, bias, num_groups=num_groups, eps=eps, channel_axis=channel_axis,
+                      epilogue=lambda xp, y: y * (1 + m) + t)
+
+
 def jax_sync_batch_norm(x, weight, bias, running_mean, running_var, *, training, momentum, eps, channel_axis, mask,
                         axis_name):
     """SyncBN on one device: masked sums and counts all-reduced with lax.psum, then the two-pass variance."""
@@ -169,6 +197,9 @@ jax_add_layer_norm, tf_add_layer_norm = _bound("jax", add_layer_norm), _bound("t
 jax_add_rms_norm, tf_add_rms_norm = _bound("jax", add_rms_norm), _bound("tf", add_rms_norm)
 jax_group_norm_silu, tf_group_norm_silu = _bound("jax", group_norm_silu), _bound("tf", group_norm_silu)
 jax_adaln, tf_adaln = _bound("jax", adaln), _bound("tf", adaln)
+jax_gate_rms_norm, tf_gate_rms_norm = _bound("jax", gate_rms_norm), _bound("tf", gate_rms_norm)
+jax_rms_norm_gate, tf_rms_norm_gate = _bound("jax", rms_norm_gate), _bound("tf", rms_norm_gate)
+jax_adagn, tf_adagn = _bound("jax", adagn), _bound("tf", adagn)
 
 
 # ----------------------------------------------------------------------------- mutants: each must fail

@@ -86,7 +86,7 @@ def test_no_affine_has_no_parameters():
 @pytest.mark.parametrize("kwargs, message", [
     (dict(op="groupnorm", shape=(2, 6, 4), groups=4), "not divisible by groups"),
     (dict(op="groupnorm", shape=(2, 6, 4)), "needs --groups"),
-    (dict(op="batchnorm", shape=(2, 6, 4), groups=2), "groupnorm and groupnorm_silu only"),
+    (dict(op="batchnorm", shape=(2, 6, 4), groups=2), "groupnorm, groupnorm_silu and adagn only"),
     (dict(op="batchnorm", shape=(2, 6, 4), dtype="f8"), "unknown dtype"),
     (dict(op="batchnorm", shape=(2, 6, 4), x_format="nhwc"), "unknown memory format"),
     (dict(op="batchnorm", shape=(2, 6, 4), x_format="channels_last"), "needs a 4-D input"),

@@ -38,7 +38,10 @@ TEXTBOOKS = [("jax", "batchnorm", "jax_batch_norm"), ("jax", "groupnorm", "jax_g
              ("jax", "add_rmsnorm", "jax_add_rms_norm"), ("jax", "add_layernorm", "jax_add_layer_norm"),
              ("jax", "groupnorm_silu", "jax_group_norm_silu"), ("tf", "add_rmsnorm", "tf_add_rms_norm"),
              ("tf", "add_layernorm", "tf_add_layer_norm"), ("tf", "groupnorm_silu", "tf_group_norm_silu"),
-             ("jax", "adaln", "jax_adaln"), ("tf", "adaln", "tf_adaln")]
+             ("jax", "adaln", "jax_adaln"), ("tf", "adaln", "tf_adaln"),
+             # stages declared by the records alone: a gate on either side of the norm, a per-channel modulation
+             ("jax", "gate_rmsnorm", "jax_gate_rms_norm"), ("tf", "rmsnorm_gate", "tf_rms_norm_gate"),
+             ("jax", "adagn", "jax_adagn"), ("tf", "adagn", "tf_adagn")]
 
 
 def textbook(framework: str, op: str, name: str):

@@ -13,7 +13,8 @@ from normcheck.engine import FAIL, KNOWN, PASS
 from normcheck.impls import IMPLS
 from normcheck.ops import RECORDED_WITH_TORCH, batchnorm as bn, groupnorm as gn, instancenorm as inorm, layernorm as ln, syncbn
 from normcheck.ops.add_layernorm import add_layer_norm
-from normcheck.ops.residual import through_the_add
+from normcheck.ops.add_layernorm import OP as ADD_LAYERNORM
+from normcheck.ops.fused import through_stages
 from tests.mutants import CATALOGUE
 
 pytestmark = pytest.mark.skipif(
@@ -55,7 +56,7 @@ WITNESSES = [
     (ln.TINY_ROW_STATISTICS, "layernorm", USER_LN,
      Case("layernorm", (65537, 2), "f32", profile="offset", affine=False, normalized_dims=1), "dx"),
     # Found by the fused ops' calibration: the add + norm record's dresidual is the norm's dx plus dh, wrong alike
-    (through_the_add(ln.TINY_ROW_STATISTICS), "add_layernorm", USER_ADD_LN, ADD_LN_TINY_ROWS, "dx"),
+    (through_stages(ln.TINY_ROW_STATISTICS, ADD_LAYERNORM.stages), "add_layernorm", USER_ADD_LN, ADD_LN_TINY_ROWS, "dx"),
     (syncbn.EMPTY_RANK_HALF, "syncbn", USER_SYNCBN,
      Case("syncbn", (8, 3, 5, 7), "bf16", split=(3, 0, 5)), None),
     # InstanceNorm's issues come from how torch builds it (BatchNorm over repeated parameters), not from a

@@ -70,7 +70,7 @@ def test_torchs_half_precision_parameter_gradients_are_a_known_issue_with_number
 @pytest.mark.parametrize("argv, message", [
     (["--normalized-dims", "0"], "layernorm needs normalized_dims K (--normalized-dims) with 1 <= K <= 3"),
     (["--normalized-dims", "4"], "layernorm needs normalized_dims K (--normalized-dims) with 1 <= K <= 3"),
-    (["--groups", "2"], "--groups applies to groupnorm and groupnorm_silu only, not layernorm"),
+    (["--groups", "2"], "--groups applies to groupnorm, groupnorm_silu and adagn only, not layernorm"),
 ])
 def test_bad_layernorm_options_are_one_line_exit_2(argv, message, capsys):
     assert main(["compare", "--one-case", "--op", "layernorm", "--shape", "4,6,5", *argv]) == 2
@@ -79,7 +79,7 @@ def test_bad_layernorm_options_are_one_line_exit_2(argv, message, capsys):
 
 
 def test_normalized_dims_belong_to_layernorm_only():
-    with pytest.raises(UsageError, match="--normalized-dims applies to layernorm, rmsnorm, add_rmsnorm, add_layernorm, adaln, layernorm_sp, rmsnorm_sp, layernorm_hp, rmsnorm_hp, add_layernorm_sp and add_rmsnorm_sp only, not batchnorm"):
+    with pytest.raises(UsageError, match="--normalized-dims applies to layernorm, rmsnorm, add_rmsnorm, add_layernorm, adaln, gate_rmsnorm, rmsnorm_gate, layernorm_sp, rmsnorm_sp, layernorm_hp, rmsnorm_hp, add_layernorm_sp and add_rmsnorm_sp only, not batchnorm"):
         Case("batchnorm", (4, 3), normalized_dims=1)
 
 

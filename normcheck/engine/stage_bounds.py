@@ -9,13 +9,15 @@ and its reference on given inputs, and adds what the stage itself may err (docs/
     Scale, before      the norm bounded on v = u·f(m) as an input known to within its roundings (error_terms.
                        inexact_input); du = dv·f(m) and dm = Σ dv·u·f'(m) carry dv's bound and their own roundings
     Scale, after       the norm bounded with dŷ = dy·f(m) rounded as an eager kernel stores it (twice what that
-                       rounding moved on top); y inherits ŷ's bound through |f(m)|; dm = Σ dy·ŷ·f'(m) and ds = Σ dy,
+                       rounding moved on top, and f(m)'s rounding bound where kernels round f differently); y
+                       inherits ŷ's bound through |f(m)|; dm = Σ dy·ŷ·f'(m) and ds = Σ dy,
                        sums of products over the operand's broadcast dims, their errors independent term to term
     Activation, after  z = f(ŷ): ŷ's bound through f' (and f''), f's own roundings; the norm's backward receives
                        dz·f'(ŷ) with the error an inexact ŷ gives it (error_terms.epilogue_errors)
 
 Keyword bounds (`unrounded`, `dy_error`, `input_error`) pass through every stage to the inner norm's element_bounds:
-the record validates that a Sum is the last stage before the norm and an activation the first after it.
+the record validates that a Sum is the last stage before the norm and an activation the first after it (a stage
+after the norm that changes dy adds its error to `dy_error`).
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from typing import Callable
 import numpy as np
 
 from ..cases import Case, CaseInputs
-from ..numerics.dtypes import UNIT_ROUNDOFF, quantise
+from ..numerics.dtypes import TINY, UNIT_ROUNDOFF, quantise
 from ..ops import get_op
 from ..ops.fused import store_of
 from ..reference.stages import AFTER, staged
@@ -127,14 +129,19 @@ class _Operand:
 def scale_after(stage, case: Case, inputs: CaseInputs, inside: Wrapped, c, **kw) -> dict[str, np.ndarray]:
     """y = ŷ·f(m) + s (adaLN's modulation, 1 + scale per sample; a gate after the norm, silu(z) per element): the
     norm's bounds with dŷ = dy·f(m) as its dy, rounded to the input dtype as an eager kernel stores it (twice what
-    that rounding and f(m)'s own moved the norm's gradients is allowed on top, as for a stored sum); y inherits ŷ's
-    error times |f(m)| plus its own rounding (f(m), the product, the sum); dm = Σ dy·ŷ·f'(m) and ds = Σ dy are sums
-    over the operand's broadcast dims of products rounded in the storage dtype."""
+    that rounding and f(m)'s own moved the norm's gradients is allowed on top, as for a stored sum; an f(m) that
+    kernels round differently, SiLU's, known to within its rounding bound besides); y inherits ŷ's error times |f(m)|
+    plus its own rounding (f(m), the product, the sum); dm = Σ dy·ŷ·f'(m) and ds = Σ dy are sums over the operand's
+    broadcast dims of products rounded in the storage dtype."""
     m = _Operand(stage, inputs, stage.multiplier)
     factor = stage.fn.f(m.broadcast)
     uo, ua = case.dtypes.unit(case.dtype), UNIT_ROUNDOFF[case.dtypes.accumulation]
     on_norm = replace(inputs, dy=quantise(inputs.dy * quantise(factor, case.dtype), case.dtype))
-    bounds = inside.bounds(on_norm, **kw)
+    # f(m) of a function no two kernels round alike (SiLU: exp and a division, to within an ulp or so) is known to
+    # within its rounding bound, element by element; one correctly rounded operation (1 + m) rounds alike everywhere
+    own = 0.0 if stage.fn.correctly_rounded else stage.fn.rounding(m.broadcast, uo, c.rounding)
+    dy_error = np.abs(inputs.dy) * own + np.abs(factor) * kw.pop("dy_error", 0.0)  # (and the error of the dy received)
+    bounds = inside.bounds(on_norm, dy_error=dy_error, **kw)
     rounded, exact = inside.reference(on_norm), inside.reference(replace(on_norm, dy=inputs.dy * factor))
     for name in inside.gradients:
         if name in bounds and name in exact:
@@ -163,14 +170,16 @@ def scale_after(stage, case: Case, inputs: CaseInputs, inside: Wrapped, c, **kw)
 
 def scale_before(stage, case: Case, inputs: CaseInputs, inside: Wrapped, c, **kw) -> dict[str, np.ndarray]:
     """v = x·f(m) + s normalised (a gate on the norm's input, Mamba2's x·silu(z)): the norm bounded on v as an input
-    known to within f's own rounding and the product's, stored in the input dtype (a kernel may keep v in registers
-    or store it: c·u_o·|v| covers either); the norm's gradient dv (bound B(dv)) reaches dx = dv·f(m) and
+    known to within f's own rounding and the product's one rounding to the input dtype (a kernel may keep v in
+    registers or store it: u_o·|v| covers either); the norm's gradient dv (bound B(dv)) reaches dx = dv·f(m) and
     dm = Σ dv·x·f'(m) with their own roundings; ds = Σ dv."""
     m = _Operand(stage, inputs, stage.multiplier)
     factor, slope = stage.fn.f(m.broadcast), stage.fn.grad(m.broadcast)
     uo, ua = case.dtypes.unit(case.dtype), UNIT_ROUNDOFF[case.dtypes.accumulation]
     v, _ = stage.forward(inputs.x, inputs.extra, store_of(inputs))
-    v_error = stage.fn.rounding(m.broadcast, uo, c.rounding) * np.abs(inputs.x) + c.rounding * uo * np.abs(v)
+    # f(m)'s own rounding, and the product's one rounding to the input dtype where a kernel stores v (a subnormal v:
+    # to within u·tiny)
+    v_error = stage.fn.rounding(m.broadcast, uo, c.rounding) * np.abs(inputs.x) + uo * (np.abs(v) + TINY[case.dtype])
     on_v = replace(inputs, x=v)
     bounds = inside.bounds(on_v, input_error=v_error, **kw)
     dv, dv_bound = inside.reference(on_v)["dx"], bounds["dx"]
@@ -193,9 +202,11 @@ def activation_after(stage, case: Case, inputs: CaseInputs, inside: Wrapped, c, 
     """z = f(ŷ) (an activation fused after the norm): ŷ's bound, as the norm gives it, through f (epilogue_errors),
     and the norm's backward bounded again on dy = dz·f'(ŷ) with the error an inexact ŷ gives it."""
     y_norm = inside.reference(inputs)["y"]
+    dz_error = kw.pop("dy_error", 0.0)  # (the error of the dz it receives, from a stage after it)
     after = epilogue_errors(stage.fn, y_norm, inside.bounds(inputs, **kw)["y"], inputs.dy, Precisions.of(case),
                             c.rounding)
-    bounds = inside.bounds(replace(inputs, dy=after.dy), dy_error=after.dy_error, **kw)
+    bounds = inside.bounds(replace(inputs, dy=after.dy), dy_error=after.dy_error + np.abs(stage.fn.grad(y_norm)) * dz_error,
+                           **kw)
     bounds["y"] = after.output_error
     return bounds
 

@@ -6,7 +6,8 @@ implementations of it and their known issues), and its line in `_RECORDS`.
 from __future__ import annotations
 
 from ..core.errors import UsageError
-from . import adaln, add_layernorm, add_rmsnorm, batchnorm, groupnorm, groupnorm_silu, instancenorm, layernorm, parallel, rmsnorm, syncbn, syncbn_silu
+from . import (adagn, adaln, add_layernorm, add_rmsnorm, batchnorm, gated_rmsnorm, groupnorm, groupnorm_silu,
+               instancenorm, layernorm, parallel, rmsnorm, syncbn, syncbn_silu)
 from .core import ALL_CASES, GRADIENTS, CaseField, Impl, KnownIssue, Op, Operand, Result, Signature
 from .design import Design, Exclusion, Factor, Level
 
@@ -24,6 +25,9 @@ _RECORDS = (
     add_layernorm.OP,
     groupnorm_silu.OP,
     adaln.OP,
+    gated_rmsnorm.GATE_RMSNORM,
+    gated_rmsnorm.RMSNORM_GATE,
+    adagn.OP,
     parallel.LAYERNORM_SP,
     parallel.RMSNORM_SP,
     parallel.LAYERNORM_HP,

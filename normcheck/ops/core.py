@@ -458,11 +458,12 @@ class Op:
             raise ValueError(f"op {self.name}: its operands' gradients must be outputs")
         if self.stages and self.inner is None:
             raise ValueError(f"op {self.name}: a fused op's stages are around an inner norm (inner)")
-        after = [s.kind for s in self.stages if s.side == "after"]
-        if "activation" in after[1:]:
-            raise ValueError(f"op {self.name}: an activation is bounded directly after the norm only (the first stage "
-                             "after it), not after another stage")
-        if self.running_stats and set(after) - {"activation"} | {s.kind for s in self.stages if s.side == "before"}:
+        before = [s for s in self.stages if s.side == "before"]
+        after = [s for s in self.stages if s.side == "after"]
+        if any(s.adjacent for s in before[:-1] + after[1:]):
+            raise ValueError(f"op {self.name}: a {next(s.kind for s in before[:-1] + after[1:] if s.adjacent)} stage "
+                             "is bounded next to the norm only (the last stage before it, the first after it)")
+        if self.running_stats and {s.kind for s in self.stages} - {"activation"}:
             raise ValueError(f"op {self.name}: eval mode composes an activation after the norm only")
 
     @property

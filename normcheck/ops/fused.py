@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from ..numerics.dtypes import quantise
 from ..reference.stages import staged
-from .core import Op
+from .core import Impl, KnownIssue, Op
 
 
 def store_of(i):
@@ -23,15 +23,27 @@ def store_of(i):
     return lambda name, a: quantise(a, case.record.output_dtype(case, name))
 
 
+def through_stages(issue: KnownIssue, stages: tuple) -> KnownIssue:
+    """An inner norm's known issue as the fused record has it: where its signature names an output of the norm that
+    a stage computes others from (add + norm's dx: dresidual; a modulation's y: dscale), it names those too."""
+    tensors = issue.signature.tensors
+    carried = tuple(out for s in stages for inner, outs in s.carries().items() if inner in tensors for out in outs)
+    added = tuple(t for t in dict.fromkeys(carried) if t not in tensors)
+    return replace(issue, signature=replace(issue.signature, tensors=tensors + added)) if added else issue
+
+
 def fused(inner: Op, stages: tuple, **changes) -> Op:
     """`inner` with `stages` around it; `changes`: the fused record's own (name, description, contract, operands,
     outputs, implementations, ...). It keeps the inner record's other fields, so each change a stage makes to the
-    interface is said here."""
+    interface is said here. The implementations' known issues (the inner norm's kernels') reach the outputs the
+    stages compute from the ones they name."""
     outputs = changes.get("outputs", inner.outputs)
     declared = {name for s in stages for name in s.operands()}
     missing = declared - {o.name for o in changes.get("operands", inner.operands)}
     if missing:
         raise ValueError(f"op {changes.get('name', inner.name)}: its stages read operands it does not declare: "
                          f"{', '.join(sorted(missing))}")
-    return replace(inner, stages=tuple(stages), inner=inner.name,
+    impls: tuple[Impl, ...] = changes.pop("impls", inner.impls)
+    impls = tuple(replace(i, known_issues=tuple(through_stages(k, stages) for k in i.known_issues)) for i in impls)
+    return replace(inner, stages=tuple(stages), inner=inner.name, impls=impls,
                    reference=staged(inner.reference, tuple(stages), outputs, store_of), **changes)

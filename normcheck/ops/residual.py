@@ -23,7 +23,7 @@ from typing import Callable
 
 from ..numerics.dtypes import UNIT_ROUNDOFF
 from ..reference.stages import Sum
-from .core import AMONG_CHOICES, CaseField, Extension, Impl, KnownIssue, Op, Operand, Result
+from .core import AMONG_CHOICES, CaseField, Extension, Impl, Op, Operand, Result
 from .design import Exclusion, Factor, levels
 from .fused import fused
 
@@ -85,28 +85,18 @@ def array_contract(inner: Op) -> "tuple[str | None, Callable | None]":
     return signature, array_call
 
 
-def through_the_add(issue: KnownIssue) -> KnownIssue:
-    """An inner norm's known issue as its add + norm record has it: where the issue's signature names dx, the norm's
-    gradient of h, it names dresidual too (every summand's gradient is dh plus that gradient, wrong alike)."""
-    tensors = issue.signature.tensors
-    if "dx" not in tensors or "dresidual" in tensors:
-        return issue
-    return replace(issue, signature=replace(issue.signature, tensors=tensors + ("dresidual",)))
-
-
 # h = x + residual, stored in the stream's dtype and returned (with dh taken) where the case's form returns it
 RESIDUAL_ADD = Sum(("x", "residual"), "h", "dh", ("dx", "dresidual"))
 
 
 def add_norm(inner: Op, name: str, description: str, signature: str, call, impls: tuple[Impl, ...]) -> Op:
-    """The add + `inner` record: `inner`'s geometry and conventions, plus the residual stream. Its implementations'
-    known issues (the inner norm's kernels') reach dresidual as they reach dx."""
+    """The add + `inner` record: `inner`'s geometry and conventions, plus the residual stream."""
     array_signature, array_call = array_contract(inner)
     return fused(
         inner, (RESIDUAL_ADD,), name=name, description=description, signature=signature, call=call,
         outputs=inner.outputs + ("h", "dresidual"), required=inner.required + ("dresidual",),
         fields=(*inner.fields_without_extensions(), RESIDUAL_DTYPE, RETURNS_FIELD), extensions=(STREAM,),
-        impls=tuple(replace(i, known_issues=tuple(map(through_the_add, i.known_issues))) for i in impls),
+        impls=impls,
         operands=OPERANDS,
         sweep=replace(inner.sweep, factors=inner.sweep.factors + (STREAM_FACTOR,),
                       exclusions=inner.sweep.exclusions + (STREAM_NEEDS_HALF, SUM_MAY_CANCEL)),

@@ -39,6 +39,8 @@ class ElementFunction:
     grad2: Callable[[np.ndarray], np.ndarray]
     rounding: Callable[[np.ndarray, float, float], np.ndarray]
     grad_rounding: Callable[[np.ndarray, float, float], np.ndarray]  # the same of f'
+    # One IEEE operation (1 + m) rounds alike in every kernel of a precision; a transcendental (SiLU's exp) does not
+    correctly_rounded: bool = False
 
 
 def _silu_grad_terms(z: np.ndarray) -> np.ndarray:
@@ -52,7 +54,7 @@ SILU = ElementFunction("silu", silu, silu_grad, silu_grad2, lambda z, u, c: 2 * 
                        lambda z, u, c: 2 * c * u * _silu_grad_terms(z))
 # 1 + m rounds once, relative to its terms (|1 + m| itself may be near 0); its derivative is exactly 1
 ONE_PLUS = ElementFunction("1 + m", lambda m: 1 + m, np.ones_like, np.zeros_like, lambda m, u, c: u * (1 + np.abs(m)),
-                           lambda m, u, c: np.zeros_like(m))
+                           lambda m, u, c: np.zeros_like(m), correctly_rounded=True)
 
 
 @dataclass(frozen=True)
@@ -95,9 +97,14 @@ class Sum:
     gradients: tuple[str, ...]
     side: ClassVar[str] = BEFORE
     kind: ClassVar[str] = "sum"
+    adjacent: ClassVar[bool] = True  # (its bound reads the norm's input: it sits next to the norm)
 
     def operands(self) -> tuple[str, ...]:
         return self.summands[1:]
+
+    def carries(self) -> dict[str, tuple[str, ...]]:
+        """The inner norm's outputs -> the stage's outputs computed from them (a wrong one is wrong alike)."""
+        return {"dx": self.gradients[1:]}
 
     def forward(self, u, operands: dict, store: Callable) -> tuple[np.ndarray, dict]:
         v = as_working(store(self.output, sum(as_working(operands[s]) for s in self.summands[1:]) + as_working(u)))
@@ -120,9 +127,15 @@ class Scale:
     broadcast: Broadcast = PER_ELEMENT
     side: str = AFTER
     kind: ClassVar[str] = "scale"
+    adjacent: ClassVar[bool] = False
 
     def operands(self) -> tuple[str, ...]:
         return (self.multiplier,) + ((self.shift,) if self.shift else ())
+
+    def carries(self) -> dict[str, tuple[str, ...]]:
+        """After the norm, dm is a sum of dy·ŷ·f'(m) (ŷ: the norm's y); before it, dm and ds are sums of the norm's
+        gradient dv."""
+        return {"y": self.gradients[:1]} if self.side == AFTER else {"dx": self.gradients}
 
     def factor(self, operands: dict, ndim: int) -> np.ndarray:
         """f(m) laid over an x of `ndim` dims."""
@@ -150,10 +163,14 @@ class Activation:
     fn: ElementFunction
     side: ClassVar[str] = AFTER
     kind: ClassVar[str] = "activation"
+    adjacent: ClassVar[bool] = True  # (its bound reads the norm's y bound and hands the norm a dy error)
     gradients: ClassVar[tuple] = ()
 
     def operands(self) -> tuple[str, ...]:
         return ()
+
+    def carries(self) -> dict[str, tuple[str, ...]]:
+        return {}
 
     def forward(self, u, operands: dict, store: Callable) -> tuple[np.ndarray, dict]:
         return self.fn.f(as_working(u)), {}
