@@ -139,7 +139,8 @@ def scale_after(stage, case: Case, inputs: CaseInputs, inside: Wrapped, c, **kw)
     on_norm = replace(inputs, dy=quantise(inputs.dy * quantise(factor, case.dtype), case.dtype))
     # f(m) of a function no two kernels round alike (SiLU: exp and a division, to within an ulp or so) is known to
     # within its rounding bound, element by element; one correctly rounded operation (1 + m) rounds alike everywhere
-    own = 0.0 if stage.fn.correctly_rounded else stage.fn.rounding(m.broadcast, uo, c.rounding)
+    factor_error = stage.fn.rounding(m.broadcast, uo, c.rounding)  # (f(m) evaluated in the storage dtype)
+    own = 0.0 if stage.fn.correctly_rounded else factor_error
     dy_error = np.abs(inputs.dy) * own + np.abs(factor) * kw.pop("dy_error", 0.0)  # (and the error of the dy received)
     bounds = inside.bounds(on_norm, dy_error=dy_error, **kw)
     rounded, exact = inside.reference(on_norm), inside.reference(replace(on_norm, dy=inputs.dy * factor))
@@ -152,7 +153,7 @@ def scale_after(stage, case: Case, inputs: CaseInputs, inside: Wrapped, c, **kw)
     if stage.shift is not None:
         y = y + stage.broadcast.expand(inputs.extra[stage.shift], inputs.x.ndim)
     bounds["y"] = (np.abs(factor) * bound_norm + c.rounding * _unit(case, "y") * (np.abs(y_norm * factor) + np.abs(y))
-                   + stage.fn.rounding(m.broadcast, uo, c.rounding) * np.abs(y_norm))
+                   + factor_error * np.abs(y_norm))
 
     slope = stage.fn.grad(m.broadcast)
     terms = inputs.dy * y_norm * slope
@@ -179,13 +180,14 @@ def scale_before(stage, case: Case, inputs: CaseInputs, inside: Wrapped, c, **kw
     v, _ = stage.forward(inputs.x, inputs.extra, store_of(inputs))
     # f(m)'s own rounding, and the product's one rounding to the input dtype where a kernel stores v (a subnormal v:
     # to within u·tiny)
-    v_error = stage.fn.rounding(m.broadcast, uo, c.rounding) * np.abs(inputs.x) + uo * (np.abs(v) + TINY[case.dtype])
+    factor_error = stage.fn.rounding(m.broadcast, uo, c.rounding)
+    v_error = factor_error * np.abs(inputs.x) + uo * (np.abs(v) + TINY[case.dtype])
     on_v = replace(inputs, x=v)
     bounds = inside.bounds(on_v, input_error=v_error, **kw)
     dv, dv_bound = inside.reference(on_v)["dx"], bounds["dx"]
 
     dx = dv * factor
-    bounds["dx"] = (np.abs(factor) * dv_bound + np.abs(dv) * stage.fn.rounding(m.broadcast, uo, c.rounding)
+    bounds["dx"] = (np.abs(factor) * dv_bound + np.abs(dv) * factor_error
                     + c.rounding * _unit(case, "dx") * np.abs(dx))
     terms = dv * inputs.x * slope
     term_errors = (np.abs(inputs.x * slope) * dv_bound + np.abs(dv * inputs.x) * stage.fn.grad_rounding(

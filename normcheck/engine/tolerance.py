@@ -20,7 +20,7 @@ error (the probabilistic bound of Higham & Mary, 2019; worst-case M·u is far to
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 

@@ -5,8 +5,8 @@ record with one Scale stage after it (reference.stages: dŷ = dy·(1 + scale), d
 optional.
 
 Modulating by scale instead of 1 + scale, the modulation's gradients summed over the batch, dscale taken of x
-instead of the normalised x, dx without the modulation and the per-channel vectors laid over the wrong axis are the
-bug classes this makes visible.
+instead of the normalised x, dx without the modulation and the per-channel vectors indexed by group instead of channel
+are the bug classes this makes visible.
 """
 from __future__ import annotations
 

@@ -19,6 +19,7 @@ from ..core.loading import load_callable, spec_of
 from ..numerics.dtypes import COMPUTE_DTYPES, OUTPUT_DTYPES
 from ..numerics.formats import expressible
 from ..numerics.sets import SetView
+from ..reference.stages import AFTER, BEFORE
 from .design import Design
 from .layouts import BATCH, SHARDED, Layout
 
@@ -458,11 +459,12 @@ class Op:
             raise ValueError(f"op {self.name}: its operands' gradients must be outputs")
         if self.stages and self.inner is None:
             raise ValueError(f"op {self.name}: a fused op's stages are around an inner norm (inner)")
-        before = [s for s in self.stages if s.side == "before"]
-        after = [s for s in self.stages if s.side == "after"]
-        if any(s.adjacent for s in before[:-1] + after[1:]):
-            raise ValueError(f"op {self.name}: a {next(s.kind for s in before[:-1] + after[1:] if s.adjacent)} stage "
-                             "is bounded next to the norm only (the last stage before it, the first after it)")
+        before = [s for s in self.stages if s.side == BEFORE]
+        after = [s for s in self.stages if s.side == AFTER]
+        apart = [s for s in before[:-1] + after[1:] if s.adjacent]  # (a stage whose bound reads the norm's own)
+        if apart:
+            raise ValueError(f"op {self.name}: a {apart[0].kind} stage is bounded next to the norm only (the last stage "
+                             "before it, the first after it)")
         if self.running_stats and {s.kind for s in self.stages} - {"activation"}:
             raise ValueError(f"op {self.name}: eval mode composes an activation after the norm only")
 
