@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from normcheck import Case, UsageError
-from normcheck.ops import OPS
+from normcheck.ops import CASE_FIELDS, OPS
 from normcheck.cases.tokens import FIELDS, decode_case, encode_case
 from normcheck.outputs.replay import replay_command
 from normcheck.cases.strategies import cases
@@ -29,7 +29,7 @@ def test_every_case_round_trips_exactly(case, gamma_scale):
 
 def test_the_token_holds_every_case_field():
     # A new Case field must go into the token, or replays would drop it.
-    assert FIELDS == tuple(f.name for f in dataclasses.fields(Case))
+    assert set(FIELDS) == {f.name for f in dataclasses.fields(Case)} - {"own"} | set(CASE_FIELDS)  # own: by name
     rms = encode_case(Case("rmsnorm", (4, 6), normalized_dims=1, weight_offset=1.0, eps=None))
     # absent ones are left out, and so are the path fields at their defaults (tokens from before them stay the same)
     quiet = {"mode", "frozen", "order", "output_dtype", "compute_dtype", "normalized_at"}

@@ -29,6 +29,7 @@ from ..ops.core import ALL_ORDERS, FORWARD_ORDERS, TANGENT_OUTPUTS
 def default_conventions(op: str) -> dict:
     """The conventions `op`'s cases follow unless an implementation declares others (torch's)."""
     fields = {f.name: f.default for f in dataclass_fields(Case) if f.name in CONVENTIONS}
+    fields.update(dict.fromkeys(OP_CONVENTIONS))
     return {name: get_op(op).case_fields.get(name, default) for name, default in fields.items()
             if name not in OP_CONVENTIONS or name in get_op(op).case_fields}
 AFFINE_CHOICES = ("both", "none")  # with the op's parameter names, what --affine takes
@@ -54,23 +55,39 @@ class Case:
     eps: float | None = DEFAULT_EPS  # None: the op's default for the input dtype (Op.eps_none), if it has one
     momentum: float = DEFAULT_MOMENTUM
     affine: bool | str = True     # True: every parameter the op takes; False: none; "weight" / "bias": that one only
-    groups: int | None = None     # ops whose record takes groups (GroupNorm)
     seed: int = 0
     split: tuple[int, ...] | None = None  # per-rank shares of the op's split axis (Op.layout); None: one process
     gamma_scale: float = 1.0      # multiplies γ: recipes that divide by γ fail as it shrinks
-    normalized_dims: int | None = None  # ops whose record normalises the last k dims (LayerNorm): k
-    normalized_at: str | None = None  # those ops: which k dims, "trailing" (the last) or "channels" (1..k, channels-first)
-    weight_offset: float | None = None  # ops with a weight offset (RMSNorm): the layer scales by w + offset
-    casting: str | None = None    # ops with a casting chain (RMSNorm): where the result is rounded to the input dtype
-    residual_dtype: str | None = None  # ops with a residual stream (add + norm): its dtype ("input": x's)
-    returns: str | None = None    # those ops: "y,h" (y and the new residual stream) or "y" (y alone)
     mode: str = "train"           # MODES
     frozen: str = "none"          # FROZEN
     order: int | str = 1          # ORDERS
     output_dtype: str = "input"   # OUTPUT_DTYPES: y in x's dtype, or promoted with what the layer uses (Op.promotes_through)
     compute_dtype: str = "f64"    # COMPUTE_DTYPES: the finest precision the kernel computes in (f32: float64 too)
-    fp8: str | None = None        # ops with fp8 output (LayerNorm, RMSNorm): y also quantised to "e4m3" or "e5m2"
-    reduces_grads: str | None = None  # sequence-parallel ops: "yes", the function all-reduces the replicated γ/β gradients
+    # The fields only some ops take (ops.CaseField, declared by their records: GroupNorm's groups, RMSNorm's casting
+    # chain, ...), as (name, value) pairs in OP_FIELDS' order, the absent ones left out. Given and read by name as
+    # any other field (Case(op, shape, groups=2), case.groups: None where absent), so a new op's field needs no line
+    # here.
+    own: tuple[tuple[str, object], ...] = ()
+
+    def __init__(self, *args, **given):
+        names = [f.name for f in dataclass_fields(Case) if f.name != "own"]
+        if len(args) > len(names):
+            raise TypeError(f"Case() takes at most {len(names)} positional arguments")
+        given.update(zip(names, args))  # (a value given both ways is the positional one, as no caller does)
+        own = dict(given.pop("own", ()))
+        own.update({name: given.pop(name) for name in list(given) if name in CASE_FIELDS})
+        if unknown := sorted(set(given) - set(names)):
+            raise TypeError(f"Case() got an unexpected keyword argument {unknown[0]!r}")
+        for f in dataclass_fields(Case):
+            object.__setattr__(self, f.name, given[f.name] if f.name in given else f.default)
+        object.__setattr__(self, "own", tuple(own.items()))
+        self.__post_init__()
+
+    def __getattr__(self, name: str):
+        """An op's own field by name: its value, None where the case does not have it."""
+        if name in CASE_FIELDS and "own" in self.__dict__:  # (not while unpickling, before the fields are set)
+            return dict(self.own).get(name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __post_init__(self):
         object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
@@ -82,9 +99,11 @@ class Case:
             # No parameter tensor at all: nothing is in the parameter dtype, so "mixed" means nothing
             # (torch keeps such a case's saved statistics in the input dtype, as for a plain one).
             object.__setattr__(self, "param_dtype", self.dtype)
+        own = dict(self.own)
         for name in DEFAULTED:
-            if getattr(self, name) is None and self.op in OPS and name in OPS[self.op].case_fields:
-                object.__setattr__(self, name, OPS[self.op].case_fields[name])
+            if own.get(name) is None and self.op in OPS and name in OPS[self.op].case_fields:
+                own[name] = OPS[self.op].case_fields[name]
+        object.__setattr__(self, "own", tuple((name, own[name]) for name in OP_FIELDS if own.get(name) is not None))
         if self.split is not None:
             object.__setattr__(self, "split", tuple(int(s) for s in self.split))
         elif self.op in OPS and OPS[self.op].distributed and self.shape:
@@ -313,19 +332,19 @@ class Case:
 
 
 def _op_fields() -> tuple[str, ...]:
-    """The declared op fields in Case's attribute order; a field declared without its Case attribute is refused
-    here, when normcheck is imported, rather than silently dropped from every case."""
-    attributes = [f.name for f in dataclass_fields(Case)]
-    missing = sorted(set(CASE_FIELDS) - set(attributes))
-    if missing:
-        raise TypeError(f"case fields {', '.join(missing)} are declared by an op but Case has no attribute for them")
-    return tuple(name for name in attributes if name in CASE_FIELDS)
+    """The declared op fields, in the order the records declare them; one named like a field every case has is
+    refused here, when normcheck is imported, rather than shadowed by it."""
+    if taken := sorted(set(CASE_FIELDS) & {f.name for f in dataclass_fields(Case)}):
+        raise TypeError(f"case fields {', '.join(taken)} are declared by an op but every case has a field so named")
+    return tuple(CASE_FIELDS)
 
 
-# Fields only the ops that declare them take (ops.CaseField, listed by Op.fields), in the order a label shows them
-# (Case's); the conventions among them (how the layer is defined, not its geometry), and those a case that leaves
-# None takes the op's default of
+# Fields only the ops that declare them take (ops.CaseField, listed by Op.fields, held in Case.own), in the order a
+# label shows them; the conventions among them (how the layer is defined, not its geometry), and those a case that
+# leaves None takes the op's default of
 OP_FIELDS = _op_fields()
+# Every field a case is given and read by: those every case has, then the ops' own
+FIELD_NAMES = tuple(f.name for f in dataclass_fields(Case) if f.name != "own") + OP_FIELDS
 OP_CONVENTIONS = tuple(name for name in OP_FIELDS if CASE_FIELDS[name].convention)
 DEFAULTED = tuple(name for name in OP_FIELDS if CASE_FIELDS[name].defaulted)
 # The conventions every op takes: the dtype y comes back in, the finest precision the kernel computes in

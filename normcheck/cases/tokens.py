@@ -18,11 +18,11 @@ import zlib
 from dataclasses import fields as dataclass_fields
 
 from ..core.errors import UsageError
-from .case import Case
+from .case import FIELD_NAMES, OP_FIELDS, Case
 
 VERSION = "v3"
-FIELDS = tuple(f.name for f in dataclass_fields(Case))
-_ABSENT = {f.name for f in dataclass_fields(Case) if f.default is None}  # None there: the field is absent
+FIELDS = FIELD_NAMES
+_ABSENT = {f.name for f in dataclass_fields(Case) if f.default is None} | set(OP_FIELDS)  # None: the field is absent
 # Fields added after v3 that are left out at their default value, so tokens of the cases that existed
 # before them stay as they were
 _QUIET = {name: f.default for f in dataclass_fields(Case) if (name := f.name) in ("mode", "frozen", "order", "output_dtype",

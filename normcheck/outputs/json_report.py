@@ -6,12 +6,12 @@ numbers are written as the strings "inf", "-inf" and "nan" so the output is stri
 from __future__ import annotations
 
 import math
-from dataclasses import fields
 from importlib.metadata import PackageNotFoundError, version
 
 import torch
 
 from ..cases import Case
+from ..cases.case import FIELD_NAMES
 from ..cases.tokens import encode_case
 from ..engine import VERDICTS, Report, TensorReport
 from ..engine.report import never_checked
@@ -66,7 +66,7 @@ def case_document(r: Report, backend: str | None = None, timeout: float | None =
 
 
 def _case_fields(case: Case) -> dict:
-    out = {f.name: getattr(case, f.name) for f in fields(Case)}
+    out = {name: getattr(case, name) for name in FIELD_NAMES}
     out["shape"] = list(case.shape)
     out["split"] = None if case.split is None else list(case.split)
     return {k: _number(v) if isinstance(v, float) else v for k, v in out.items()}
