@@ -104,10 +104,15 @@ def layer_norm(framework, x, weight, bias, *, axes, eps):
     return xp.asarray(y, x.dtype)
 
 
-def rms_norm(framework, x, weight, *, axes, eps):
+def rms_norm(framework, x, weight, *, axes, eps, group_size=None):
+    """RMSNorm over `axes`; with group_size, over each group of that many values of the (trailing) row."""
     xp = _namespace(framework)
     xf = xp.asarray(x, _acc(xp, x))
-    y = xf / xp.sqrt(xp.mean(xf * xf, axis=axes, keepdims=True) + eps)
+    if group_size is None:
+        y = xf / xp.sqrt(xp.mean(xf * xf, axis=axes, keepdims=True) + eps)
+    else:
+        groups = xp.reshape(xf, tuple(xf.shape[:len(xf.shape) - len(axes)]) + (-1, group_size))
+        y = xp.reshape(groups / xp.sqrt(xp.mean(groups * groups, axis=-1, keepdims=True) + eps), xf.shape)
     return xp.asarray(_affine(xp, y, weight, None, _over(xf.shape, axes)), x.dtype)
 
 
@@ -137,14 +142,16 @@ def adaln(framework, x, scale, shift, weight, bias, *, axes, eps):
 
 def gated_rms_norm(first: bool):
     """RMSNorm with a SiLU gate before (first) or after the norm, the gate and the product in the accumulation dtype."""
-    def gated(framework, x, gate, weight, *, axes, eps):
+    def gated(framework, x, gate, weight, *, axes, eps, group_size=None):
         xp = _namespace(framework)
         acc = _acc(xp, x)
         xf, zf = xp.asarray(x, acc), xp.asarray(gate, acc)
         silu = _silu(xp, zf)
         if first:
-            return xp.asarray(rms_norm(framework, xf * silu, weight, axes=axes, eps=eps), x.dtype)
-        return xp.asarray(xp.asarray(rms_norm(framework, xf, weight, axes=axes, eps=eps), acc) * silu, x.dtype)
+            return xp.asarray(rms_norm(framework, xf * silu, weight, axes=axes, eps=eps, group_size=group_size),
+                              x.dtype)
+        y = rms_norm(framework, xf, weight, axes=axes, eps=eps, group_size=group_size)
+        return xp.asarray(xp.asarray(y, acc) * silu, x.dtype)
 
     gated.__name__ = "gate_rms_norm" if first else "rms_norm_gate"
     return gated
@@ -193,6 +200,7 @@ jax_batch_norm, tf_batch_norm = _bound("jax", batch_norm), _bound("tf", batch_no
 jax_group_norm, tf_group_norm = _bound("jax", group_norm), _bound("tf", group_norm)
 jax_layer_norm, tf_layer_norm = _bound("jax", layer_norm), _bound("tf", layer_norm)
 jax_rms_norm, tf_rms_norm = _bound("jax", rms_norm), _bound("tf", rms_norm)
+jax_grouped_rms_norm, tf_grouped_rms_norm = jax_rms_norm, tf_rms_norm  # (rms_norm takes group_size)
 jax_add_layer_norm, tf_add_layer_norm = _bound("jax", add_layer_norm), _bound("tf", add_layer_norm)
 jax_add_rms_norm, tf_add_rms_norm = _bound("jax", add_rms_norm), _bound("tf", add_rms_norm)
 jax_group_norm_silu, tf_group_norm_silu = _bound("jax", group_norm_silu), _bound("tf", group_norm_silu)

@@ -41,7 +41,8 @@ TEXTBOOKS = [("jax", "batchnorm", "jax_batch_norm"), ("jax", "groupnorm", "jax_g
              ("jax", "adaln", "jax_adaln"), ("tf", "adaln", "tf_adaln"),
              # stages declared by the records alone: a gate on either side of the norm, a per-channel modulation
              ("jax", "gate_rmsnorm", "jax_gate_rms_norm"), ("tf", "rmsnorm_gate", "tf_rms_norm_gate"),
-             ("jax", "adagn", "jax_adagn"), ("tf", "adagn", "tf_adagn")]
+             ("jax", "adagn", "jax_adagn"), ("tf", "adagn", "tf_adagn"),
+             ("jax", "grouped_rmsnorm", "jax_grouped_rms_norm"), ("tf", "grouped_rmsnorm", "tf_grouped_rms_norm")]
 
 
 def textbook(framework: str, op: str, name: str):

@@ -79,7 +79,7 @@ def test_bad_layernorm_options_are_one_line_exit_2(argv, message, capsys):
 
 
 def test_normalized_dims_belong_to_layernorm_only():
-    with pytest.raises(UsageError, match="--normalized-dims applies to layernorm, rmsnorm, add_rmsnorm, add_layernorm, adaln, gate_rmsnorm, rmsnorm_gate, layernorm_sp, rmsnorm_sp, layernorm_hp, rmsnorm_hp, add_layernorm_sp and add_rmsnorm_sp only, not batchnorm"):
+    with pytest.raises(UsageError, match="--normalized-dims applies to layernorm, rmsnorm, add_rmsnorm, add_layernorm, adaln, grouped_rmsnorm, gate_rmsnorm, rmsnorm_gate, layernorm_sp, rmsnorm_sp, layernorm_hp, rmsnorm_hp, add_layernorm_sp and add_rmsnorm_sp only, not batchnorm"):
         Case("batchnorm", (4, 3), normalized_dims=1)
 
 

@@ -104,11 +104,11 @@ def test_a_users_convention_is_given_on_the_command_line(capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--op", "layernorm", "--weight-offset", "1"], "--weight-offset applies to rmsnorm, add_rmsnorm, gate_rmsnorm, rmsnorm_gate, rmsnorm_sp, rmsnorm_hp and add_rmsnorm_sp only, not layernorm"),
-    (["--op", "groupnorm", "--casting", "end"], "--casting applies to rmsnorm, add_rmsnorm, gate_rmsnorm, rmsnorm_gate, rmsnorm_sp, rmsnorm_hp and add_rmsnorm_sp only, not groupnorm"),
+    (["--op", "layernorm", "--weight-offset", "1"], "--weight-offset applies to rmsnorm, add_rmsnorm, grouped_rmsnorm, gate_rmsnorm, rmsnorm_gate, rmsnorm_sp, rmsnorm_hp and add_rmsnorm_sp only, not layernorm"),
+    (["--op", "groupnorm", "--casting", "end"], "--casting applies to rmsnorm, add_rmsnorm, grouped_rmsnorm, gate_rmsnorm, rmsnorm_gate, rmsnorm_sp, rmsnorm_hp and add_rmsnorm_sp only, not groupnorm"),
     (["--op", "rmsnorm", "--casting", "late"], "unknown casting 'late'; choose one of end, before-weight, rstd-input"),
     (["--op", "rmsnorm", "--weight-offset", "inf"], "the weight offset must be a finite number"),
-    (["--op", "layernorm", "--eps", "none"], "layernorm needs a number for eps (eps=None is for rmsnorm, add_rmsnorm, gate_rmsnorm, rmsnorm_gate, rmsnorm_sp, rmsnorm_hp and add_rmsnorm_sp only)"),
+    (["--op", "layernorm", "--eps", "none"], "layernorm needs a number for eps (eps=None is for rmsnorm, add_rmsnorm, grouped_rmsnorm, gate_rmsnorm, rmsnorm_gate, rmsnorm_sp, rmsnorm_hp and add_rmsnorm_sp only)"),
     (["--op", "rmsnorm", "--eps", "tiny"], "'tiny' is not a number or none"),
     (["--op", "rmsnorm", "--normalized-dims", "4"], "rmsnorm needs normalized_dims K (--normalized-dims) with 1 <= K <= 3"),
 ])

@@ -6,8 +6,8 @@ implementations of it and their known issues), and its line in `_RECORDS`.
 from __future__ import annotations
 
 from ..core.errors import UsageError
-from . import (adagn, adaln, add_layernorm, add_rmsnorm, batchnorm, gated_rmsnorm, groupnorm, groupnorm_silu,
-               instancenorm, layernorm, parallel, rmsnorm, syncbn, syncbn_silu)
+from . import (adagn, adaln, add_layernorm, add_rmsnorm, batchnorm, gated_rmsnorm, grouped_rmsnorm, groupnorm,
+               groupnorm_silu, instancenorm, layernorm, parallel, rmsnorm, syncbn, syncbn_silu)
 from .core import ALL_CASES, GRADIENTS, CaseField, Impl, KnownIssue, Op, Operand, Result, Signature
 from .design import Design, Exclusion, Factor, Level
 
@@ -25,6 +25,7 @@ _RECORDS = (
     add_layernorm.OP,
     groupnorm_silu.OP,
     adaln.OP,
+    grouped_rmsnorm.OP,
     gated_rmsnorm.GATE_RMSNORM,
     gated_rmsnorm.RMSNORM_GATE,
     adagn.OP,

@@ -6,8 +6,9 @@ of x, on either side of the norm. Two records, each the RMSNorm record with one 
     rmsnorm_gate    y = RMSNorm(x) · w · silu(z)     the norm before the gate (norm_before_gate=True; fused
                                                      linear-attention kernels' gated output norm)
 
-RMSNorm's rows, hidden sizes, eps and conventions (weight offset, casting chain); the gate's gradient dgate is
-shaped like x. Applying the gate on the wrong side, the gate's derivative taken as σ(z), leaving the gate out of
+The grouped RMSNorm record (ops.grouped_rmsnorm) is their inner norm: its rows, hidden sizes, group sizes (statistics
+per group of the row, as Mamba2's group_size), eps and conventions (weight offset, casting chain); the gate's
+gradient dgate is shaped like x. Applying the gate on the wrong side, the gate's derivative taken as σ(z), leaving the gate out of
 dx and statistics of the ungated x are the bug classes this makes visible.
 """
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..reference.stages import AFTER, BEFORE, SILU, Scale
-from . import rmsnorm
+from . import grouped_rmsnorm, rmsnorm
 from .core import Impl, Op, Operand
 from .fused import fused
 from .layernorm import normalized_axes, normalized_shape
@@ -34,51 +35,48 @@ OPERANDS = (Operand("gate", draw=gate_values, gradient="dgate"),)
 
 
 def call(fn, t, case, group=None, world_size=1):
-    return fn(t.x, t.extra["gate"], normalized_shape(case), t.weight, case.eps)
+    return fn(t.x, t.extra["gate"], normalized_shape(case), t.weight, case.eps,
+              **grouped_rmsnorm.group_keywords(fn, case))
 
 
-ARRAY_SIGNATURE = ("fn(x, gate, weight, *, axes, eps) -> y  (rmsnorm's, with the gate after x: shaped like x; eps: a "
-                   "number)")
+ARRAY_SIGNATURE = ("fn(x, gate, weight, *, axes, eps[, group_size]) -> y  (grouped_rmsnorm's, with the gate after x: "
+                   "shaped like x; eps: a number)")
 
 
 def array_call(fn, a, case):
-    return fn(a.x, a.extra["gate"], a.weight, axes=normalized_axes(case), eps=case.eps_value)
+    return fn(a.x, a.extra["gate"], a.weight, axes=normalized_axes(case), eps=case.eps_value,
+              **grouped_rmsnorm.group_keywords(fn, case))
 
 
-def _upcast(*tensors):
-    """The tensors in float32 at least (float64 stays), as Mamba2's reference gated norm computes."""
-    import torch
-    return tuple(None if t is None else t.to(torch.promote_types(t.dtype, torch.float32)) for t in tensors)
+def gate_rms_norm(input, gate, normalized_shape, weight=None, eps=None, group_size=None):
+    """The gate before the norm, as Mamba2's reference writes it: x · silu(z) and the (grouped) RMSNorm of it in
+    float32 at least, y back in input's dtype."""
+    import torch.nn.functional as F
+    x, z = grouped_rmsnorm.upcast(input, gate)
+    return grouped_rmsnorm.grouped_rms_norm(x * F.silu(z), normalized_shape, weight, eps, group_size).to(input.dtype)
 
 
-def gate_rms_norm(input, gate, normalized_shape, weight=None, eps=None):
-    """The gate before the norm, as Mamba2's reference writes it: x · silu(z) and F.rms_norm of it in float32 at
+def rms_norm_gate(input, gate, normalized_shape, weight=None, eps=None, group_size=None):
+    """The norm before the gate, as Mamba2's reference writes it: the (grouped) RMSNorm of x · silu(z) in float32 at
     least, y back in input's dtype."""
     import torch.nn.functional as F
-    x, z, w = _upcast(input, gate, weight)
-    return rmsnorm.rms_norm(x * F.silu(z), normalized_shape, w, eps).to(input.dtype)
-
-
-def rms_norm_gate(input, gate, normalized_shape, weight=None, eps=None):
-    """The norm before the gate, as Mamba2's reference writes it: F.rms_norm(x) · silu(z) in float32 at least, y
-    back in input's dtype."""
-    import torch.nn.functional as F
-    x, z, w = _upcast(input, gate, weight)
-    return (rmsnorm.rms_norm(x, normalized_shape, w, eps) * F.silu(z)).to(input.dtype)
+    x, z = grouped_rmsnorm.upcast(input, gate)
+    y = grouped_rmsnorm.grouped_rms_norm(x, normalized_shape, weight, eps, group_size)
+    return (y * F.silu(z)).to(input.dtype)
 
 
 def gated(name: str, side: str, formula: str, composite) -> Op:
-    """The RMSNorm record with a SiLU gate `side` of the norm."""
+    """The grouped RMSNorm record with a SiLU gate `side` of the norm."""
     return fused(
-        rmsnorm.OP, (Scale("gate", SILU, ("dgate",), side=side),), name=name,
+        grouped_rmsnorm.OP, (Scale("gate", SILU, ("dgate",), side=side),), name=name,
         description=f"gated RMSNorm: {formula}, the gate z per element",
-        signature=f"fn(input, gate, normalized_shape, weight, eps) -> Tensor  ({formula}; gate shaped like input; "
-                  "eps may be None)",
+        signature=f"fn(input, gate, normalized_shape, weight, eps[, group_size]) -> Tensor  ({formula}; gate shaped "
+                  "like input; eps may be None; group_size=G given where the case has groups)",
         call=call, outputs=("y", "rstd", "dx", "dgate", "dweight"), required=("y", "dx", "dgate", "dweight"),
-        operands=OPERANDS, fields=rmsnorm.OP.fields_without_extensions(), extensions=(), double_backward=False,
+        operands=OPERANDS, double_backward=False,
         why_once_differentiable=WHY_ONCE, array_signature=ARRAY_SIGNATURE, array_call=array_call,
-        impls=(Impl("torch", name, f"{formula} with torch.nn.functional.rms_norm and silu in float32 at least, "
-                    "through autograd",
+        impls=(Impl("torch", name, f"{formula} with torch.nn.functional.rms_norm (over each group) and silu in "
+                    "float32 at least, through autograd",
                     composite, follows=rmsnorm.TORCHS, known_issues=(rmsnorm.BATCH_VARIANCE,)),),
     )
 

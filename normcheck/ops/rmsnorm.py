@@ -56,19 +56,19 @@ def array_call(fn, a, case):
     return fn(a.x, a.weight, axes=normalized_axes(case), eps=case.eps_value)
 
 
-def _convention(c) -> dict:
+def convention_of(c) -> dict:
     return dict(eps=c.eps_value, offset=c.weight_offset, rounding=lambda a, x, r: weight_sees(a, c.casting, c.dtype, x, r))
 
 
 def forward(i) -> np.ndarray:
     """The reference's y alone."""
     c = i.case
-    return as_given(c, reference.rms_norm_forward(as_trailing(c, i.x), normalized_shape(c), i.weight, **_convention(c)).y)
+    return as_given(c, reference.rms_norm_forward(as_trailing(c, i.x), normalized_shape(c), i.weight, **convention_of(c)).y)
 
 
 def reference_outputs(i) -> dict[str, np.ndarray]:
     c, d = i.case, normalized_shape(i.case)
-    convention = _convention(c)
+    convention = convention_of(c)
     x, dy = as_trailing(c, i.x), as_trailing(c, i.dy)
     fwd = reference.rms_norm_forward(x, d, i.weight, **convention)
     bwd = reference.rms_norm_backward(dy, x, d, i.weight, **convention)
