@@ -57,6 +57,15 @@ def test_the_narrowed_cases_read_the_options_back():
     assert len({c["profile"] for c in cases}) > 3 and len({(c["affine"], c["frozen"]) for c in cases}) > 3
 
 
+@pytest.mark.parametrize("size", [4, 16])
+def test_a_group_size_narrows_the_grouped_sweep_and_its_rows_stay_covered(size):
+    # a count of groups no level makes (G = H / 4: 4, 256, ...; G = 1 where the group is the row) reads back as a level
+    doc = covered("grouped_rmsnorm", "--group-size", str(size))
+    assert doc["missing"] == [] and doc["cases"] > 10
+    cases = default_sweep("grouped_rmsnorm", narrowing=Narrowing.of({"group_size": size}))
+    assert {c.group_size for c in cases} == {size} and len({c.view.set_count for c in cases}) > 3
+
+
 @pytest.mark.parametrize("options, message", [
     (["--affine", "none", "--frozen", "x"], "--frozen x with --affine none leaves nothing that requires grad"),
     (["--memory-format", "channels_last", "--shape", "4,3,5"], "channels_last needs a 4-D input, got a 3-D shape"),

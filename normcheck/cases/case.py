@@ -70,13 +70,12 @@ class Case:
     own: tuple[tuple[str, object], ...] = ()
 
     def __init__(self, *args, **given):
-        names = [f.name for f in dataclass_fields(Case) if f.name != "own"]
-        if len(args) > len(names):
-            raise TypeError(f"Case() takes at most {len(names)} positional arguments")
-        given.update(zip(names, args))  # (a value given both ways is the positional one, as no caller does)
+        if len(args) > len(COMMON_FIELDS):
+            raise TypeError(f"Case() takes at most {len(COMMON_FIELDS)} positional arguments")
+        given.update(zip(COMMON_FIELDS, args))  # (a value given both ways is the positional one, as no caller does)
         own = dict(given.pop("own", ()))
         own.update({name: given.pop(name) for name in list(given) if name in CASE_FIELDS})
-        if unknown := sorted(set(given) - set(names)):
+        if unknown := sorted(set(given) - set(COMMON_FIELDS)):
             raise TypeError(f"Case() got an unexpected keyword argument {unknown[0]!r}")
         for f in dataclass_fields(Case):
             object.__setattr__(self, f.name, given[f.name] if f.name in given else f.default)
@@ -343,8 +342,10 @@ def _op_fields() -> tuple[str, ...]:
 # label shows them; the conventions among them (how the layer is defined, not its geometry), and those a case that
 # leaves None takes the op's default of
 OP_FIELDS = _op_fields()
-# Every field a case is given and read by: those every case has, then the ops' own
-FIELD_NAMES = tuple(f.name for f in dataclass_fields(Case) if f.name != "own") + OP_FIELDS
+# Every field a case is given and read by: those every case has (in Case's order, its positional arguments), then
+# the ops' own
+COMMON_FIELDS = tuple(f.name for f in dataclass_fields(Case) if f.name != "own")
+FIELD_NAMES = COMMON_FIELDS + OP_FIELDS
 OP_CONVENTIONS = tuple(name for name in OP_FIELDS if CASE_FIELDS[name].convention)
 DEFAULTED = tuple(name for name in OP_FIELDS if CASE_FIELDS[name].defaulted)
 # The conventions every op takes: the dtype y comes back in, the finest precision the kernel computes in

@@ -6,10 +6,10 @@ of x, on either side of the norm. Two records, each the RMSNorm record with one 
     rmsnorm_gate    y = RMSNorm(x) · w · silu(z)     the norm before the gate (norm_before_gate=True; fused
                                                      linear-attention kernels' gated output norm)
 
-The grouped RMSNorm record (ops.grouped_rmsnorm) is their inner norm: its rows, hidden sizes, group sizes (statistics
-per group of the row, as Mamba2's group_size), eps and conventions (weight offset, casting chain); the gate's
-gradient dgate is shaped like x. Applying the gate on the wrong side, the gate's derivative taken as σ(z), leaving the gate out of
-dx and statistics of the ungated x are the bug classes this makes visible.
+The grouped RMSNorm record (ops.grouped_rmsnorm) is their inner norm: its rows, hidden sizes, group sizes
+(statistics per group of the row, as Mamba2's group_size), eps and conventions (weight offset, casting chain); the
+gate's gradient dgate is shaped like x. Applying the gate on the wrong side, the gate's derivative taken as σ(z),
+leaving the gate out of dx and statistics of the ungated x are the bug classes this makes visible.
 """
 from __future__ import annotations
 

@@ -66,8 +66,7 @@ def group_keywords(fn, case) -> dict:
     if case.group_size is None:
         return {}
     try:
-        takes = "group_size" in inspect.signature(fn).parameters or any(
-            p.kind is p.VAR_KEYWORD for p in inspect.signature(fn).parameters.values())
+        takes = any(p.name == "group_size" or p.kind is p.VAR_KEYWORD for p in inspect.signature(fn).parameters.values())
     except (TypeError, ValueError):  # (a builtin without a signature: let the call say)
         takes = True
     if not takes:
@@ -123,8 +122,9 @@ def grouped_rms_norm(input, normalized_shape, weight=None, eps=None, group_size=
     return rmsnorm.rms_norm(x, normalized_shape, w, eps).to(input.dtype)
 
 
-def _group_level(size: int | None, hidden: int) -> str:
-    return "row" if size is None else "two" if size * 2 == hidden else "odd"
+def _group_level(count: int) -> str:
+    """The level a case's group count reads as (a count no level makes, from --group-size, reads as the last)."""
+    return {1: "row", 2: "two"}.get(count, "odd")
 
 
 GROUP_SIZES = {"row": lambda h: None, "two": lambda h: h // 2 if h % 2 == 0 else None,
@@ -141,7 +141,7 @@ GROUPS = Factor("groups", levels(
     "two", "two groups: each half of an even row (a power-of-two group where the row is one)",
     "odd", "an odd prime count of groups (its smallest): groups no power-of-two tile fits; one value each in a "
            "prime row",
-), read=lambda c: _group_level(c.group_size, row_size(c)), field="group_size")
+), read=lambda c: _group_level(group_count(c)), field="group_size")
 SWEEP = replace(
     rmsnorm.SWEEP,
     factors=(replace(ROWS, read=lambda c: prod(c.shape) // row_size(c)), replace(HIDDEN, read=row_size),

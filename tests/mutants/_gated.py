@@ -49,14 +49,14 @@ class _GatedRMSNorm(torch.autograd.Function):
         rows, hidden = prod(x.shape[: x.dim() - dims]), prod(x.shape[x.dim() - dims:])
 
         def by_group(a):  # (rows, G, group)
-            return grouped(a.reshape(rows, hidden), rows, hidden, group_size)
+            return grouped(a, rows, hidden, group_size)
 
         gate = by_group(_gate(za, bug))
         u = by_group(xa) * gate if gate_first else by_group(xa)
         of = by_group(xa) if bug == "stats_of_ungated_x" else u
         rstd = torch.rsqrt(of.square().mean(dim=2, keepdim=True) + eps)
         xhat = u * rstd
-        w = None if weight is None else grouped(weight.to(acc).reshape(1, hidden), 1, hidden, group_size)
+        w = None if weight is None else grouped(weight.to(acc), 1, hidden, group_size)
         y_norm = xhat if w is None else xhat * w
         y = y_norm if gate_first else y_norm * gate
         ctx.save_for_backward(xa, za, weight, xhat, rstd, y_norm)
@@ -69,12 +69,12 @@ class _GatedRMSNorm(torch.autograd.Function):
         bug, (rows, hidden, group_size) = ctx.bug, ctx.groups
 
         def by_group(a):
-            return grouped(a.reshape(rows, hidden), rows, hidden, group_size)
+            return grouped(a, rows, hidden, group_size)
 
         gate, slope = by_group(_gate(za, bug)), by_group(_gate_grad(za, bug))
         dya = by_group(dy.to(xa.dtype))
         d_norm = dya if ctx.gate_first or bug == "norm_grad_ungated" else dya * gate
-        w = None if weight is None else grouped(weight.to(xa.dtype).reshape(1, hidden), 1, hidden, group_size)
+        w = None if weight is None else grouped(weight.to(xa.dtype), 1, hidden, group_size)
         g = d_norm * w if w is not None else d_norm
         du = rstd * (g - xhat * (g * xhat).mean(dim=2, keepdim=True))
         x = by_group(xa)
