@@ -57,9 +57,10 @@ def test_the_narrowed_cases_read_the_options_back():
     assert len({c["profile"] for c in cases}) > 3 and len({(c["affine"], c["frozen"]) for c in cases}) > 3
 
 
-@pytest.mark.parametrize("size", [4, 16])
+@pytest.mark.parametrize("size", [4, 16, 3])
 def test_a_group_size_narrows_the_grouped_sweep_and_its_rows_stay_covered(size):
-    # a count of groups no level makes (G = H / 4: 4, 256, ...; G = 1 where the group is the row) reads back as a level
+    # a count of groups no level makes (G = H / 4: 4, 256, ...; G = 1 where the group is the row) reads back as a level;
+    # a size the usual row (16 values) does not take (3) keeps the rows that divide by it
     doc = covered("grouped_rmsnorm", "--group-size", str(size))
     assert doc["missing"] == [] and doc["cases"] > 10
     cases = default_sweep("grouped_rmsnorm", narrowing=Narrowing.of({"group_size": size}))
@@ -69,7 +70,8 @@ def test_a_group_size_narrows_the_grouped_sweep_and_its_rows_stay_covered(size):
 @pytest.mark.parametrize("options, message", [
     (["--affine", "none", "--frozen", "x"], "--frozen x with --affine none leaves nothing that requires grad"),
     (["--memory-format", "channels_last", "--shape", "4,3,5"], "channels_last needs a 4-D input, got a 3-D shape"),
-    (["--normalized-dims", "4"], "layernorm needs normalized_dims K (--normalized-dims) with 1 <= K <= "),
+    # (4 dims are a rank-5 case's; 5 would need a sixth dim)
+    (["--normalized-dims", "5"], "must be (N, C) plus 0 to 3 spatial dims"),
 ])
 def test_a_combination_no_case_can_take_is_one_line(options, message, capsys):
     assert main(["compare", "--op", "layernorm", *options]) == 2

@@ -117,7 +117,18 @@ def narrowed(factors: tuple[Factor, ...], exclusions: tuple[Exclusion, ...], nar
         try:
             return row, build(row), None
         except UsageError as e:
-            return row, None, e
+            error = e
+        # The usual companions may clash with the run's fields (--group-size 3 with a row of 16): another level of
+        # one of them may fit
+        for f in order:
+            for lv in ([] if f.name == name else _usual_first(f, levels[f.name])[1:]):
+                other = {**row, f.name: lv.value}
+                if all(fits(exclusions, {k: v for k, v in other.items() if k != g}, g, other[g]) for g in other):
+                    try:
+                        return other, build(other), None
+                    except UsageError:
+                        continue
+        return row, None, error
 
     # First each level alone (its own value read back); a factor none of whose levels survive takes the value the
     # run's cases read (a --shape's rows); then every factor read back, until nothing changes.
