@@ -140,6 +140,14 @@ def adaln(framework, x, scale, shift, weight, bias, *, axes, eps):
     return xp.asarray(y * (1 + m) + t, x.dtype)
 
 
+def scale_norm(framework, x, weight, *, axes, eps):
+    """x / max(‖x‖, eps) · g over `axes`, the norm in the accumulation dtype."""
+    xp = _namespace(framework)
+    xf = xp.asarray(x, _acc(xp, x))
+    y = xf / xp.maximum(xp.sqrt(xp.sum(xf * xf, axis=axes, keepdims=True)), eps)
+    return xp.asarray(y if weight is None else y * xp.asarray(weight, y.dtype), x.dtype)
+
+
 def gated_rms_norm(first: bool):
     """RMSNorm with a SiLU gate before (first) or after the norm, the gate and the product in the accumulation dtype."""
     def gated(framework, x, gate, weight, *, axes, eps, group_size=None):
@@ -208,6 +216,7 @@ jax_adaln, tf_adaln = _bound("jax", adaln), _bound("tf", adaln)
 jax_gate_rms_norm, tf_gate_rms_norm = _bound("jax", gate_rms_norm), _bound("tf", gate_rms_norm)
 jax_rms_norm_gate, tf_rms_norm_gate = _bound("jax", rms_norm_gate), _bound("tf", rms_norm_gate)
 jax_adagn, tf_adagn = _bound("jax", adagn), _bound("tf", adagn)
+jax_scale_norm, tf_scale_norm = _bound("jax", scale_norm), _bound("tf", scale_norm)
 
 
 # ----------------------------------------------------------------------------- mutants: each must fail

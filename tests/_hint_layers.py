@@ -1,4 +1,4 @@
-"""Residual add + RMSNorm layers that follow a convention of their own (tests/test_hints.py), importable by name so
+"""Layers that follow a convention of their own (tests/test_hints.py, tests/test_scalenorm.py), importable by name so
 that they run in the isolated worker."""
 from normcheck.ops.add_rmsnorm import add_rms_norm
 from normcheck.ops.rmsnorm import rms_norm
@@ -14,3 +14,12 @@ def add_rms_norm_f32_stream(input, residual, normalized_shape, weight, eps):
     float32, y in the input dtype. It takes float32 streams only (--residual-dtype f32 narrows the sweep to them)."""
     h = input.float() + residual.float()
     return rms_norm(h, normalized_shape, weight, eps).to(input.dtype), h
+
+
+def scale_norm_eps_in_sum(input, normalized_shape, weight, eps):
+    """ScaleNorm with eps added to the sum of squares, x · rsqrt(Σx² + eps) · g (eps_at=sum), in float32."""
+    import torch
+    x = input.float()
+    dims = tuple(range(-len(normalized_shape), 0))
+    y = x * torch.rsqrt((x * x).sum(dims, keepdim=True) + eps)
+    return (y if weight is None else y * weight.float()).to(input.dtype)

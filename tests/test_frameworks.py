@@ -42,7 +42,9 @@ TEXTBOOKS = [("jax", "batchnorm", "jax_batch_norm"), ("jax", "groupnorm", "jax_g
              # stages declared by the records alone: a gate on either side of the norm, a per-channel modulation
              ("jax", "gate_rmsnorm", "jax_gate_rms_norm"), ("tf", "rmsnorm_gate", "tf_rms_norm_gate"),
              ("jax", "adagn", "jax_adagn"), ("tf", "adagn", "tf_adagn"),
-             ("jax", "grouped_rmsnorm", "jax_grouped_rms_norm"), ("tf", "grouped_rmsnorm", "tf_grouped_rms_norm")]
+             ("jax", "grouped_rmsnorm", "jax_grouped_rms_norm"), ("tf", "grouped_rmsnorm", "tf_grouped_rms_norm"),
+             # a scalar gain, a statistic that is a total, eps flooring the norm
+             ("jax", "scalenorm", "jax_scale_norm"), ("tf", "scalenorm", "tf_scale_norm")]
 
 
 def textbook(framework: str, op: str, name: str):

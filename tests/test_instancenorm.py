@@ -11,7 +11,9 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 
 from normcheck.cases.strategies import cases
+from normcheck.cases.case import takers_of
 from normcheck.cli import main
+from normcheck.core.text import listing
 from normcheck.ops import get_op
 from normcheck.reference import instance_norm_backward, instance_norm_forward
 
@@ -53,7 +55,7 @@ def test_running_statistics_are_the_batch_average_of_unbiased_instance_statistic
 @pytest.mark.parametrize("argv, message", [
     (["--shape", "4,6"], "instancenorm takes 3-D, 4-D, 5-D input, not the 2-D shape 4x6"),
     (["--shape", "4,6,1"], "gives 1 values per channel; instancenorm needs at least 2"),
-    (["--shape", "4,6,5", "--normalized-dims", "1"], "--normalized-dims applies to layernorm, rmsnorm, add_rmsnorm, add_layernorm, adaln, grouped_rmsnorm, gate_rmsnorm, rmsnorm_gate, layernorm_sp, rmsnorm_sp, layernorm_hp, rmsnorm_hp, add_layernorm_sp and add_rmsnorm_sp only"),
+    (["--shape", "4,6,5", "--normalized-dims", "1"], f"--normalized-dims applies to {listing(takers_of('normalized_dims'))} only"),
 ])
 def test_bad_instancenorm_options_are_one_line_exit_2(argv, message, capsys):
     assert main(["compare", "--op", "instancenorm", *argv]) == 2

@@ -12,6 +12,7 @@ from normcheck import Case, compare, get_op, resolve_impl
 from normcheck.engine import FAIL, KNOWN, PASS
 from normcheck.impls import IMPLS
 from normcheck.ops import RECORDED_WITH_TORCH, batchnorm as bn, groupnorm as gn, instancenorm as inorm, layernorm as ln, syncbn
+from normcheck.ops import scalenorm as sn
 from normcheck.ops.add_layernorm import add_layer_norm
 from normcheck.ops.add_layernorm import OP as ADD_LAYERNORM
 from normcheck.ops.fused import through_stages
@@ -31,6 +32,7 @@ USER_SYNCBN = resolve_impl("syncbn", "torch.nn.modules._functions:SyncBatchNorm.
 USER_IN = resolve_impl("instancenorm", F.instance_norm)
 NATIVE_GN = resolve_impl("groupnorm", "torch-native-backward")
 USER_ADD_LN = resolve_impl("add_layernorm", add_layer_norm)
+USER_SN = resolve_impl("scalenorm", sn.scale_norm)  # (F.normalize times the gain)
 # 1-element f32 rows of |mean| ≫ std: torch's layer_norm gives dx 4 where it is exactly 0
 ADD_LN_TINY_ROWS = Case("add_layernorm", (4, 1, 7, 7, 1), "f32", profile="offset", normalized_dims=1, seed=2)
 
@@ -107,6 +109,9 @@ WITNESSES = [
      Case("groupnorm", (2, 64), "f32", profile="offset", eps=0.01, frozen="params", groups=2, order="fwd-rev"),
      "jvp_dx"),
     (gn.JVP_MIXED_DTYPE, "groupnorm", USER_GN, Case("groupnorm", (2, 4, 6), "bf16", "f32", groups=2, order="fwd"), None),
+    # A zero row, which eps floors: F.normalize's double backward is NaN there
+    (sn.ZERO_ROW_DOUBLE_BACKWARD, "scalenorm", USER_SN, Case("scalenorm", (4, 16), "f64", profile="near_constant",
+                                                             order=2, normalized_dims=1), "d2x"),
     (gn.HALF_FORWARD_AD, "groupnorm", USER_GN, Case("groupnorm", (3, 1, 32, 64), "f16", profile="tiny", eps=1e-10,
                                                     affine="weight", frozen="x", groups=1, order="fwd"), "jvp_y"),
 ]

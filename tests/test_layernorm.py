@@ -11,7 +11,9 @@ from hypothesis import given, settings
 
 from normcheck import Case, UsageError, compare
 from normcheck.cases.strategies import cases
+from normcheck.cases.case import takers_of
 from normcheck.cli import main
+from normcheck.core.text import listing
 from normcheck.engine import KNOWN
 from normcheck.ops import get_op
 from normcheck.reference import layer_norm_backward, layer_norm_forward
@@ -79,7 +81,7 @@ def test_bad_layernorm_options_are_one_line_exit_2(argv, message, capsys):
 
 
 def test_normalized_dims_belong_to_layernorm_only():
-    with pytest.raises(UsageError, match="--normalized-dims applies to layernorm, rmsnorm, add_rmsnorm, add_layernorm, adaln, grouped_rmsnorm, gate_rmsnorm, rmsnorm_gate, layernorm_sp, rmsnorm_sp, layernorm_hp, rmsnorm_hp, add_layernorm_sp and add_rmsnorm_sp only, not batchnorm"):
+    with pytest.raises(UsageError, match=f"--normalized-dims applies to {listing(takers_of('normalized_dims'))} only, not batchnorm"):
         Case("batchnorm", (4, 3), normalized_dims=1)
 
 

@@ -12,10 +12,12 @@ from hypothesis import given, settings
 
 from normcheck import Case, compare
 from normcheck.cases.strategies import cases
+from normcheck.cases.case import takers_of
 from normcheck.cli import main
+from normcheck.core.text import listing
 from normcheck.engine import PASS, SKIP
 from normcheck.numerics.dtypes import quantise
-from normcheck.ops import get_op
+from normcheck.ops import OPS, get_op
 from normcheck.reference import rms_norm_backward, rms_norm_forward
 
 RMS = get_op("rmsnorm")
@@ -104,11 +106,11 @@ def test_a_users_convention_is_given_on_the_command_line(capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--op", "layernorm", "--weight-offset", "1"], "--weight-offset applies to rmsnorm, add_rmsnorm, grouped_rmsnorm, gate_rmsnorm, rmsnorm_gate, rmsnorm_sp, rmsnorm_hp and add_rmsnorm_sp only, not layernorm"),
-    (["--op", "groupnorm", "--casting", "end"], "--casting applies to rmsnorm, add_rmsnorm, grouped_rmsnorm, gate_rmsnorm, rmsnorm_gate, rmsnorm_sp, rmsnorm_hp and add_rmsnorm_sp only, not groupnorm"),
+    (["--op", "layernorm", "--weight-offset", "1"], f"--weight-offset applies to {listing(takers_of('weight_offset'))} only, not layernorm"),
+    (["--op", "groupnorm", "--casting", "end"], f"--casting applies to {listing(takers_of('casting'))} only, not groupnorm"),
     (["--op", "rmsnorm", "--casting", "late"], "unknown casting 'late'; choose one of end, before-weight, rstd-input"),
     (["--op", "rmsnorm", "--weight-offset", "inf"], "the weight offset must be a finite number"),
-    (["--op", "layernorm", "--eps", "none"], "layernorm needs a number for eps (eps=None is for rmsnorm, add_rmsnorm, grouped_rmsnorm, gate_rmsnorm, rmsnorm_gate, rmsnorm_sp, rmsnorm_hp and add_rmsnorm_sp only)"),
+    (["--op", "layernorm", "--eps", "none"], f"layernorm needs a number for eps (eps=None is for {listing(o.name for o in OPS.values() if o.eps_none)} only)"),
     (["--op", "rmsnorm", "--eps", "tiny"], "'tiny' is not a number or none"),
     (["--op", "rmsnorm", "--normalized-dims", "4"], "rmsnorm needs normalized_dims K (--normalized-dims) with 1 <= K <= 3"),
 ])

@@ -382,8 +382,7 @@ class CaseInputs:
         rng = np.random.default_rng([case.seed, _stable_hash(case)])
         view = case.view
         op = case.record
-        x_sets, dy_sets = PROFILES[case.profile](view.set_count, view.set_size, case.dtype, case.eps_value, rng,
-                                                 centred=op.centred)
+        x_sets, dy_sets = profile_values(case, case.dtype, rng)
         c, p = case.channels, view.param_shape
         # γ not all ones and β not all zeros, with both signs: a kernel that drops or swaps them shows.
         weight = rng.choice([-1.0, 1.0], size=p) * rng.uniform(0.5, 1.5, size=p) * case.gamma_scale
@@ -412,6 +411,14 @@ class CaseInputs:
         ))
 
 
+def profile_values(case: Case, dtype: str, rng) -> tuple[np.ndarray, np.ndarray]:
+    """x-like and dy-like values (sets, set size) from the case's profile, which aims its eps-sized data at the
+    mean square where eps and the set's statistic are the same size (SetView.eps_as_mean_square)."""
+    view = case.view
+    return PROFILES[case.profile](view.set_count, view.set_size, dtype, view.eps_as_mean_square(case.eps_value), rng,
+                                  centred=case.record.centred)
+
+
 def _operands(case: Case) -> dict[str, np.ndarray]:
     """The op's declared operands, from a stream of their own (x, dy and the parameters stay as they were): an
     x-shaped data input drawn from the case's profile like x, a cotangent like dy (laid out as dy: expanded along
@@ -426,8 +433,7 @@ def _operands(case: Case) -> dict[str, np.ndarray]:
             draw = operand.draw or (lambda g, s: g.normal(size=s))
             out[operand.name] = quantise(draw(rng, shape), dtype)
             continue
-        x_sets, dy_sets = PROFILES[case.profile](view.set_count, view.set_size, dtype, case.eps_value, rng,
-                                                 centred=op.centred)
+        x_sets, dy_sets = profile_values(case, dtype, rng)
         values = view.from_sets(x_sets if operand.role == "input" else dy_sets)
         if operand.role == "cotangent" and case.dy_format == "expanded":
             values = np.broadcast_to(values[:1], case.shape)

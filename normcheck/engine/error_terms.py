@@ -49,7 +49,8 @@ class SetSums:
         return self.view.set_size
 
     def mean(self, a: np.ndarray) -> np.ndarray:
-        return a.mean(axis=self.view.axes, keepdims=True)
+        """The set's statistic of `a`: its mean (its total where the view's statistic is one: ScaleNorm's)."""
+        return self.view.reduce(a)
 
     def rho(self, n: int) -> float:
         return self.growth * np.sqrt(max(n, 1))
@@ -62,7 +63,8 @@ class SetSums:
 
     def per_channel(self, terms: np.ndarray) -> np.ndarray:
         """The same for each parameter's sum over its channel (an expanded dy makes its terms equal)."""
-        equal = (terms.max(axis=(0, 3)) == terms.min(axis=(0, 3))).reshape(self.view.param_shape)
+        summed = self.view.param_summed_axes
+        equal = (terms.max(axis=summed) == terms.min(axis=summed)).reshape(self.view.param_shape)
         count = self.view.channel_count
         return np.where(equal, float(count), self.rho(count))
 
@@ -141,20 +143,27 @@ class Normalised:
     rstd_rel_error: np.ndarray  # δr/r
     xhat: np.ndarray
     xhat_error: np.ndarray   # δx̂
+    # Where eps floors r (SetView.floors): 1 where r moves with the statistics, 0 where the floor holds it, and
+    # True in a set whose statistic is within its error of the floor, which a kernel may put on either side
+    moving: np.ndarray | None = None
+    either_side: np.ndarray | None = None
 
 
 def normalised(case: Case, x: np.ndarray, stats: Statistics, u: Precisions, rounding: float) -> Normalised:
     """r and x̂ from the statistics; in eval mode kernels fold the statistics into y = x·(γr) + (β − μγr), rounding
     x·s and μ·s separately."""
-    eps = case.eps_value
+    view, eps = case.view, case.eps_value
+    operand = view.rsqrt_operand(stats.var, eps)  # σ² + eps (max(σ², eps²) where eps floors r)
     deviation = x - stats.mean
-    rstd = 1.0 / np.sqrt(stats.var + eps)
+    rstd = 1.0 / np.sqrt(operand)
     xhat = deviation * rstd
-    rel = 0.5 * stats.var_error / (stats.var + eps) + rounding * u.moments
+    rel = 0.5 * stats.var_error / operand + rounding * u.moments
     xhat_error = rstd * stats.mean_error + np.abs(xhat) * rel
     if not case.training:
         xhat_error = xhat_error + rounding * u.accumulation * rstd * (np.abs(x) + np.abs(stats.mean))
-    return Normalised(deviation, rstd, rel, xhat, xhat_error)
+    moving = view.moving(stats.var, eps) if case.training else None
+    either_side = None if moving is None else np.abs(stats.var - eps * eps) <= stats.var_error
+    return Normalised(deviation, rstd, rel, xhat, xhat_error, moving, either_side)
 
 
 def read_either(norm: Normalised, other: Normalised) -> Normalised:
@@ -236,6 +245,8 @@ def input_gradient_error(case: Case, sums: SetSums, norm: Normalised, gamma, dy,
     with_gbar = case.record.centred and case.training
     gbar = sums.mean(g) if with_gbar else zeros
     h = sums.mean(g * xhat) if case.training else zeros
+    # (a set whose r eps floors has no h; one at the floor may have it or not: "Floored statistics")
+    h, floor_error = (h, 0.0) if norm.moving is None else (h * norm.moving, np.where(norm.either_side, np.abs(h), 0.0))
     gbar_error = (u.accumulation * sums.per_set(g) * sums.mean(np.abs(g)) + sums.mean(g_error) if with_gbar
                   else zeros)
     h_error = (u.accumulation * sums.per_set(g * xhat) * sums.mean(np.abs(g * xhat))
@@ -243,7 +254,7 @@ def input_gradient_error(case: Case, sums: SetSums, norm: Normalised, gamma, dy,
                if case.training else zeros)
     dx = rstd * (g - gbar - xhat * h)
     return (rounding * u.storage * rstd * (np.abs(g) + np.abs(gbar) + np.abs(xhat * h))
-            + rstd * (g_error + gbar_error + np.abs(xhat) * h_error + np.abs(h) * norm.xhat_error)
+            + rstd * (g_error + gbar_error + np.abs(xhat) * (h_error + floor_error) + np.abs(h) * norm.xhat_error)
             + np.abs(dx) * norm.rstd_rel_error)
 
 

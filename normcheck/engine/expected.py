@@ -60,7 +60,7 @@ def grouped(case: Case, inputs: CaseInputs, dtype=np.float64) -> Grouped:
 
 def arithmetic(case: Case) -> Arithmetic:
     """NumPy reductions over the case's sets and its parameters' elements."""
-    return numpy_arithmetic(case.view.axes, case.view.channel_sum)
+    return numpy_arithmetic(case.view)
 
 
 def expected_outputs(case: Case, inputs: CaseInputs) -> dict[str, np.ndarray]:

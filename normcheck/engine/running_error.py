@@ -55,27 +55,35 @@ def exact(a, u: float) -> Tracked:
     return Tracked(a, np.zeros_like(a), u)
 
 
-def tracked_arithmetic(axes: tuple[int, ...], param_sum, set_size: int, channel_count: int, ua: float,
-                       growth: float) -> Arithmetic:
-    """Means over sets of `set_size` and parameter sums over `channel_count` terms accumulated at ua."""
+def tracked_arithmetic(view, ua: float, growth: float) -> Arithmetic:
+    """A view's set statistics (means, or totals: SetView.reduce) over sets of its set_size and parameter sums over
+    its channel_count terms, accumulated at ua."""
     def rho(n):
         return growth * np.sqrt(max(n, 1))
 
     def mean(a: Tracked) -> Tracked:
-        value = a.value.mean(axis=axes, keepdims=True)
-        bound = a.bound.mean(axis=axes, keepdims=True) + ua * rho(set_size) * np.abs(a.value).mean(axis=axes, keepdims=True)
-        return a._rounded(value, bound)
+        bound = view.reduce(a.bound) + ua * rho(view.set_size) * view.reduce(np.abs(a.value))
+        return a._rounded(view.reduce(a.value), bound)
 
     def total(a: Tracked) -> Tracked:
-        value = param_sum(a.value)
-        return a._rounded(value, param_sum(a.bound) + ua * rho(channel_count) * param_sum(np.abs(a.value)))
+        value, count = view.channel_sum(a.value), view.channel_count
+        return a._rounded(value, view.channel_sum(a.bound) + ua * rho(count) * view.channel_sum(np.abs(a.value)))
 
     def rsqrt(var: Tracked, eps: float) -> Tracked:
+        operand = view.rsqrt_operand(var.value, eps)
         with np.errstate(divide="ignore"):
-            r = 1 / np.sqrt(var.value + eps)
-        return var._rounded(r, 0.5 * r * var.bound / (var.value + eps))  # δr/r = ½·δσ²/(σ² + eps)
+            r = 1 / np.sqrt(operand)
+        return var._rounded(r, 0.5 * r * var.bound / operand)  # δr/r = ½·δσ²/(σ² + eps)
+
+    def moving(var: Tracked, eps: float) -> Tracked | None:
+        """The floor's mask (SetView.moving), uncertain (bound 1) in a set whose statistic is within its error of
+        the floor: a kernel's rounding may put it on either side."""
+        mask = view.moving(var.value, eps)
+        if mask is None:
+            return None
+        return Tracked(mask, (np.abs(var.value - eps * eps) <= var.bound).astype(float), var.u)
 
     def either(a: Tracked, b: Tracked) -> Tracked:
         return Tracked(a.value, np.maximum(a.bound, b.bound), a.u)
 
-    return Arithmetic(mean, total, rsqrt, either)
+    return Arithmetic(mean, total, rsqrt, either, moving)

@@ -110,7 +110,7 @@ def directional_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS)
     tracked = Grouped(known(g.x), known(g.dy), known(g.gamma), known(g.beta),
                       None if g.running is None else tuple(map(known, g.running)),
                       known(g.ddx), known(g.ddweight), known(g.ddbias))
-    ar = tracked_arithmetic(view.axes, view.channel_sum, view.set_size, view.channel_count, ua, c.growth)
+    ar = tracked_arithmetic(view, ua, c.growth)
     out = directional_outputs(case, tracked, ar)
     return {name: c.second_order * as_output(case, name, t.bound) for name, t in out.items()}
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import prod
 
+import numpy as np
+
 
 @dataclass(frozen=True)
 class SetView:
@@ -27,6 +29,13 @@ class SetView:
     param_shape: tuple[int, ...]  # γ, β and their gradients
     stats_shape: tuple[int, ...]  # saved mean and invstd/rstd: one per set
     s_in_sets: bool = True  # S is reduced within a set (False: channels-first LayerNorm, one set per position)
+    # The grouped axes a parameter is indexed over: (K, L), γ per channel or per element of D; () for one scalar
+    # gain (ScaleNorm's g), whose gradient sums over every element
+    param_axes: tuple[int, ...] = (1, 2)
+    # The set's statistic is its total, not its mean: ScaleNorm's ‖x‖² = Σx² where RMSNorm takes mean(x²)
+    totals: bool = False
+    # eps floors the root, r = 1/max(√s, eps) (F.normalize, ScaleNorm), where the other ops add it: r = 1/√(s + eps)
+    floors: bool = False
 
     @classmethod
     def per_channel(cls, shape: tuple[int, ...]) -> "SetView":
@@ -65,9 +74,32 @@ class SetView:
 
     @property
     def channel_count(self) -> int:
-        """Elements that feed one parameter's dγ/dβ: N·S (BatchNorm, GroupNorm: N·spatial; LayerNorm: rows)."""
-        n, _, _, s = self.grouped_shape
-        return n * s
+        """Elements that feed one parameter's dγ/dβ: N·S (BatchNorm, GroupNorm: N·spatial; LayerNorm: rows; a
+        scalar: every element)."""
+        return prod(self.grouped_shape[a] for a in self.param_summed_axes)
+
+    @property
+    def param_summed_axes(self) -> tuple[int, ...]:
+        """The grouped axes a parameter's gradient sums over: N and S, or every axis for a scalar."""
+        return tuple(a for a in range(4) if a not in self.param_axes)
+
+    def reduce(self, a):
+        """The set's statistic of a grouped array, kept broadcastable: its mean over each set, or its total."""
+        return a.sum(axis=self.axes, keepdims=True) if self.totals else a.mean(axis=self.axes, keepdims=True)
+
+    def rsqrt_operand(self, s, eps: float):
+        """What r is 1/√ of, from a set's statistic s: s + eps, or max(s, eps²) where eps floors the root."""
+        return np.maximum(s, eps * eps) if self.floors else s + eps
+
+    def moving(self, s, eps: float):
+        """1 where r moves with the statistic s, 0 where eps floors it (None: eps floors nothing)."""
+        return (s > eps * eps).astype(s.dtype) if self.floors else None
+
+    def eps_as_mean_square(self, eps: float) -> float:
+        """The mean square of a set's values at which eps and its statistic are the same size (what the data
+        profiles aim at eps): eps for a mean, eps/M for a total, and eps² per set where eps floors the root."""
+        level = eps * eps if self.floors else eps
+        return level / self.set_size if self.totals else level
 
     @property
     def set_count(self) -> int:
@@ -101,9 +133,8 @@ class SetView:
 
     def per_channel_values(self, v):
         """A parameter (param_shape) -> broadcastable against the grouped view."""
-        _, k, l, _ = self.grouped_shape
-        return v.reshape(1, k, l, 1)
+        return v.reshape(tuple(n if a in self.param_axes else 1 for a, n in enumerate(self.grouped_shape)))
 
     def channel_sum(self, a):
-        """Sum a grouped array over N and S: (N, K, L, S) -> param_shape."""
-        return a.sum(axis=(0, 3)).reshape(self.param_shape)
+        """Sum a grouped array over what shares a parameter: (N, K, L, S) -> param_shape."""
+        return a.sum(axis=self.param_summed_axes).reshape(self.param_shape)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ..core.errors import UsageError
 from . import (adagn, adaln, add_layernorm, add_rmsnorm, batchnorm, gated_rmsnorm, grouped_rmsnorm, groupnorm,
-               groupnorm_silu, instancenorm, layernorm, parallel, rmsnorm, syncbn, syncbn_silu)
+               groupnorm_silu, instancenorm, layernorm, parallel, rmsnorm, scalenorm, syncbn, syncbn_silu)
 from .core import ALL_CASES, GRADIENTS, CaseField, Impl, KnownIssue, Op, Operand, Result, Signature
 from .design import Design, Exclusion, Factor, Level
 
@@ -26,6 +26,7 @@ _RECORDS = (
     groupnorm_silu.OP,
     adaln.OP,
     grouped_rmsnorm.OP,
+    scalenorm.OP,
     gated_rmsnorm.GATE_RMSNORM,
     gated_rmsnorm.RMSNORM_GATE,
     adagn.OP,

@@ -11,6 +11,7 @@ from .groupnorm import GroupNormForward, group_norm_backward, group_norm_forward
 from .instancenorm import InstanceNormForward, instance_norm_backward, instance_norm_forward
 from .layernorm import LayerNormForward, layer_norm_backward, layer_norm_forward
 from .rmsnorm import RMSNormForward, rms_norm_backward, rms_norm_forward
+from .scalenorm import ScaleNormForward, scale_norm_backward, scale_norm_forward
 from .silu import silu, silu_grad
 from .stages import AFTER, BEFORE, ONE_PLUS, PER_CHANNEL, PER_ELEMENT, PER_SAMPLE, SILU, Activation, ElementFunction, Scale, Sum
 
@@ -32,6 +33,9 @@ __all__ = [
     "layer_norm_forward",
     "rms_norm_backward",
     "rms_norm_forward",
+    "ScaleNormForward",
+    "scale_norm_backward",
+    "scale_norm_forward",
     "silu",
     "silu_grad",
     "AFTER",

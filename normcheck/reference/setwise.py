@@ -36,21 +36,24 @@ import numpy as np
 
 @dataclass(frozen=True)
 class Arithmetic:
-    """How `second_order` and `eval_mode` reduce: means over a set, sums over the elements sharing a parameter,
-    and 1/sqrt(var + eps); and `either(a, b)`: two spellings of one value, equal in exact arithmetic, that a kernel
-    may write (a's value; a running error covers both)."""
+    """How `second_order` and `eval_mode` reduce: a set's statistic (its mean, or its total), sums over the elements
+    sharing a parameter, and r = 1/sqrt(var + eps) (or 1/max(sqrt(var), eps)); `either(a, b)`: two spellings of one
+    value, equal in exact arithmetic, that a kernel may write (a's value; a running error covers both); `moving(var,
+    eps)`: 1 where r moves with var, 0 where eps floors it (None: it floors nothing)."""
     mean: Callable[[Any], Any]
     param_sum: Callable[[Any], Any]
     rsqrt: Callable[[Any, float], Any]
     either: Callable[[Any, Any], Any] = lambda a, b: a
+    moving: Callable[[Any, float], Any] = lambda var, eps: None
 
 
-def numpy_arithmetic(axes: tuple[int, ...], param_sum: Callable) -> Arithmetic:
-    """NumPy arrays in their own dtype (float64 for the reference)."""
+def numpy_arithmetic(view) -> Arithmetic:
+    """NumPy arrays in their own dtype (float64 for the reference), reduced as `view` (numerics.sets.SetView) says:
+    each set's statistic (its mean, or its total) and the sum over each parameter's elements."""
     def rsqrt(var, eps):
         with np.errstate(divide="ignore"):
-            return 1 / np.sqrt(var + eps)  # a Python eps rounds to the array's dtype, as in torch
-    return Arithmetic(lambda a: a.mean(axis=axes, keepdims=True), param_sum, rsqrt)
+            return 1 / np.sqrt(view.rsqrt_operand(var, eps))  # a Python eps rounds to the array's dtype, as in torch
+    return Arithmetic(view.reduce, view.channel_sum, rsqrt, moving=view.moving)
 
 
 def eval_mode(x, dy, gamma, beta, mu, var, eps: float, ar: Arithmetic, epilogue=None) -> dict:
@@ -72,24 +75,31 @@ def second_order(x, dy, gamma, ddx, ddweight, ddbias, eps: float, ar: Arithmetic
 
     `stats`: None for the batch's statistics (training), or the constant (μ, σ²) of eval mode. The cotangents
     are broadcast like x, γ and β (zeros for a gradient not asked for)."""
+    moving = None
     if stats is None:
         mu = ar.mean(x) if centred else None
         dev = x - mu if centred else x
-        r = ar.rsqrt(ar.mean(dev * dev), eps)
+        var = ar.mean(dev * dev)
+        r = ar.rsqrt(var, eps)
+        moving = ar.moving(var, eps)
     else:
         mu, var = stats
         dev = x - mu
         r = ar.rsqrt(var, eps)
+
+    def held(a):
+        """a where r moves with the statistics, 0 in a set whose r eps floors (its statistics then enter nowhere)."""
+        return a if moving is None else a * moving
     xhat = dev * r
     g, g_dot = gamma * dy, ddweight * dy
     if stats is None:
         d_dot = ddx - ar.mean(ddx) if centred else ddx
         # mean((x − μ)·ḋ) = mean((x − μ)·ẋ) in exact arithmetic, and a kernel may write either (as the backward's
         # h = mean(g·x̂) takes g uncentred); the uncentred product's rounding carries mean(x − μ)'s times mean(ẋ)
-        r_dot = r * r * r * ar.either(ar.mean(dev * d_dot), ar.mean(dev * ddx)) * -1.0
+        r_dot = held(r * r * r * ar.either(ar.mean(dev * d_dot), ar.mean(dev * ddx)) * -1.0)
         xhat_dot = d_dot * r + dev * r_dot
-        h = ar.mean(g * xhat)
-        h_dot = ar.mean(g_dot * xhat + g * xhat_dot)
+        h = held(ar.mean(g * xhat))
+        h_dot = held(ar.mean(g_dot * xhat + g * xhat_dot))
         if centred:
             inner = g - ar.mean(g) - xhat * h
             inner_dot = g_dot - ar.mean(g_dot) - xhat_dot * h - xhat * h_dot
