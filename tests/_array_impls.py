@@ -168,14 +168,21 @@ def gated_rms_norm(first: bool):
 gate_rms_norm, rms_norm_gate = gated_rms_norm(True), gated_rms_norm(False)
 
 
-def adagn(framework, x, scale, shift, weight, bias, *, num_groups, eps, channel_axis):
-    """GroupNorm(x)·(1 + scale) + shift before its one rounding, scale and shift (N, C) over the spatial dims."""
+def adagn(framework, x, scale, shift, weight, bias, *, num_groups, eps, channel_axis, then=None):
+    """GroupNorm(x)·(1 + scale) + shift before its one rounding, scale and shift (N, C) over the spatial dims;
+    `then(xp, y)`: an activation after the modulation, before the rounding."""
     xp = _namespace(framework)
     acc = _acc(xp, x)
     over = tuple(scale.shape) + (1,) * (len(x.shape) - 2)  # (the epilogue sees the channels at axis 1)
     m, t = (xp.reshape(xp.asarray(a, acc), over) for a in (scale, shift))
     return group_norm(framework, x, weight, bias, num_groups=num_groups, eps=eps, channel_axis=channel_axis,
-                      epilogue=lambda xp, y: y * (1 + m) + t)
+                      epilogue=lambda xp, y: (then or (lambda xp, v: v))(xp, y * (1 + m) + t))
+
+
+def adagn_silu(framework, x, scale, shift, weight, bias, *, num_groups, eps, channel_axis):
+    """SiLU(GroupNorm(x)·(1 + scale) + shift), rounded once."""
+    return adagn(framework, x, scale, shift, weight, bias, num_groups=num_groups, eps=eps, channel_axis=channel_axis,
+                 then=_silu)
 
 
 def jax_sync_batch_norm(x, weight, bias, running_mean, running_var, *, training, momentum, eps, channel_axis, mask,
@@ -216,6 +223,7 @@ jax_adaln, tf_adaln = _bound("jax", adaln), _bound("tf", adaln)
 jax_gate_rms_norm, tf_gate_rms_norm = _bound("jax", gate_rms_norm), _bound("tf", gate_rms_norm)
 jax_rms_norm_gate, tf_rms_norm_gate = _bound("jax", rms_norm_gate), _bound("tf", rms_norm_gate)
 jax_adagn, tf_adagn = _bound("jax", adagn), _bound("tf", adagn)
+jax_adagn_silu, tf_adagn_silu = _bound("jax", adagn_silu), _bound("tf", adagn_silu)
 jax_scale_norm, tf_scale_norm = _bound("jax", scale_norm), _bound("tf", scale_norm)
 
 

@@ -5,6 +5,8 @@ import torch
 
 from normcheck.frameworks.torch import torch_inputs
 from normcheck import Case, UsageError
+from normcheck.cases.case import takers_of
+from normcheck.core.text import listing
 from normcheck.frameworks.torch import TORCH_DTYPES
 from normcheck.numerics.dtypes import parse_dtype, quantise
 from normcheck.frameworks.torch import describe_layout as describe
@@ -86,7 +88,7 @@ def test_no_affine_has_no_parameters():
 @pytest.mark.parametrize("kwargs, message", [
     (dict(op="groupnorm", shape=(2, 6, 4), groups=4), "not divisible by groups"),
     (dict(op="groupnorm", shape=(2, 6, 4)), "needs --groups"),
-    (dict(op="batchnorm", shape=(2, 6, 4), groups=2), "groupnorm, groupnorm_silu and adagn only"),
+    (dict(op="batchnorm", shape=(2, 6, 4), groups=2), f"{listing(takers_of('groups'))} only"),
     (dict(op="batchnorm", shape=(2, 6, 4), dtype="f8"), "unknown dtype"),
     (dict(op="batchnorm", shape=(2, 6, 4), x_format="nhwc"), "unknown memory format"),
     (dict(op="batchnorm", shape=(2, 6, 4), x_format="channels_last"), "needs a 4-D input"),

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from normcheck import Case
+from normcheck.cases.case import takers_of
 from normcheck.cli import main
+from normcheck.core.text import listing
 from normcheck.cases.tokens import encode_case
 from normcheck.cases.narrowing import Narrowing
 from normcheck.cases.sweep import default_sweep
@@ -141,7 +143,7 @@ def test_eps_zero_is_legal_where_the_op_takes_it():
 @pytest.mark.parametrize("argv, message", [
     (["compare", "--one-case", "--op", "groupnorm", "--shape", "2,6,4", "--groups", "4"], "not divisible by groups"),
     (["compare", "--one-case", "--op", "batchnorm", "--shape", "2,6,x"], "not a comma-separated list"),
-    (["compare", "--one-case", "--op", "batchnorm", "--shape", "2,6,4", "--groups", "2"], "groupnorm, groupnorm_silu and adagn only"),
+    (["compare", "--one-case", "--op", "batchnorm", "--shape", "2,6,4", "--groups", "2"], f"{listing(takers_of('groups'))} only"),
     (["compare", "--one-case", "--op", "batchnorm", "--dtype", "fp8"], "unknown dtype 'fp8'"),
     (["compare", "--one-case", "--op", "batchnorm", "--memory-format", "nhwc"], "unknown memory format 'nhwc'"),
     (["compare", "--one-case", "--op", "batchnorm", "--shape", "2,3,4", "--memory-format", "channels_last"], "needs a 4-D input"),

@@ -44,7 +44,9 @@ TEXTBOOKS = [("jax", "batchnorm", "jax_batch_norm"), ("jax", "groupnorm", "jax_g
              ("jax", "adagn", "jax_adagn"), ("tf", "adagn", "tf_adagn"),
              ("jax", "grouped_rmsnorm", "jax_grouped_rms_norm"), ("tf", "grouped_rmsnorm", "tf_grouped_rms_norm"),
              # a scalar gain, a statistic that is a total, eps flooring the norm
-             ("jax", "scalenorm", "jax_scale_norm"), ("tf", "scalenorm", "tf_scale_norm")]
+             ("jax", "scalenorm", "jax_scale_norm"), ("tf", "scalenorm", "tf_scale_norm"),
+             # an activation after a modulation
+             ("jax", "adagn_silu", "jax_adagn_silu"), ("tf", "adagn_silu", "tf_adagn_silu")]
 
 
 def textbook(framework: str, op: str, name: str):

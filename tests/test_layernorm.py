@@ -72,7 +72,7 @@ def test_torchs_half_precision_parameter_gradients_are_a_known_issue_with_number
 @pytest.mark.parametrize("argv, message", [
     (["--normalized-dims", "0"], "layernorm needs normalized_dims K (--normalized-dims) with 1 <= K <= 3"),
     (["--normalized-dims", "4"], "layernorm needs normalized_dims K (--normalized-dims) with 1 <= K <= 3"),
-    (["--groups", "2"], "--groups applies to groupnorm, groupnorm_silu and adagn only, not layernorm"),
+    (["--groups", "2"], f"--groups applies to {listing(takers_of('groups'))} only, not layernorm"),
 ])
 def test_bad_layernorm_options_are_one_line_exit_2(argv, message, capsys):
     assert main(["compare", "--one-case", "--op", "layernorm", "--shape", "4,6,5", *argv]) == 2

@@ -67,10 +67,10 @@ def doubly_gated_op(monkeypatch):
     return op
 
 
-def test_a_stage_that_reads_the_norm_sits_next_to_it():
+def test_a_sum_sits_next_to_the_norm_and_an_activation_may_follow_a_modulation():
     record = dict(name="x", impls=(), outputs=("y", "rstd", "dx", "dgate", "dout_gate", "dresidual", "dweight"))
-    with pytest.raises(ValueError, match="activation stage is bounded next to the norm only"):
-        fused(rmsnorm.OP, (GATE_OUT, Activation(SILU)), operands=OPERANDS, **record)
+    gated = fused(rmsnorm.OP, (GATE_OUT, Activation(SILU)), operands=OPERANDS, **record)
+    assert [s.kind for s in gated.stages] == ["scale", "activation"]
     with pytest.raises(ValueError, match="sum stage is bounded next to the norm only"):
         fused(rmsnorm.OP, (RESIDUAL_ADD, GATE_IN), operands=OPERANDS + (Operand("residual", gradient="dresidual"),),
               **record)

@@ -16,8 +16,8 @@ and its reference on given inputs, and adds what the stage itself may err (docs/
                        dz·f'(ŷ) with the error an inexact ŷ gives it (error_terms.epilogue_errors)
 
 Keyword bounds (`unrounded`, `dy_error`, `input_error`) pass through every stage to the inner norm's element_bounds:
-the record validates that a Sum is the last stage before the norm and an activation the first after it (a stage
-after the norm that changes dy adds its error to `dy_error`).
+the record validates that a Sum is the last stage before the norm (a stage after the norm that changes dy adds its
+error to `dy_error`, which the stage inside it takes on: an activation after a modulation hands it dz·f'(v)'s).
 """
 from __future__ import annotations
 
@@ -141,7 +141,8 @@ def scale_after(stage, case: Case, inputs: CaseInputs, inside: Wrapped, c, **kw)
     # within its rounding bound, element by element; one correctly rounded operation (1 + m) rounds alike everywhere
     factor_error = stage.fn.rounding(m.broadcast, uo, c.rounding)  # (f(m) evaluated in the storage dtype)
     own = 0.0 if stage.fn.correctly_rounded else factor_error
-    dy_error = np.abs(inputs.dy) * own + np.abs(factor) * kw.pop("dy_error", 0.0)  # (and the error of the dy received)
+    received = np.broadcast_to(kw.pop("dy_error", 0.0), inputs.dy.shape)  # (the error of the dy a stage after it hands it)
+    dy_error = np.abs(inputs.dy) * own + np.abs(factor) * received
     bounds = inside.bounds(on_norm, dy_error=dy_error, **kw)
     rounded, exact = inside.reference(on_norm), inside.reference(replace(on_norm, dy=inputs.dy * factor))
     for name in inside.gradients:
@@ -157,15 +158,14 @@ def scale_after(stage, case: Case, inputs: CaseInputs, inside: Wrapped, c, **kw)
 
     slope = stage.fn.grad(m.broadcast)
     terms = inputs.dy * y_norm * slope
-    # each term dy·ŷ·f'(m) carries ŷ's error, f'(m)'s own and its product's rounding (one, in the storage dtype)
-    term_errors = (np.abs(inputs.dy * slope) * bound_norm + np.abs(inputs.dy * y_norm) * stage.fn.grad_rounding(
-        m.broadcast, uo, c.rounding) + uo * np.abs(terms))
+    # each term dy·ŷ·f'(m) carries ŷ's error, dy's, f'(m)'s own and its product's rounding (one, in the storage dtype)
+    term_errors = (np.abs(inputs.dy * slope) * bound_norm + np.abs(y_norm * slope) * received
+                   + np.abs(inputs.dy * y_norm) * stage.fn.grad_rounding(m.broadcast, uo, c.rounding) + uo * np.abs(terms))
     dm = stage.gradients[0]
     bounds[dm] = operand_gradient_error(terms, term_errors, m.reduce, m.count, ua, _unit(case, dm), c)
     if stage.shift is not None:
         s, ds = _Operand(stage, inputs, stage.shift), stage.gradients[1]
-        bounds[ds] = operand_gradient_error(inputs.dy, np.zeros_like(inputs.dy), s.reduce, s.count, ua,
-                                            _unit(case, ds), c)
+        bounds[ds] = operand_gradient_error(inputs.dy, received, s.reduce, s.count, ua, _unit(case, ds), c)
     return bounds
 
 

@@ -6,7 +6,7 @@ implementations of it and their known issues), and its line in `_RECORDS`.
 from __future__ import annotations
 
 from ..core.errors import UsageError
-from . import (adagn, adaln, add_layernorm, add_rmsnorm, batchnorm, gated_rmsnorm, grouped_rmsnorm, groupnorm,
+from . import (adagn, adagn_silu, adaln, add_layernorm, add_rmsnorm, batchnorm, gated_rmsnorm, grouped_rmsnorm, groupnorm,
                groupnorm_silu, instancenorm, layernorm, parallel, rmsnorm, scalenorm, syncbn, syncbn_silu)
 from .core import ALL_CASES, GRADIENTS, CaseField, Impl, KnownIssue, Op, Operand, Result, Signature
 from .design import Design, Exclusion, Factor, Level
@@ -30,6 +30,7 @@ _RECORDS = (
     gated_rmsnorm.GATE_RMSNORM,
     gated_rmsnorm.RMSNORM_GATE,
     adagn.OP,
+    adagn_silu.OP,
     parallel.LAYERNORM_SP,
     parallel.RMSNORM_SP,
     parallel.LAYERNORM_HP,

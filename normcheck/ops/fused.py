@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..numerics.dtypes import quantise
-from ..reference.stages import staged
-from .core import Impl, KnownIssue, Op
+from ..reference.stages import AFTER, staged
+from .core import GRADIENTS, Impl, KnownIssue, Op
 
 
 def store_of(i):
@@ -25,9 +25,16 @@ def store_of(i):
 
 def through_stages(issue: KnownIssue, stages: tuple) -> KnownIssue:
     """An inner norm's known issue as the fused record has it: where its signature names an output of the norm that
-    a stage computes others from (add + norm's dx: dresidual; a modulation's y: dscale), it names those too."""
+    a stage computes others from (add + norm's dx: dresidual; a modulation's y: dscale), it names those too; and
+    where it names y, every gradient computed from a dy that a stage further out computes from its input (an
+    activation's dz·f'(v)): the norm's own (dbias = Σ dz·f'(y)) and those of the stages after the norm inside it (a
+    modulation's dshift)."""
     tensors = issue.signature.tensors
-    carried = tuple(out for s in stages for inner, outs in s.carries().items() if inner in tensors for out in outs)
+    carried = [out for s in stages for inner, outs in s.carries().items() if inner in tensors for out in outs]
+    after = [s for s in stages if s.side == AFTER]
+    if "y" in tensors and any(s.backward_reads_input for s in after):
+        carried += list(GRADIENTS) + [g for i, s in enumerate(after) if any(o.backward_reads_input for o in after[i + 1:])
+                                      for g in s.gradients]
     added = tuple(t for t in dict.fromkeys(carried) if t not in tensors)
     return replace(issue, signature=replace(issue.signature, tensors=tensors + added)) if added else issue
 

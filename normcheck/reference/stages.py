@@ -97,6 +97,7 @@ class Sum:
     gradients: tuple[str, ...]
     side: ClassVar[str] = BEFORE
     kind: ClassVar[str] = "sum"
+    backward_reads_input: ClassVar[bool] = False  # (du does not depend on u)
     adjacent: ClassVar[bool] = True  # (its bound reads the norm's input: it sits next to the norm)
 
     def operands(self) -> tuple[str, ...]:
@@ -127,6 +128,7 @@ class Scale:
     broadcast: Broadcast = PER_ELEMENT
     side: str = AFTER
     kind: ClassVar[str] = "scale"
+    backward_reads_input: ClassVar[bool] = False  # (du = dv·f(m))
     adjacent: ClassVar[bool] = False
 
     def operands(self) -> tuple[str, ...]:
@@ -163,7 +165,10 @@ class Activation:
     fn: ElementFunction
     side: ClassVar[str] = AFTER
     kind: ClassVar[str] = "activation"
-    adjacent: ClassVar[bool] = True  # (its bound reads the norm's y bound and hands the norm a dy error)
+    backward_reads_input: ClassVar[bool] = True  # (du = dv·f'(u): the dy it hands inward depends on y)
+    # (its bound reads the y bound of what it wraps and hands that a dy error, which a Scale after the norm takes on:
+    # it may follow one, as diffusion blocks apply SiLU after the modulation)
+    adjacent: ClassVar[bool] = False
     gradients: ClassVar[tuple] = ()
 
     def operands(self) -> tuple[str, ...]:
