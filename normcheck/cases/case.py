@@ -381,7 +381,6 @@ class CaseInputs:
         check_memory(case)
         rng = np.random.default_rng([case.seed, _stable_hash(case)])
         view = case.view
-        op = case.record
         x_sets, dy_sets = profile_values(case, case.dtype, rng)
         c, p = case.channels, view.param_shape
         # γ not all ones and β not all zeros, with both signs: a kernel that drops or swaps them shows.

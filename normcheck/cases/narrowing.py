@@ -122,8 +122,9 @@ def narrowed(factors: tuple[Factor, ...], exclusions: tuple[Exclusion, ...], nar
         # one of them may fit
         for f in order:
             for lv in ([] if f.name == name else _usual_first(f, levels[f.name])[1:]):
-                other = {**row, f.name: lv.value}
-                if all(fits(exclusions, {k: v for k, v in other.items() if k != g}, g, other[g]) for g in other):
+                rest = {k: v for k, v in row.items() if k != f.name}  # (they fit each other: the fill checked them)
+                if fits(exclusions, rest, f.name, lv.value):
+                    other = {**row, f.name: lv.value}
                     try:
                         return other, build(other), None
                     except UsageError:

@@ -159,11 +159,11 @@ def normalised(case: Case, x: np.ndarray, stats: Statistics, u: Precisions, roun
     xhat = deviation * rstd
     rel = 0.5 * stats.var_error / operand + rounding * u.moments
     xhat_error = rstd * stats.mean_error + np.abs(xhat) * rel
-    if not case.training:
+    if not case.training:  # (the running statistics are constants: nothing moves r, whatever floors it)
         xhat_error = xhat_error + rounding * u.accumulation * rstd * (np.abs(x) + np.abs(stats.mean))
-    moving = view.moving(stats.var, eps) if case.training else None
-    either_side = None if moving is None else np.abs(stats.var - eps * eps) <= stats.var_error
-    return Normalised(deviation, rstd, rel, xhat, xhat_error, moving, either_side)
+        return Normalised(deviation, rstd, rel, xhat, xhat_error)
+    return Normalised(deviation, rstd, rel, xhat, xhat_error, view.moving(stats.var, eps),
+                      view.either_side(stats.var, stats.var_error, eps))
 
 
 def read_either(norm: Normalised, other: Normalised) -> Normalised:

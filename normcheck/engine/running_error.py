@@ -81,7 +81,7 @@ def tracked_arithmetic(view, ua: float, growth: float) -> Arithmetic:
         mask = view.moving(var.value, eps)
         if mask is None:
             return None
-        return Tracked(mask, (np.abs(var.value - eps * eps) <= var.bound).astype(float), var.u)
+        return Tracked(mask, view.either_side(var.value, var.bound, eps).astype(float), var.u)
 
     def either(a: Tracked, b: Tracked) -> Tracked:
         return Tracked(a.value, np.maximum(a.bound, b.bound), a.u)

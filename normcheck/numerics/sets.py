@@ -95,6 +95,11 @@ class SetView:
         """1 where r moves with the statistic s, 0 where eps floors it (None: eps floors nothing)."""
         return (s > eps * eps).astype(s.dtype) if self.floors else None
 
+    def either_side(self, s, error, eps: float):
+        """Where a statistic s, known to within `error`, may lie on either side of eps's floor in a correct kernel
+        (None: eps floors nothing)."""
+        return np.abs(s - eps * eps) <= error if self.floors else None
+
     def eps_as_mean_square(self, eps: float) -> float:
         """The mean square of a set's values at which eps and its statistic are the same size (what the data
         profiles aim at eps): eps for a mean, eps/M for a total, and eps² per set where eps floors the root."""

@@ -19,7 +19,8 @@ from ..numerics.sets import SetView
 from .batchnorm import drop_none
 from .core import AMONG_CHOICES, CaseField, Impl, KnownIssue, Op, Signature
 from .design import Design, Factor, eps_factor, levels
-from .layernorm import DIMS, HIDDEN, NORMALIZED_DIMS_FIELD, ROW_EXCLUSIONS, ROWS, normalized_shape, rows_shape
+from .layernorm import DIMS, HIDDEN, NORMALIZED_DIMS_FIELD, ROW_EXCLUSIONS, ROWS, normalized_axes, normalized_shape
+from .layernorm import rows_shape
 from .layernorm import validate as validate_dims
 from .layernorm import view as row_view
 from .rmsnorm import WEIGHT_OFFSET
@@ -62,7 +63,7 @@ ARRAY_SIGNATURE = "fn(x, weight, *, axes, eps) -> y  (weight: the scalar gain, s
 
 
 def array_call(fn, a, case):
-    return fn(a.x, a.weight, axes=tuple(range(-case.normalized_dims, 0)), eps=case.eps_value)
+    return fn(a.x, a.weight, axes=normalized_axes(case), eps=case.eps_value)
 
 
 def reference_outputs(i) -> dict[str, np.ndarray]:

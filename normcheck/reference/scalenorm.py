@@ -49,9 +49,10 @@ def _gain(weight, offset: float) -> np.ndarray | None:
 def _normalised(flat: np.ndarray, eps: float, floor: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """r (rows, 1), x̂ and where eps floors the norm (rows, 1) of a (rows, H) block."""
     squares = np.einsum("ij,ij->i", flat, flat)[:, None]
+    norm = np.sqrt(squares)
     with np.errstate(divide="ignore", invalid="ignore"):  # (a zero row with eps = 0: 0 * inf is NaN, as in torch)
-        r = 1.0 / (np.maximum(np.sqrt(squares), eps) if floor else np.sqrt(squares + eps))
-        return r, flat * r, np.sqrt(squares) < eps if floor else np.zeros_like(squares, dtype=bool)
+        r = 1.0 / (np.maximum(norm, eps) if floor else np.sqrt(squares + eps))
+        return r, flat * r, norm < eps if floor else np.zeros_like(squares, dtype=bool)
 
 
 def scale_norm_forward(x, normalized_shape, weight=None, eps: float = 0.0, offset: float = 0.0,
