@@ -17,6 +17,10 @@
 # 5. benchmarks ours against torch's primitives (bytes moved / time, against measured copy bandwidth);
 # 6. writes docs/gpu-results.md (dated) and copies it to $OUT when that is a directory.
 # Exit status: 0 when the tests pass, 1 when some fail, 2 when the check could not run.
+#
+# GPU_CHECK_SECONDS (default 1100, the phases' own limits added up) caps the whole check: each phase's limit shrinks
+# to what is left, less the time the report needs, and a phase with too little left is skipped and says so, so a
+# lease shorter than the full check still gets docs/gpu-results.md with what finished.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -27,6 +31,9 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONDONTWRITEBYTECODE=1
 
 say() { echo "== $*" >&2; }
+BUDGET=${GPU_CHECK_SECONDS:-1100}
+# capped LIMIT: LIMIT, or the seconds left before the report must be written when fewer (1 when none is left: timeout 0 would mean no limit)
+capped() { local left=$(( BUDGET - 15 - SECONDS )); [ "$left" -lt 5 ] && left=1; echo $(( $1 < left ? $1 : left )); }
 die() { echo "gpu_check: $*" >&2; exit 2; }
 
 say "GPU"
@@ -62,14 +69,14 @@ if [ -z "$(command -v nvcc || true)" ] && [ ! -x "${CUDA_HOME:-/usr/local/cuda}/
     say "no nvcc here: loading the prebuilt $NORMCHECK_CUDA_LIB"
   fi
 fi
-SECONDS=0
+build_start=$SECONDS
 $PY -m normcheck.kernels.syncbn.cuda.loader >"$WORK/build.txt" 2>&1 || { cat "$WORK/build.txt" >&2; die "the CUDA library did not build"; }
-build_s=$SECONDS
+build_s=$(( SECONDS - build_start ))
 tail -1 "$WORK/build.txt" >&2
 $PY -c 'import sys; from normcheck.doctor import run_doctor; run_doctor(None, sys.stdout)' >"$WORK/doctor.txt" 2>&1
 
 say "tests (kernels, property suite on one GPU)"
-timeout 330 $PY -m pytest -o addopts="" -p no:cacheprovider -q -rs --durations=5 tests/test_syncbn_cuda.py \
+timeout "$(capped 330)" $PY -m pytest -o addopts="" -p no:cacheprovider -q -rs --durations=5 tests/test_syncbn_cuda.py \
   benchmarks/test_syncbn_cuda_speed.py >"$WORK/tests.txt" 2>&1
 tests_rc=$?
 # On a GPU machine a test skipped for want of one means the GPU was not used: that is a failure.
@@ -79,16 +86,17 @@ tail -25 "$WORK/tests.txt" >&2
 say "every op on CUDA (torch's records, the project's Triton kernels)"
 $PY -c 'import triton' 2>/dev/null || $PY -m pip install --quiet --disable-pip-version-check "triton>=3.0" >&2 \
   || say "triton could not be installed: the Triton kernels' rows will say so"
-timeout 240 $PY scripts/device_sweeps.py --device cuda --markdown "$WORK/sweeps.md" >"$WORK/sweeps.txt" 2>&1
+limit=$(capped 240)
+timeout "$limit" $PY scripts/device_sweeps.py --device cuda --markdown "$WORK/sweeps.md" >"$WORK/sweeps.txt" 2>&1
 sweeps_rc=$?
 [ -f "$WORK/sweeps.md" ] || echo "(the sweeps did not start: exit $sweeps_rc; $(tail -1 "$WORK/sweeps.txt"))" >"$WORK/sweeps.md"
-[ "$sweeps_rc" -eq 124 ] && echo "(cut at 240 s: the ops above are those that finished)" >>"$WORK/sweeps.md"
+[ "$sweeps_rc" -eq 124 ] && echo "(cut at $limit s: the ops above are those that finished)" >>"$WORK/sweeps.md"
 tail -15 "$WORK/sweeps.txt" >&2
 
 say "batch invariance of torch's CUDA kernels"
 : >"$WORK/invariance.txt"
 for op in layernorm rmsnorm groupnorm instancenorm add_rmsnorm; do  # (their CPU findings are docs'; CUDA's are new)
-  timeout 40 $PY -m normcheck compare --op "$op" --device cuda --check batch-invariance >"$WORK/inv-$op.txt" 2>&1
+  timeout "$(capped 40)" $PY -m normcheck compare --op "$op" --device cuda --check batch-invariance >"$WORK/inv-$op.txt" 2>&1
   echo "(exit $?)" >>"$WORK/inv-$op.txt"
   { grep -m 3 -E "^(FAIL|KNOWN).*batch invariant" "$WORK/inv-$op.txt" | cut -c1-240; grep -E " cases: |^\(exit" "$WORK/inv-$op.txt"; } \
     >>"$WORK/invariance.txt"
@@ -98,7 +106,7 @@ say "forward mode of torch's CUDA kernels"
 : >"$WORK/forward.txt"
 for op in batchnorm groupnorm layernorm rmsnorm instancenorm; do  # (their CPU known issues do not cover CUDA)
   for order in fwd fwd-rev; do
-    timeout 20 $PY -m normcheck compare --op "$op" --device cuda --order "$order" >"$WORK/fwd-$op-$order.txt" 2>&1
+    timeout "$(capped 20)" $PY -m normcheck compare --op "$op" --device cuda --order "$order" >"$WORK/fwd-$op-$order.txt" 2>&1
     echo "(exit $?)" >>"$WORK/fwd-$op-$order.txt"
     { grep -m 3 -E "^FAIL" "$WORK/fwd-$op-$order.txt" | cut -c1-240; grep -E " cases: |^\(exit" "$WORK/fwd-$op-$order.txt"; } \
       >>"$WORK/forward.txt"
@@ -108,7 +116,7 @@ done
 gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)
 if [ "$gpus" -ge 2 ]; then
   say "torch's SyncBN on NCCL under torchrun ($gpus GPUs)"
-  NORMCHECK_ENV_BACKEND=nccl timeout 120 $PY -m torch.distributed.run --nproc-per-node "$gpus" -m normcheck compare --op syncbn \
+  NORMCHECK_ENV_BACKEND=nccl timeout "$(capped 120)" $PY -m torch.distributed.run --nproc-per-node "$gpus" -m normcheck compare --op syncbn \
     --backend env >"$WORK/nccl.txt" 2>&1
   echo "(exit $?)" >>"$WORK/nccl.txt"
 else
@@ -116,7 +124,7 @@ else
 fi
 
 say "benchmark"
-timeout 150 $PY benchmarks/test_syncbn_cuda_speed.py --markdown "$WORK/bench.md" >"$WORK/bench.log" 2>&1
+timeout "$(capped 150)" $PY benchmarks/test_syncbn_cuda_speed.py --markdown "$WORK/bench.md" >"$WORK/bench.log" 2>&1
 bench_rc=$?
 [ -f "$WORK/bench.md" ] || echo "(benchmark did not finish: exit $bench_rc; $(tail -1 "$WORK/bench.log"))" >"$WORK/bench.md"
 
