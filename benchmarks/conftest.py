@@ -50,6 +50,29 @@ def record_median(request):
     return record
 
 
+@pytest.fixture
+def judged_sweep(benchmark):
+    """``judged_sweep(impl, cases, group, rounds)``: the reports of `cases` judged as a CLI run judges them (reference,
+    bounds and baseline computed afresh each round), timed by pytest-benchmark in `group` after one warm-up case (the
+    worker or world started, the framework's first-call imports done)."""
+    from normcheck.engine import judge
+    from normcheck.engine.compare import case_inputs, expectations
+
+    def timed(impl, cases, group: str, rounds: int):
+        judge(cases[0], impl)
+        benchmark.group = group
+        benchmark.extra_info["cases"] = len(cases)
+
+        def sweep():
+            expectations.cache_clear()
+            case_inputs.cache_clear()
+            return [judge(case, impl) for case in cases]
+
+        return benchmark.pedantic(sweep, rounds=rounds, iterations=1)
+
+    return timed
+
+
 def pytest_terminal_summary(terminalreporter, config):
     medians = config.stash.get(_MEDIANS, {})
     if not medians:

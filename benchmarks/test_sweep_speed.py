@@ -14,8 +14,7 @@ import pytest
 
 from normcheck.cases.sweep import default_sweep
 from normcheck.cases.tokens import decode_case
-from normcheck.engine import FAIL, judge
-from normcheck.engine.compare import case_inputs, expectations
+from normcheck.engine import FAIL
 from normcheck.impls import resolve_impl
 
 BEFORE = json.loads((Path(__file__).parent / "data" / "sweeps-before-design.json").read_text())
@@ -28,20 +27,9 @@ def sweep_of(op: str, design: str):
 
 @pytest.mark.parametrize("design", ["rotated grid (before)", "covering design"])
 @pytest.mark.parametrize("op", OPS)
-def test_default_sweep_on_torch(benchmark, op, design):
+def test_default_sweep_on_torch(benchmark, judged_sweep, op, design):
     if benchmark.disabled:
         pytest.skip("a whole sweep per parameter (7-25 s); run with --benchmark-enable (tests/test_impls.py judges "
                     "every sweep)")
-    impl = resolve_impl(op, "torch")
-    cases = sweep_of(op, design)
-    judge(cases[0], impl)  # warm: the worker (or world) started, torch's first-call imports done
-    benchmark.group = f"{op}: default sweep on torch"
-    benchmark.extra_info["cases"] = len(cases)
-
-    def sweep():
-        expectations.cache_clear()
-        case_inputs.cache_clear()
-        return [judge(case, impl) for case in cases]
-
-    reports = benchmark.pedantic(sweep, rounds=2, iterations=1)
+    reports = judged_sweep(resolve_impl(op, "torch"), sweep_of(op, design), f"{op}: default sweep on torch", rounds=2)
     assert not [r for r in reports if r.verdict == FAIL]

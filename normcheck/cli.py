@@ -36,6 +36,7 @@ from .outputs.junit import write_junit
 from .outputs.plot import require_matplotlib, write_plot
 from .outputs.progress import Progress, wants_progress
 from .outputs.replay import report_replay
+from .worlds import printed
 from .outputs.table import hint_line, row, summary_line, wants_colour
 from .worlds import BACKENDS, DEFAULT_TIMEOUT, CaseLimit, close_env_world, env_world
 from .worlds.limits import FLOOR, MULTIPLE, STUCK_AFTER
@@ -378,6 +379,7 @@ def run_compare(args, out) -> int:
             if limit.stuck:
                 stopped = limit.stuck
                 break
+            printed.start()
             try:
                 report = judge(case, impl)
             except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (see _interruptible): report what ran
@@ -394,6 +396,8 @@ def run_compare(args, out) -> int:
                     hint = hint_line(report)
                     if hint:  # (after the replay line, which scripts read right under the row)
                         progress.print(hint, out)
+                    for line in printed.shown(printed.first()):  # (never in --json's document)
+                        progress.print(line, out)
             if args.maxfail and sum(r.verdict == FAIL for r in reports) >= args.maxfail:
                 stopped = f"stopped after {args.maxfail} failing case{'s' if args.maxfail > 1 else ''} (--maxfail)"
                 break

@@ -284,13 +284,16 @@ def _conventions_given(config, conventions) -> list[tuple[str, str]]:
 
 
 def failure_message(report, backend: str | None, impl_spec: str | None = None, timeout: float | None = None) -> str:
-    """What every failing normcheck test says: the case, what went wrong, and how to replay it."""
+    """What every failing normcheck test says: the case, what went wrong, how to replay it, and the first lines the
+    implementation printed in the case's run (worlds.printed: the judge was started with printed.start())."""
     from normcheck.outputs.replay import replay_command
+    from normcheck.worlds import printed
 
     hint = "" if report.hint is None else f"\nhint: {report.hint.text(declared_option)}"
+    output = "".join(f"\n{line}" for line in printed.shown(printed.first()))
     return (f"{report.verdict} {report.case.label}: {report.summary()}\n"
             f"replay: {replay_command(report.op, impl_spec or report.impl, report.case, backend, timeout, report.framework, report.device, report.triton_interpret)}"
-            f"{hint}")
+            f"{hint}{output}")
 
 
 def declared_option(name: str, value) -> str:
@@ -338,10 +341,12 @@ def normcheck_compare():
     from normcheck.core.loading import spec_of
     from normcheck.engine import FAIL, judge
     from normcheck.impls import backend_of, resolve_impl
+    from normcheck.worlds import printed
 
     def check(impl, case, backend: str | None = None, timeout: float | None = None, device: str | None = None,
               triton_interpret: bool = False):
         resolved = resolve_impl(case.op, impl, backend, timeout, device=device, triton_interpret=triton_interpret)
+        printed.start()
         report = judge(case, resolved)
         if report.verdict == FAIL:
             # A function is replayed by the name it is importable under.

@@ -2,6 +2,8 @@
 otherwise): the isolated world must turn each into a failing row and go on (tests/test_isolation.py); and a
 GroupNorm direct-convention runner that dies as torch's native backward did (tests/test_known_issues.py)."""
 import os
+import subprocess
+import sys
 import time
 
 import torch
@@ -31,6 +33,20 @@ def aborts_on_f16(input, running_mean, running_var, weight, bias, training, mome
 def raises_on_f16(input, running_mean, running_var, weight, bias, training, momentum, eps):
     if input.dtype == torch.float16:
         raise NotImplementedError("no f16 kernel")
+    return F.batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps)
+
+
+BUILD_SECONDS = float(os.environ.get("NORMCHECK_TEST_BUILD_SECONDS", "4"))
+_built = False
+
+
+def builds_on_first_call(input, running_mean, running_var, weight, bias, training, momentum, eps):
+    """Correct; its first call in a process waits BUILD_SECONDS for a child process, as a kernel compiled on first
+    use waits for its compiler."""
+    global _built
+    if not _built:
+        subprocess.run([sys.executable, "-c", f"import time; time.sleep({BUILD_SECONDS})"], check=True)
+        _built = True
     return F.batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps)
 
 

@@ -13,7 +13,7 @@ from normcheck import Case, compare, resolve_impl
 from normcheck.cases.sweep import default_sweep
 from normcheck.engine import FAIL, KNOWN, PASS, SKIP
 from normcheck.engine.invariance import Batch, batches, embedded
-from normcheck.ops import rmsnorm
+from normcheck.ops import layernorm, rmsnorm
 from tests.mutants import CATALOGUE
 
 
@@ -30,9 +30,18 @@ def test_the_batches_hold_the_cases_rows_where_they_say():
     big, big_inputs = embedded(case, inputs, Batch(8, 3, 3))
     assert big.shape == (8, 8) and np.array_equal(big_inputs.x[3:6], inputs.x)
     assert np.array_equal(big_inputs.extra["residual"][3:6], inputs.extra["residual"])
-    assert not np.array_equal(big_inputs.x[:3], np.zeros((3, 8)))  # the other rows are drawn, not zeros
+    assert np.array_equal(big_inputs.x[:3], inputs.x) and np.array_equal(big_inputs.x[6:], inputs.x[:2])  # in turn
     assert np.array_equal(big_inputs.dy, np.broadcast_to(inputs.dy[:1], (8, 8)))  # an expanded dy: one row for all
     assert np.array_equal(big_inputs.weight, inputs.weight)
+
+
+def test_operands_follow_the_rows_where_their_declared_shape_does():
+    case = Case("adaln", (3, 5, 8), "f32")  # scale and shift per sample: (N, 8)
+    inputs = case.make_inputs()
+    big, big_inputs = embedded(case, inputs, Batch(8, 3, 3))
+    for name, operand in inputs.extra.items():
+        assert big_inputs.extra[name].shape == (8,) + operand.shape[1:], name
+        assert np.array_equal(big_inputs.extra[name][3:6], operand), name
 
 
 @pytest.mark.parametrize("op", ["layernorm", "add_layernorm", "groupnorm"])
@@ -71,6 +80,16 @@ def test_torchs_rms_norm_batch_variance_is_known_on_its_records_and_excuses_no_o
     # the same torch call given as a user's function is not excused: the issue is the record's, not a kernel's
     users = compare("rmsnorm", checked("rmsnorm", "normcheck.ops.rmsnorm:rms_norm"), case)
     assert users.verdict == FAIL and users.message.startswith("not batch invariant"), users.message
+
+
+def test_torchs_layer_norm_half_fwd_rev_batch_variance_is_known_on_its_record_and_excuses_no_other_code():
+    case = Case("layernorm", (1, 257, 17), "bf16", profile="exact", affine=False, order="fwd-rev", normalized_dims=1)
+    report = compare("layernorm", checked("layernorm", "torch"), case)
+    assert report.verdict == KNOWN and layernorm.HALF_FWD_REV_BATCH_VARIANCE.key in report.message, report.message
+    users = compare("layernorm", checked("layernorm", "torch.nn.functional:layer_norm"), case)
+    assert users.verdict == FAIL and users.message.startswith("not batch invariant"), users.message
+    # first order, the same rows: invariant
+    assert compare("layernorm", checked("layernorm", "torch"), replace(case, order=1)).verdict == PASS
 
 
 @pytest.mark.parametrize("case, why", [

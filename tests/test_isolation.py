@@ -4,6 +4,7 @@ cannot reach another process runs here. And the per-case limit that stops them f
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -11,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 import torch.nn.functional as F
 
 from normcheck import Case, compare, resolve_impl
@@ -19,6 +21,7 @@ from normcheck.engine import FAIL, MISTRUSTED, PASS
 from normcheck.worlds import CaseLimit
 from normcheck.core.errors import CaseTimeout
 from normcheck.engine.compare import reference_seconds
+from normcheck.worlds import limits, workers
 from normcheck.worlds.limits import DEFAULT_TIMEOUT, FLOOR, MULTIPLE, STUCK_AFTER
 from normcheck.cases.sweep import default_sweep
 
@@ -96,10 +99,35 @@ def test_the_cli_reports_a_dying_implementation_and_goes_on():
 
 
 # --------------------------------------------------------------------------- the per-case limit
+def test_a_stack_inside_torch_compile_or_a_build_reads_as_starting_up_and_a_users_loop_does_not():
+    seen = []
+
+    def backend(graph, example_inputs):  # (called by torch.compile while it compiles, inside torch._dynamo)
+        seen.append(workers._describe_stack(sys._getframe())[2])
+        return graph.forward
+
+    torch.compile(lambda t: t * 2, backend=backend)(torch.ones(3))
+    assert seen == [True]
+    assert workers._describe_stack(sys._getframe())[2] is False
+
+
+def test_the_first_case_keeps_its_start_up_allowance_only_while_it_is_starting_up(monkeypatch):
+    # (the looks at 1.5 s and every 0.5 s after, for a build of 4 s; the defaults are 10 s and 2 s)
+    monkeypatch.setattr(limits, "FIRST_LOOK", 1.5)
+    monkeypatch.setattr(workers, "LOOK_AGAIN", 0.5)
+    building = compare("batchnorm", resolve_impl("batchnorm", f"{FAULTS}:builds_on_first_call"), F32)
+    assert building.verdict == PASS, building.message  # waiting for its compiler past the first look: starting up
+    start = time.monotonic()
+    hung = compare("batchnorm", resolve_impl("batchnorm", f"{FAULTS}:hangs_always"), F32)
+    assert time.monotonic() - start < 15 and hung.time_limit == pytest.approx(1.5, abs=0.5)
+    assert re.match(r"timed out after 1\.\d s at _solo_faults.py:", hung.message) and "in hangs_always" in hung.message
+    assert "for the first case while it imports or compiles, 1.5 s otherwise" in hung.message, hung.message
+
+
 def test_the_first_case_gets_the_default_then_the_limit_follows_the_slowest_finished_case():
     limit = CaseLimit()
     small, large = Case("batchnorm", (4, 3, 8)), Case("batchnorm", (4, 3, 80))
-    assert limit.seconds(small) == DEFAULT_TIMEOUT and "for the first case, start-up included" in limit.rule(small)
+    assert limit.seconds(small) == DEFAULT_TIMEOUT and "for the first case while it imports or compiles" in limit.rule(small)
     limit.run(small, lambda timeout: time.sleep(0.01))
     assert limit.seconds(small) == FLOOR  # 20 × 0.01 s is below the floor
     limit.run(small, lambda timeout: time.sleep(0.2))
@@ -119,7 +147,7 @@ def test_after_a_timeout_a_case_gets_its_yardstick_not_the_start_up_allowance():
     limit = CaseLimit(yardstick=lambda case: 4.0 if case.shape[-1] > 10 else 0.5)
     small, large = Case("batchnorm", (4, 3, 8)), Case("batchnorm", (4, 3, 80))
     assert limit.seconds(small) == DEFAULT_TIMEOUT and limit.seconds(large) == MULTIPLE * 4.0  # start-up
-    with pytest.raises(CaseTimeout, match=r"limit 60 s for the first case, start-up included"):
+    with pytest.raises(CaseTimeout, match=r"limit 60 s for the first case while it imports or compiles, 10 s otherwise"):
         limit.run(small, _times_out)
     assert limit.seconds(small) == MULTIPLE * 0.5 and limit.seconds(large) == MULTIPLE * 4.0
     assert "20 × the float64 reference's time on this case (0.5 s)" in limit.rule(small)
@@ -203,7 +231,10 @@ def test_a_timeout_under_the_adaptive_limit_says_which_limit_applied():
     assert compare("batchnorm", impl, F32).verdict == PASS
     report = compare("batchnorm", impl, BF16)
     assert report.verdict == FAIL and report.time_limit == FLOOR
-    assert f"(limit {FLOOR:g} s: {MULTIPLE:g} × the longest finished case" in report.message, report.message
+    # (20 × the longest finished case or the reference's time on this one, whichever is more: both are milliseconds)
+    assert re.search(rf"\(limit {FLOOR:g} s: {MULTIPLE:g} × (the longest finished case|the float64 reference's time "
+                     rf"on this case) \([0-9.e-]+ s\), at least {FLOOR:g} s; --timeout S sets one\)$", report.message), \
+        report.message
 
 
 def test_loading_the_implementation_is_outside_the_limit_also_after_a_restart():

@@ -376,6 +376,11 @@ class CaseInputs:
     # The op's declared operands (Op.operands: a fused op's residual, its cotangent dh), by name
     extra: dict[str, np.ndarray] = field(default_factory=dict)
 
+    def kept(self, outputs: dict) -> dict:
+        """What a run on these inputs hands back: every output (a batch-invariance batch's keeps only what the check
+        compares, engine.invariance)."""
+        return outputs
+
     @classmethod
     def make(cls, case: Case) -> "CaseInputs":
         check_memory(case)

@@ -16,7 +16,12 @@ class ImplError(Exception):
 
 
 class CaseTimeout(ImplError):
-    """The implementation ran past the case's time limit (the message says where it was)."""
+    """The implementation ran past the case's time limit (the message says where it was); `seconds`: the limit
+    that applied, where it is not the case's whole limit (the first case, cut at a look that found it stuck)."""
+
+    def __init__(self, message: str = "", seconds: float | None = None):
+        super().__init__(message)
+        self.seconds = seconds
 
 
 class RaisedElsewhere(ImplError):

@@ -75,6 +75,7 @@ def _judged(case: Case, impl: Impl, constants: Constants) -> Report:
     except ImplError as e:
         stack = getattr(e, "stack", "")  # RaisedElsewhere: an exception in the implementation's worker
         ops = getattr(e, "ops_called", ops)
+        time_limit = getattr(e, "seconds", None) or time_limit  # (a timeout: the limit that applied)
         return report(FAIL, message=str(e))
     except UsageError:
         raise  # bad input is never a finding (nor a known issue)
@@ -92,7 +93,7 @@ def _judged(case: Case, impl: Impl, constants: Constants) -> Report:
                                      f"{', '.join(differ)} (an Impl record may declare deterministic=False)")
     if BATCH_INVARIANCE in impl.checks and verdict != FAIL:
         try:
-            found = invariance.check(case, impl, inputs, outputs)
+            found = invariance.check(case, impl, inputs, outputs, reference_seconds(case))
         except Exception as e:  # (a larger batch it cannot run is a finding too)
             found = f"not batch invariant: a larger batch raised {exception_text(e)}"
         if found:
@@ -184,7 +185,8 @@ def reference(case: Case) -> tuple[dict, float]:
     yardstick that needs nothing of the implementation, worlds.limits)."""
     inputs = case_inputs(case)
     start = time.perf_counter()
-    outputs = expected_outputs(case, inputs)
+    with np.errstate(all="ignore"):  # (a singular case's reference is inf or NaN, and judged so: no warning)
+        outputs = expected_outputs(case, inputs)
     return outputs, time.perf_counter() - start
 
 
@@ -197,8 +199,10 @@ def expectations(case: Case, constants: Constants) -> tuple[dict, dict, dict]:
     """(the float64 reference of every output the case asks for, the tolerance model's element bounds, the
     same-precision baseline's outputs, or {} when the constants give it no weight)."""
     inputs = case_inputs(case)
-    baseline = baseline_outputs(case, inputs) if constants.baseline_factor else {}
-    return reference(case)[0], element_bounds(case, inputs, constants), baseline
+    with np.errstate(all="ignore"):  # (as the reference's)
+        baseline = baseline_outputs(case, inputs) if constants.baseline_factor else {}
+        bounds = element_bounds(case, inputs, constants)
+    return reference(case)[0], bounds, baseline
 
 
 def attribute(own, tensors, message: str) -> tuple[str, str]:

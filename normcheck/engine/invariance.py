@@ -10,11 +10,11 @@ x-shaped outputs must equal the case's run bit for bit. Parameter gradients sum 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
-from ..cases import Case
+from ..cases import Case, CaseInputs
 from ..core.errors import UsageError
 from ..numerics.dtypes import UNIT_ROUNDOFF
 from ..numerics.formats import DY_ONLY as SAME_FOR_EVERY_SAMPLE
@@ -49,34 +49,51 @@ def batches(case: Case) -> list[Batch]:
 
 
 def embedded(case: Case, inputs, batch: Batch):
-    """(the batch's case, its inputs): its own rows drawn as the case draws them (another seed), the case's first
-    `count` rows at `at` (x's tangent or cotangent, ddx, alike); the parameters, their directions, the running
-    statistics and every input not batched along dim 0 (a scale) the case's own."""
-    big = case.with_(shape=(batch.size,) + case.shape[1:], seed=case.seed + 1)
-    others = big.make_inputs()
+    """(the batch's case, its inputs): the case's rows in turn fill the batch, its first `count` rows at `at` (x's
+    tangent or cotangent, ddx, every operand batched along dim 0 alike); the parameters, their directions, the running
+    statistics and every input not batched along dim 0 (a scale) the case's own. The other rows repeat the case's
+    rather than being drawn: only the case's own rows are compared, and drawing a million values cost more than the
+    run."""
+    big = case.with_(shape=(batch.size,) + case.shape[1:])
     rows = slice(0, batch.count)
     at = slice(batch.at, batch.at + batch.count)
 
-    def place(mine, theirs):
-        if mine is None or theirs is None or np.ndim(mine) == 0 or mine.shape[0] != case.shape[0] \
-                or theirs.shape[1:] != mine.shape[1:]:
-            return mine
-        out = theirs.copy()
+    def place(mine, cotangent: bool = False):
+        if mine is None:
+            return None
+        if cotangent and case.dy_format in SAME_FOR_EVERY_SAMPLE:  # stride 0 along the batch: every row the first
+            return np.broadcast_to(mine[:1], (batch.size,) + mine.shape[1:]).copy()
+        out = np.resize(mine, (batch.size,) + mine.shape[1:])  # (row-major: the case's rows, repeated)
         out[at] = mine[rows]
         return out
 
-    def cotangent(mine, theirs):  # laid out as dy: stride 0 along the batch gives every row the case's first one
-        if case.dy_format in SAME_FOR_EVERY_SAMPLE:
-            return np.broadcast_to(mine[:1], theirs.shape).copy()
-        return place(mine, theirs)
+    # An operand is batched when its declared shape follows the case's rows (x's, adaln's per-sample scale)
+    batched = {o.name: o.role == "cotangent" and o.shape == "x" for o in case.record.operands_of(case)
+               if o.shape == "x" or o.shape(big) != o.shape(case)}
+    built = replace(inputs, case=big, x=place(inputs.x), dy=place(inputs.dy, cotangent=True), ddx=place(inputs.ddx),
+                    extra={k: place(v, batched[k]) if k in batched else v for k, v in inputs.extra.items()})
+    return big, EmbeddedInputs(**{f.name: getattr(built, f.name) for f in fields(built)}, made_from=(case, inputs, batch))
 
-    cotangents = {o.name for o in case.record.operands_of(case) if o.role == "cotangent" and o.shape == "x"}
-    return big, replace(others, case=big, x=place(inputs.x, others.x), dy=cotangent(inputs.dy, others.dy),
-                        weight=inputs.weight, bias=inputs.bias, running_mean=inputs.running_mean,
-                        running_var=inputs.running_var, ddx=place(inputs.ddx, others.ddx),
-                        ddweight=inputs.ddweight, ddbias=inputs.ddbias,
-                        extra={k: (cotangent if k in cotangents else place)(v, others.extra.get(k))
-                               for k, v in inputs.extra.items()})
+
+@dataclass(frozen=True)
+class EmbeddedInputs(CaseInputs):
+    """A batch's inputs that travel to a worker process as the case's own and the batch (the worker builds them
+    again: a few milliseconds, where pickling a million float64 values both ways took most of the check's time)."""
+    made_from: tuple = ()
+
+    def __reduce__(self):
+        return _embedded_inputs, self.made_from
+
+    def kept(self, outputs: dict) -> dict:
+        """The x-shaped outputs at the case's rows, the only ones the check compares (a run in a worker sends back
+        those alone)."""
+        case, _, batch = self.made_from
+        rows = slice(batch.at, batch.at + batch.count)
+        return {name: outputs[name][rows] for name in case.record.x_shaped_outputs(case) if name in outputs}
+
+
+def _embedded_inputs(case: Case, inputs, batch: Batch) -> CaseInputs:
+    return embedded(case, inputs, batch)[1]
 
 
 def ulps(a: np.ndarray, b: np.ndarray, dtype: str) -> float:
@@ -89,13 +106,14 @@ def ulps(a: np.ndarray, b: np.ndarray, dtype: str) -> float:
 
 
 def difference(case: Case, outputs: dict, batch: Batch, theirs: dict) -> str | None:
-    """What differs between the case's outputs and the batch's run of the same rows (None: every bit alike)."""
+    """What differs between the case's outputs and the batch's run of the same rows, `theirs` (None: every bit
+    alike)."""
     op = case.record
     for name in op.x_shaped_outputs(case):
         if name not in outputs or name not in theirs:
             continue
         mine = outputs[name][:batch.count]
-        got = theirs[name][batch.at:batch.at + batch.count]
+        got = theirs[name]  # (the batch's run keeps the case's rows alone: EmbeddedInputs.kept)
         if np.array_equal(mine, got, equal_nan=True):
             continue
         rows = np.flatnonzero(~np.all((mine == got) | (np.isnan(mine) & np.isnan(got)),
@@ -106,13 +124,17 @@ def difference(case: Case, outputs: dict, batch: Batch, theirs: dict) -> str | N
     return None
 
 
-def check(case: Case, impl, inputs, outputs: dict) -> str | None:
-    """Run `impl` on the case's rows in each of its batches; the first difference found, or None."""
+def check(case: Case, impl, inputs, outputs: dict, seconds: float) -> str | None:
+    """Run `impl` on the case's rows in each of its batches; the first difference found, or None. `seconds`: the
+    case's float64 reference time, which times each batch scaled to its size (a batch's own reference is never
+    compared, so it is never computed)."""
     for batch in batches(case):
         try:
             big, big_inputs = embedded(case, inputs, batch)
         except UsageError:  # a batch the op does not take (BatchNorm's single row): not one to check
             continue
+        if impl.limit is not None:
+            impl.limit.expect(big, seconds * batch.size / case.shape[0])
         theirs = impl.runner(big, big_inputs)[0]
         found = difference(case, outputs, batch, theirs)
         if found:

@@ -83,4 +83,5 @@ def run_case(impl, case, inputs):
     if case.record.distributed:
         per_device = adapter.run_devices(case.record, impl, case, inputs)
         return per_device, impl.reported_path(case), adapter.KERNELS
-    return adapter.run(case.record, impl, case, inputs)
+    outputs, path, ops = adapter.run(case.record, impl, case, inputs)
+    return inputs.kept(outputs), path, ops

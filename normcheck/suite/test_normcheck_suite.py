@@ -17,6 +17,7 @@ from normcheck.cases.strategies import cases
 from normcheck.cases.sweep import default_sweep
 from normcheck.engine import FAIL, KNOWN, SKIP, judge
 from normcheck.pytest_plugin import OPTIONS, failure_message
+from normcheck.worlds import printed
 
 # Generated SyncBN cases stay within the worlds the sweep already started (gloo: one process per
 # rank, ~4 s to start a world) and small enough that one example takes well under a second.
@@ -39,6 +40,7 @@ SWEEP = {"ran": 0, "tested": 0}
 def check(options, case):
     if options.impl.limit is not None and options.impl.limit.stuck:  # the rest of the sweep would only time out
         pytest.fail(f"not run: {options.impl.limit.stuck}", pytrace=False)
+    printed.start()
     report = judge(case, options.impl)
     if report.verdict == FAIL:
         pytest.fail(failure_message(report, options.backend, timeout=options.timeout), pytrace=False)

@@ -42,7 +42,7 @@ def run_isolated(impl, case, inputs, limit: CaseLimit):
         message = str(e).removeprefix("rank 0: ")
         if isinstance(e, CaseTimeout) and impl.triton_interpret:  # (the worker restarts as after any timeout)
             raise Unsupported(f"{message}: {INTERPRETER_TIMEOUT}") from None
-        raise type(e)(message) from None
+        raise (CaseTimeout(message, e.seconds) if isinstance(e, CaseTimeout) else type(e)(message)) from None
     kind, *details = outcome
     if kind == "outputs":
         return details[0]

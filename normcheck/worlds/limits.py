@@ -3,7 +3,10 @@
 A case's yardstick is the float64 reference's own time on it, measured before the implementation runs, so it
 needs nothing of the implementation: no case gets less than MULTIPLE times it. The first case also carries the
 implementation's own start-up (a compile, a JIT-built extension, a framework's tracing), which no yardstick
-predicts: it gets DEFAULT_TIMEOUT seconds (also what a world uses when nobody gives it a limit). After that a
+predicts: it gets DEFAULT_TIMEOUT seconds (also what a world uses when nobody gives it a limit), but only while it
+is starting up: a worker looks where the case is at FIRST_LOOK seconds and every LOOK_AGAIN seconds after, and a
+case found anywhere but importing or compiling has timed out then (an implementation that hangs from its first
+case is told in seconds, not a minute). After that a
 case gets MULTIPLE times the larger of its yardstick and the longest any finished case took, and never less
 than FLOOR: a long case is not cut (it is slow like its peers) while a stuck one ends in seconds, from the first
 timeout on. A case larger than every finished one gets the largest finished case's time scaled up to its
@@ -23,6 +26,8 @@ from ..core.errors import CaseTimeout, UsageError
 from ..engine.compare import reference_seconds
 
 DEFAULT_TIMEOUT = 60.0  # seconds: the first case, and a world's fixed limit when given none
+FIRST_LOOK = 10.0   # seconds: when the first case, still running, is looked at (is it importing or compiling?)
+LOOK_AGAIN = 2.0    # seconds: and how often after that, while it is
 MULTIPLE = 20.0     # generous: a correct case varies by far less than this between cases of one sweep
 FLOOR = 1.5         # seconds: well above a stalled scheduler's hiccup, well below a person's patience
 # Timeouts with no case finished before a run calls the implementation stuck: enough that a hang on one value
@@ -55,6 +60,12 @@ class CaseLimit:
         self._largest: tuple[int, float] | None = None
         self.finished = 0
         self.timed_out = 0
+        self._expected: tuple[object, float] | None = None  # (case, seconds): expect()'s
+
+    def expect(self, case, seconds: float) -> None:
+        """Take `seconds` as `case`'s yardstick instead of measuring it: a case derived from a judged one, whose own
+        reference is never computed (the batch-invariance check's batches, timed from their case's)."""
+        self._expected = (case, seconds)
 
     def seconds(self, case) -> float:
         if self.fixed is not None:
@@ -64,13 +75,21 @@ class CaseLimit:
             return max(DEFAULT_TIMEOUT, MULTIPLE * seconds)
         return max(FLOOR, MULTIPLE * seconds)
 
+    def first_look(self, case) -> float | None:
+        """When to look whether `case`, still running, is starting up (importing, compiling) rather than stuck: the
+        first case's FIRST_LOOK, below its allowance; None for every other case and under a fixed limit."""
+        if self.fixed is not None or not self._starting or self.seconds(case) <= FIRST_LOOK:
+            return None
+        return FIRST_LOOK
+
     def rule(self, case) -> str:
         """Why `case` has the limit it has, in words ('' for a fixed one: its number says it all)."""
         if self.fixed is not None:
             return ""
         seconds, what = self._estimate(case)
         if self._starting and MULTIPLE * seconds <= DEFAULT_TIMEOUT:
-            return f"limit {DEFAULT_TIMEOUT:g} s for the first case, start-up included; --timeout S sets one"
+            return (f"limit {DEFAULT_TIMEOUT:g} s for the first case while it imports or compiles, {FIRST_LOOK:g} s "
+                    "otherwise; --timeout S sets one")
         return f"limit {self.seconds(case):.3g} s: {MULTIPLE:g} × {what} ({seconds:.2g} s), at least {FLOOR:g} s; " \
                "--timeout S sets one"
 
@@ -87,7 +106,8 @@ class CaseLimit:
         """The rule as data (the JSON report's time_limit)."""
         if self.fixed is not None:
             return {"rule": "fixed", "seconds": self.fixed}
-        return {"rule": "adaptive", "first_case_seconds": DEFAULT_TIMEOUT, "multiple": MULTIPLE, "floor_seconds": FLOOR,
+        return {"rule": "adaptive", "first_case_seconds": DEFAULT_TIMEOUT, "first_look_seconds": FIRST_LOOK,
+                "multiple": MULTIPLE, "floor_seconds": FLOOR,
                 "yardstick": "the float64 reference's time on the case", "stuck_after": STUCK_AFTER}
 
     def run(self, case, work: Callable[[float], T]) -> T:
@@ -100,7 +120,7 @@ class CaseLimit:
         except CaseTimeout as e:
             self.timed_out += 1
             if rule:
-                raise CaseTimeout(f"{e} ({rule})") from None
+                raise CaseTimeout(f"{e} ({rule})", e.seconds) from None
             raise
         seconds = perf_counter() - start
         self.longest = max(self.longest, seconds)
@@ -115,7 +135,10 @@ class CaseLimit:
 
     def _estimate(self, case) -> tuple[float, str]:
         """(seconds `case` should take, what says so, in words)."""
-        estimates = [(self.yardstick(case), "the float64 reference's time on this case")]
+        if self._expected is not None and self._expected[0] == case:
+            estimates = [(self._expected[1], "the float64 reference's time on the case it derives from, scaled")]
+        else:
+            estimates = [(self.yardstick(case), "the float64 reference's time on this case")]
         if self._largest is not None:
             largest, its_time = self._largest
             n = _elements(case)

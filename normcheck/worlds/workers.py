@@ -34,7 +34,9 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import datetime
+import functools
 import os
 import pickle
 import signal
@@ -56,10 +58,11 @@ from ..core.text import clip, exception_text, raised_at, rank_list
 from ..frameworks import FRAMEWORKS, run_case
 from ..frameworks.torch import run_rank
 from ..kernels.syncbn import cpu_primitives
+from . import printed
 from .core import RankOutputs
 from .failures import UNSUPPORTED, _torch_dirs, collective_of, declined, describe_failures, exit_text, failure_of
 from .failures import never_joined
-from .limits import DEFAULT_TIMEOUT, CaseLimit, as_limit, positive_seconds
+from .limits import DEFAULT_TIMEOUT, LOOK_AGAIN, CaseLimit, as_limit, positive_seconds
 
 STARTUP_TIMEOUT = 180.0       # all ranks imported torch and joined the group (8 ranks on 2 cores: ~15 s)
 _HOST = "127.0.0.1"
@@ -104,13 +107,24 @@ _MACHINERY = tuple(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
                    for d in ("frameworks", "worlds", "engine", "core"))
 
 
-def _describe_stack(frame) -> tuple[str | None, str | None]:
-    """(collective, location) of a thread's current stack: the torch.distributed call it waits in,
-    and its innermost frame outside torch, the standard library and normcheck's own machinery (the adapter's
-    function mode, the worlds): the implementation's line ("file.py:12 in fn")."""
+# Where a case is starting up, not running: importing, compiling or tracing (torch.compile, TorchScript, a C++
+# extension built on first use, Triton, XLA, tf.function), or waiting for a child process (a compiler, a build tool)
+_STARTING_UP = ("<frozen importlib", "importlib/", "subprocess.py", "torch/_dynamo/", "torch/_inductor/",
+                "torch/_functorch/", "torch/jit/", "torch/utils/cpp_extension.py", "triton/compiler/",
+                "triton/runtime/build.py", "jax/_src/compiler.py", "jax/_src/interpreters/",
+                "tensorflow/python/eager/polymorphic_function/", "tensorflow/python/framework/func_graph.py",
+                "numba/core/")
+
+
+def _describe_stack(frame) -> tuple[str | None, str | None, bool]:
+    """(collective, location, starting) of a thread's current stack: the torch.distributed call it waits in,
+    its innermost frame outside torch, the standard library and normcheck's own machinery (the adapter's
+    function mode, the worlds): the implementation's line ("file.py:12 in fn"), and whether it is starting up
+    (_STARTING_UP)."""
     if frame is None:
-        return None, None
+        return None, None, False
     stack = traceback.extract_stack(frame)
+    starting = any(marker in f.filename.replace(os.sep, "/") for f in stack for marker in _STARTING_UP)
     torch_dir, _ = _torch_dirs()
     stdlib = {sysconfig.get_paths()[k] + os.sep for k in ("stdlib", "platstdlib")}
     outside = [f for f in stack if not f.filename.startswith(torch_dir)
@@ -118,7 +132,7 @@ def _describe_stack(frame) -> tuple[str | None, str | None]:
     theirs = [f for f in outside if not f.filename.startswith(_MACHINERY)]
     loc = (theirs or outside or stack)[-1] if stack else None
     where = f"{os.path.basename(loc.filename)}:{loc.lineno} in {loc.name}" if loc else None
-    return collective_of(stack), where
+    return collective_of(stack), where, starting
 
 
 def _control_loop(ctrl, main_ident: int) -> None:
@@ -224,6 +238,7 @@ def _worker_main(rank: int, size: int, port: int | None, gloo_timeout: float, co
             reply = (seq, "ok", _run_job(job, case, rank, group, size, fns))
         except BaseException as e:  # noqa: BLE001 - SystemExit from an implementation is a failure too
             reply = (seq, "failed", failure_of(e))
+        _flush_printed()  # before the reply: the parent reads what the case printed once it has it
         try:
             data = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as e:  # noqa: BLE001
@@ -237,6 +252,20 @@ def _worker_main(rank: int, size: int, port: int | None, gloo_timeout: float, co
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def _flush_printed() -> None:
+    """Write out what the case printed and still sits in a buffer: Python's, and C stdio's (a kernel's printf)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    with contextlib.suppress(Exception):
+        _libc().fflush(None)
+
+
+@functools.lru_cache(maxsize=1)
+def _libc():
+    return ctypes.CDLL(None)
 
 
 # ----------------------------------------------------------------------------- parent side
@@ -334,7 +363,18 @@ class _Workers:
             raise _StartFailed("; ".join(f"rank {r}: {t}" for r, t in sorted(problems.items())))
 
     # -- one case ---------------------------------------------------------------------------
-    def run_case(self, case: Case, job, timeout: float) -> list:
+    def run_case(self, case: Case, job, timeout: float, first_look: float | None = None) -> list:
+        """Every rank's outputs of `job` on `case` within `timeout` seconds; at `first_look` seconds (and every
+        LOOK_AGAIN after), a case still running gets the rest of its time only while it is starting up."""
+        if job[0] == "load":  # (what importing the implementation prints is not a case's)
+            return self._run_case(case, job, timeout, first_look)
+        since = printed.offsets(self.stderr_paths)
+        try:
+            return self._run_case(case, job, timeout, first_look)
+        finally:  # (a case that failed, timed out or killed its worker printed what it printed too)
+            printed.keep(self.stderr_paths, since)
+
+    def _run_case(self, case: Case, job, timeout: float, first_look: float | None) -> list:
         self.seq += 1
         data = pickle.dumps((self.seq, case, job, _parent_place()), protocol=pickle.HIGHEST_PROTOCOL)
         for conn in self.conns:
@@ -342,7 +382,9 @@ class _Workers:
                 conn.send_bytes(data)
             except OSError:
                 pass  # that worker is gone: its sentinel reports it below
-        deadline = time.monotonic() + timeout
+        started = time.monotonic()
+        deadline = started + timeout
+        start_up_look = None if first_look is None else started + first_look
         results: dict[int, RankOutputs] = {}
         failures: dict[int, tuple[str, str, str | None]] = {}
         declines: dict[int, tuple[str, str, str | None]] = {}  # ranks that declined the case (Unsupported): finished
@@ -359,9 +401,17 @@ class _Workers:
                     raise ImplError(f"{describe_failures(declines)}; {stuck}" if declines else stuck)
                 look_at, last_look = now + _DEADLOCK_POLL, stuck
                 continue
+            if start_up_look is not None and now >= start_up_look and first_failure is None:
+                if self._starting_up(pending):
+                    start_up_look = now + LOOK_AGAIN
+                else:  # (not importing or compiling: what the first case's allowance is for)
+                    start_up_look, deadline, timeout = None, now, round(now - started, 1)
+                continue
             if now >= limit:
                 break
             wake = min(limit, look_at) if watching else limit
+            if start_up_look is not None:
+                wake = min(wake, start_up_look)
             ready = set(_wait_any([self.conns[r] for r in pending] + [self.procs[r].sentinel for r in pending],
                                   wake - now))
             for r in sorted(pending):
@@ -384,7 +434,7 @@ class _Workers:
         if failures or (declines and results):
             raise ImplError(describe_failures({**failures, **declines}))
         if pending:
-            raise CaseTimeout(self._timeout_message(pending, sorted([*results, *declines]), timeout))
+            raise CaseTimeout(self._timeout_message(pending, sorted([*results, *declines]), timeout), timeout)
         if declines:  # (every rank declined the case: a SKIP)
             raise Unsupported(declined(declines, self.size))
         return [results[r] for r in range(self.size)]
@@ -430,6 +480,11 @@ class _Workers:
                     except (EOFError, OSError):
                         answers[r] = (None, None)
         return answers
+
+    def _starting_up(self, pending: set[int]) -> bool:
+        """Some pending rank is importing or compiling, and the others wait for it in a collective."""
+        answers = {r: (*self.where(sorted(pending)).get(r, ()), None, None, False)[:3] for r in pending}
+        return any(a[2] for a in answers.values()) and all(a[2] or a[0] for a in answers.values())
 
     def _stuck(self, pending: set[int], finished: list[int]) -> str | None:
         """The deadlock message when every pending rank waits in a torch.distributed collective that
@@ -543,7 +598,7 @@ class WorkerPool:
                 if key is not None and key not in workers.loaded:
                     workers.run_case(case, load, self.startup_timeout)
                     workers.loaded.add(key)
-                return limit.run(case, lambda seconds: workers.run_case(case, job, seconds))
+                return limit.run(case, lambda seconds: workers.run_case(case, job, seconds, limit.first_look(case)))
             except Unsupported:  # every rank declined and finished the case: the workers stay as after a success
                 raise
             except BaseException:  # ImplError, KeyboardInterrupt, ...: the workers' state is unknown
