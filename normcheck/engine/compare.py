@@ -8,11 +8,11 @@ from __future__ import annotations
 import time
 import traceback
 from dataclasses import replace
-from functools import lru_cache
 
 import numpy as np
 
 from ..cases import Case, CaseInputs
+from ..core.caching import cache_by_bytes
 from ..core.errors import ImplError, UsageError, Unsupported
 from ..core.text import exception_text, raised_at
 from ..ops import Impl
@@ -171,15 +171,19 @@ def _not_reproduced(case, witness: Impl, issue, tensors, message: str, outputs: 
     return None
 
 
-# One case's inputs and expectations are kept until the next case: implementations judged one after another on
-# the same case (a catalogue's, a calibration's) share them. The arrays are never handed to an implementation to
-# keep: adapters copy them into the framework's tensors (a worker process gets its own copy).
-@lru_cache(maxsize=1)
+# A case's inputs and expectations are kept while their arrays fit in CACHE_BYTES (each): implementations judged one
+# after another on the same case (a catalogue's, a calibration's) share them, and so do sweeps that meet the case
+# again (each mutant's, from the sweep's first case). The arrays are never handed to an implementation to keep:
+# adapters copy them into the framework's tensors (a worker process gets its own copy).
+CACHE_BYTES = 256 << 20
+
+
+@cache_by_bytes(CACHE_BYTES)
 def case_inputs(case: Case) -> CaseInputs:
     return case.make_inputs()
 
 
-@lru_cache(maxsize=1)
+@cache_by_bytes(CACHE_BYTES)
 def reference(case: Case) -> tuple[dict, float]:
     """(the float64 reference of every output the case asks for, the seconds it took to compute: a time limit's
     yardstick that needs nothing of the implementation, worlds.limits)."""
@@ -194,7 +198,7 @@ def reference_seconds(case: Case) -> float:
     return reference(case)[1]
 
 
-@lru_cache(maxsize=1)
+@cache_by_bytes(CACHE_BYTES)
 def expectations(case: Case, constants: Constants) -> tuple[dict, dict, dict]:
     """(the float64 reference of every output the case asks for, the tolerance model's element bounds, the
     same-precision baseline's outputs, or {} when the constants give it no weight)."""
