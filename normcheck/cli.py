@@ -36,9 +36,8 @@ from .outputs.junit import write_junit
 from .outputs.plot import require_matplotlib, write_plot
 from .outputs.progress import Progress, wants_progress
 from .outputs.replay import report_replay
-from .worlds import printed
 from .outputs.table import hint_line, row, summary_line, wants_colour
-from .worlds import BACKENDS, DEFAULT_TIMEOUT, CaseLimit, close_env_world, env_world
+from .worlds import BACKENDS, DEFAULT_TIMEOUT, CaseLimit, close_env_world, env_world, printed
 from .worlds.limits import FLOOR, MULTIPLE, STUCK_AFTER
 
 

@@ -70,6 +70,7 @@ _FAILURE_GRACE = 0.25         # after one rank fails, how long the others get to
 _DEADLOCK_GRACE = 0.2         # after one rank finished, when to look whether the others are stuck in a collective
 _DEADLOCK_POLL = 0.2          # and how often after that (a deadlock is two identical looks in a row)
 _WHERE_BUDGET = 1.0           # how long the parent waits for "where is your main thread" answers
+_NOWHERE = (None, None, False)  # a rank that gave none: (collective, location, starting), _describe_stack's
 _EXIT_GRACE = 3.0             # close(): how long workers get to exit on their own before SIGKILL
 _START_ATTEMPTS = 3
 
@@ -122,7 +123,7 @@ def _describe_stack(frame) -> tuple[str | None, str | None, bool]:
     function mode, the worlds): the implementation's line ("file.py:12 in fn"), and whether it is starting up
     (_STARTING_UP)."""
     if frame is None:
-        return None, None, False
+        return _NOWHERE
     stack = traceback.extract_stack(frame)
     starting = any(marker in f.filename.replace(os.sep, "/") for f in stack for marker in _STARTING_UP)
     torch_dir, _ = _torch_dirs()
@@ -478,19 +479,20 @@ class _Workers:
                     try:
                         answers[r] = _recv(self.ctrls[r])
                     except (EOFError, OSError):
-                        answers[r] = (None, None)
+                        answers[r] = _NOWHERE
         return answers
 
     def _starting_up(self, pending: set[int]) -> bool:
         """Some pending rank is importing or compiling, and the others wait for it in a collective."""
-        answers = {r: (*self.where(sorted(pending)).get(r, ()), None, None, False)[:3] for r in pending}
-        return any(a[2] for a in answers.values()) and all(a[2] or a[0] for a in answers.values())
+        answers = self.where(sorted(pending))
+        places = [answers.get(r, _NOWHERE) for r in pending]  # (collective, location, starting)
+        return any(starting for _, _, starting in places) and all(starting or coll for coll, _, starting in places)
 
     def _stuck(self, pending: set[int], finished: list[int]) -> str | None:
         """The deadlock message when every pending rank waits in a torch.distributed collective that
         the finished ranks, having left the case, can never join; None otherwise."""
         answers = self.where(sorted(pending))
-        if not all(answers.get(r, (None, None))[0] for r in pending):
+        if not all(answers.get(r, _NOWHERE)[0] for r in pending):
             return None
         places = {f"{answers[r][0]}" + (f" at {answers[r][1]}" if answers[r][1] else "") for r in pending}
         return never_joined(finished, sorted(pending), "; ".join(sorted(places)))
@@ -503,7 +505,7 @@ class _Workers:
         if culprits:
             by_where: dict[str, list[int]] = {}
             for r in culprits:
-                loc = answers.get(r, (None, None))[1]
+                loc = answers.get(r, _NOWHERE)[1]
                 by_where.setdefault(f" at {loc}" if loc else "", []).append(r)
             parts += [f"{rank_list(rs)}: timed out after {timeout:g} s{loc}" for loc, rs in by_where.items()]
             by_coll: dict[str, list[int]] = {}
