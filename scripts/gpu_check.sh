@@ -21,6 +21,8 @@
 # GPU_CHECK_SECONDS (default 1100, the phases' own limits added up) caps the whole check: each phase's limit shrinks
 # to what is left, less the time the report needs, and a phase with too little left is skipped and says so, so a
 # lease shorter than the full check still gets docs/gpu-results.md with what finished.
+# GPU_CHECK_SKIP (e.g. "sweeps") names phases not to run (tests, sweeps, invariance, forward, benchmark), for a lease
+# that cannot hold them all: each skipped phase's section says so.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -34,6 +36,7 @@ say() { echo "== $*" >&2; }
 BUDGET=${GPU_CHECK_SECONDS:-1100}
 # capped LIMIT: LIMIT, or the seconds left before the report must be written when fewer (1 when none is left: timeout 0 would mean no limit)
 capped() { local left=$(( BUDGET - 15 - SECONDS )); [ "$left" -lt 5 ] && left=1; echo $(( $1 < left ? $1 : left )); }
+skipped() { [[ " ${GPU_CHECK_SKIP:-} " == *" $1 "* ]] && echo "(skipped this run: GPU_CHECK_SKIP=\"$GPU_CHECK_SKIP\")"; }
 die() { echo "gpu_check: $*" >&2; exit 2; }
 
 say "GPU"
@@ -76,7 +79,7 @@ tail -1 "$WORK/build.txt" >&2
 $PY -c 'import sys; from normcheck.doctor import run_doctor; run_doctor(None, sys.stdout)' >"$WORK/doctor.txt" 2>&1
 
 say "tests (kernels, property suite on one GPU)"
-timeout "$(capped 330)" $PY -m pytest -o addopts="" -p no:cacheprovider -q -rs --durations=5 tests/test_syncbn_cuda.py \
+skipped tests >"$WORK/tests.txt" || timeout "$(capped 330)" $PY -m pytest -o addopts="" -p no:cacheprovider -q -rs --durations=5 tests/test_syncbn_cuda.py \
   benchmarks/test_syncbn_cuda_speed.py >"$WORK/tests.txt" 2>&1
 tests_rc=$?
 # On a GPU machine a test skipped for want of one means the GPU was not used: that is a failure.
@@ -87,14 +90,14 @@ say "every op on CUDA (torch's records, the project's Triton kernels)"
 $PY -c 'import triton' 2>/dev/null || $PY -m pip install --quiet --disable-pip-version-check "triton>=3.0" >&2 \
   || say "triton could not be installed: the Triton kernels' rows will say so"
 limit=$(capped 240)
-timeout "$limit" $PY scripts/device_sweeps.py --device cuda --markdown "$WORK/sweeps.md" >"$WORK/sweeps.txt" 2>&1
+skipped sweeps >"$WORK/sweeps.md" || timeout "$limit" $PY scripts/device_sweeps.py --device cuda --markdown "$WORK/sweeps.md" >"$WORK/sweeps.txt" 2>&1
 sweeps_rc=$?
-[ -f "$WORK/sweeps.md" ] || echo "(the sweeps did not start: exit $sweeps_rc; $(tail -1 "$WORK/sweeps.txt"))" >"$WORK/sweeps.md"
+[ -s "$WORK/sweeps.md" ] || echo "(the sweeps did not start: exit $sweeps_rc; $(tail -1 "$WORK/sweeps.txt"))" >"$WORK/sweeps.md"
 [ "$sweeps_rc" -eq 124 ] && echo "(cut at $limit s: the ops above are those that finished)" >>"$WORK/sweeps.md"
 tail -15 "$WORK/sweeps.txt" >&2
 
 say "batch invariance of torch's CUDA kernels"
-: >"$WORK/invariance.txt"
+skipped invariance >"$WORK/invariance.txt" ||
 for op in layernorm rmsnorm groupnorm instancenorm add_rmsnorm; do  # (their CPU findings are docs'; CUDA's are new)
   timeout "$(capped 40)" $PY -m normcheck compare --op "$op" --device cuda --check batch-invariance >"$WORK/inv-$op.txt" 2>&1
   echo "(exit $?)" >>"$WORK/inv-$op.txt"
@@ -103,7 +106,7 @@ for op in layernorm rmsnorm groupnorm instancenorm add_rmsnorm; do  # (their CPU
 done
 
 say "forward mode of torch's CUDA kernels"
-: >"$WORK/forward.txt"
+skipped forward >"$WORK/forward.txt" ||
 for op in batchnorm groupnorm layernorm rmsnorm instancenorm; do  # (their CPU known issues do not cover CUDA)
   for order in fwd fwd-rev; do
     timeout "$(capped 20)" $PY -m normcheck compare --op "$op" --device cuda --order "$order" >"$WORK/fwd-$op-$order.txt" 2>&1
@@ -124,9 +127,9 @@ else
 fi
 
 say "benchmark"
-timeout "$(capped 150)" $PY benchmarks/test_syncbn_cuda_speed.py --markdown "$WORK/bench.md" >"$WORK/bench.log" 2>&1
+skipped benchmark >"$WORK/bench.md" || timeout "$(capped 150)" $PY benchmarks/test_syncbn_cuda_speed.py --markdown "$WORK/bench.md" >"$WORK/bench.log" 2>&1
 bench_rc=$?
-[ -f "$WORK/bench.md" ] || echo "(benchmark did not finish: exit $bench_rc; $(tail -1 "$WORK/bench.log"))" >"$WORK/bench.md"
+[ -s "$WORK/bench.md" ] || echo "(benchmark did not finish: exit $bench_rc; $(tail -1 "$WORK/bench.log"))" >"$WORK/bench.md"
 
 verdict="PASSED"
 [ "$tests_rc" -ne 0 ] && verdict="FAILED (pytest exit $tests_rc$([ "$tests_rc" -eq 124 ] && echo ', timed out')$([ "$tests_rc" -eq 3 ] && echo ': GPU tests skipped with "no CUDA device"'))"
