@@ -11,6 +11,7 @@ import numpy as np
 
 from ..cases import Case, CaseInputs
 from ..numerics.dtypes import quantise
+from ..ops.fused import reference_of
 from ..reference import working_precision
 from ..reference.setwise import eval_mode
 from .expected import Grouped, arithmetic, as_output, directional_outputs, grouped
@@ -44,7 +45,7 @@ def first_order(case: Case, inputs: CaseInputs) -> dict[str, np.ndarray | None]:
     its storage dtype (saved statistics stay in the accumulation precision)."""
     op = case.record
     with working_precision(_NUMPY[case.dtypes.accumulation]):
-        out = op.reference(inputs)
+        out = reference_of(case)(inputs)
     stored = {}
     for name, a in out.items():
         if name in op.saved_stats:

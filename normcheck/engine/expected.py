@@ -13,6 +13,7 @@ import numpy as np
 
 from ..cases import Case, CaseInputs
 from ..ops.core import DIRECTIONAL, X_SHAPED
+from ..ops.fused import reference_of
 from ..reference.setwise import Arithmetic, eval_mode, numpy_arithmetic, second_order
 
 
@@ -67,7 +68,7 @@ def expected_outputs(case: Case, inputs: CaseInputs) -> dict[str, np.ndarray]:
     op, view = case.record, case.view
     g = grouped(case, inputs) if not case.training or case.order != 1 else None  # (the op's own reference: none)
     if case.training:
-        ref = op.reference(inputs)
+        ref = reference_of(case)(inputs)
     else:
         ref = eval_mode(g.x, g.dy, g.gamma, g.beta, *g.running, case.eps_value, arithmetic(case), op.epilogue)
         ref = {"y": view.ungroup(ref["y"]), "dx": view.ungroup(ref["dx"]), "dweight": ref["dweight"],

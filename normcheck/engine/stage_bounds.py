@@ -14,6 +14,8 @@ and its reference on given inputs, and adds what the stage itself may err (docs/
                        sums of products over the operand's broadcast dims, their errors independent term to term
     Activation, after  z = f(ŷ): ŷ's bound through f' (and f''), f's own roundings; the norm's backward receives
                        dz·f'(ŷ) with the error an inexact ŷ gives it (error_terms.epilogue_errors)
+    Cast, after        q = round(sat(ŷ·s)), amax = max |ŷ|: ŷ's bound scaled, plus one ulp of q's format where the
+                       interval holds a rounding midpoint; amax: how far ŷ's errors move its largest magnitude
 
 Keyword bounds (`unrounded`, `dy_error`, `input_error`) pass through every stage to the inner norm's element_bounds:
 the record validates that a Sum is the last stage before the norm (a stage after the norm that changes dy adds its
@@ -27,7 +29,7 @@ from typing import Callable
 import numpy as np
 
 from ..cases import Case, CaseInputs
-from ..numerics.dtypes import TINY, UNIT_ROUNDOFF, quantise
+from ..numerics.dtypes import TINY, UNIT_ROUNDOFF, quantise, saturate
 from ..ops import get_op
 from ..ops.fused import store_of
 from ..reference.stages import AFTER, staged
@@ -49,11 +51,19 @@ def inner_case(case: Case, inner) -> Case:
     return case.with_(op=inner.name, **{f: None for f in case.record.case_fields if f not in inner.case_fields})
 
 
-def fused_bounds(case: Case, inputs: CaseInputs, c, element_bounds) -> dict[str, np.ndarray]:
-    """B_e of every output of a fused op's case (element_bounds: the inner norm's, engine.tolerance)."""
+def inner_of(case: Case):
+    """The norm a case's stages wrap, and the case as it sees it: a fused op's inner record without the fused op's
+    own fields; a norm whose extensions add stages (fp8 output's cast), itself without those extensions' fields."""
     op = case.record
+    if op.inner is None:
+        return op, case.with_(**{e.field: None for e in op.extensions if e.stages})
     inner = get_op(op.inner)
-    norm_case = inner_case(case, inner)
+    return inner, inner_case(case, inner)
+
+
+def fused_bounds(case: Case, inputs: CaseInputs, c, element_bounds) -> dict[str, np.ndarray]:
+    """B_e of every output of a case with stages (Op.stages_of; element_bounds: the inner norm's, engine.tolerance)."""
+    inner, norm_case = inner_of(case)
 
     def on_norm(i: CaseInputs) -> CaseInputs:
         return replace(i, case=norm_case, extra={})
@@ -62,7 +72,7 @@ def fused_bounds(case: Case, inputs: CaseInputs, c, element_bounds) -> dict[str,
         return inner.reference(on_norm(i)) if norm_case.training else expected_outputs(norm_case, on_norm(i))
 
     wrapped = Wrapped(lambda i, **kw: element_bounds(norm_case, on_norm(i), c, **kw), reference, tuple(inner.gradients))
-    return _wrap(case, op.stages, wrapped, inner.reference, c)(inputs)
+    return _wrap(case, case.record.stages_of(case), wrapped, inner.reference, c)(inputs)
 
 
 def _wrap(case: Case, stages: tuple, norm: Wrapped, norm_reference, c) -> Callable:
@@ -213,6 +223,40 @@ def activation_after(stage, case: Case, inputs: CaseInputs, inside: Wrapped, c, 
     return bounds
 
 
+def cast_after(stage, case: Case, inputs: CaseInputs, inside: Wrapped, c, **kw) -> dict[str, np.ndarray]:
+    """q = round(sat(ŷ·s)) and amax = max |ŷ| beside ŷ (fp8 output): q gets ŷ's bound times the scale, plus what
+    rounding makes of any value within that bound of ŷ·s (rounding_spread: one ulp of q's format where the interval
+    holds a midpoint, 0 elsewhere; saturation is 1-Lipschitz, so the range's edge adds nothing); amax gets the
+    largest error max |ŷ| can take from ŷ's element errors, max(B(ŷ) at the argmax, max(|ŷ| + B(ŷ)) − max |ŷ|),
+    plus its own rounding to float32. Everything else is what it wraps (du = dv)."""
+    bounds = inside.bounds(inputs, **kw)
+    y = inside.reference(inputs)["y"]
+    # ŷ's bound is relative to ŷ; a stored subnormal ŷ (f16: below 6.1e-5) rounds to its absolute spacing instead,
+    # which ŷ's own comparison forgives (engine.tolerance: + tiny) and the scale magnifies
+    y_dtype = case.record.output_dtype(case, "y")
+    bound = bounds["y"] + c.rounding * case.dtypes.unit(y_dtype) * TINY[y_dtype]
+    s = float(inputs.extra[stage.scale])
+    error = s * bound
+    bounds[stage.output] = error + rounding_spread(y * s, error, case.record.output_dtype(case, stage.output))
+    magnitude = np.abs(y)
+    if magnitude.size:
+        top = int(np.argmax(magnitude))
+        # max |ŷ| moves by at most B(ŷ) at its argmax downward, and by max(|ŷ| + B(ŷ)) − max |ŷ| upward
+        moved = max(float(bound.flat[top]), float(np.max(magnitude + bound)) - float(magnitude.flat[top]))
+        bounds[stage.amax] = np.asarray(moved + c.rounding * _unit(case, stage.amax) * float(magnitude.flat[top]))
+    else:
+        bounds[stage.amax] = np.asarray(0.0)
+    return bounds
+
+
+def rounding_spread(values: np.ndarray, error: np.ndarray, fmt: str) -> np.ndarray:
+    """How far the stored (saturated, rounded) value of anything within `error` of `values` may lie from that of
+    `values`: 0 where they all round alike, one ulp of the format where the interval holds a midpoint (at a power of
+    two, the ulp of the binade the other value falls in). Saturation is 1-Lipschitz: the range's edge adds nothing."""
+    stored = [quantise(saturate(v, fmt), fmt) for v in (values - error, values, values + error)]
+    return np.maximum(np.abs(stored[0] - stored[1]), np.abs(stored[2] - stored[1]))
+
+
 # One bound per stage kind and side (reference.stages)
 BOUNDS = {("sum", "before"): sum_before, ("scale", "before"): scale_before, ("scale", "after"): scale_after,
-          ("activation", "after"): activation_after}
+          ("activation", "after"): activation_after, ("cast", "after"): cast_after}

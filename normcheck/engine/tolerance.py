@@ -56,7 +56,7 @@ def element_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS, *, 
     in its place; `input_error`, how far from x the value a kernel normalises may be; `dy_error`, the error of the
     dy its backward receives."""
     op = case.record
-    if op.stages:
+    if op.stages_of(case):
         return fused_bounds(case, inputs, c, element_bounds)
     view = case.view
     u, sums, rounding = Precisions.of(case), SetSums(view, c.growth), c.rounding
@@ -89,9 +89,6 @@ def element_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS, *, 
         bounds.update(running_update_errors(case, inputs, sums, stats, u, rounding))
     if case.order != 1:
         bounds.update(directional_bounds(case, inputs, c))
-    for extension in op.extensions:  # (results a case field adds, bounded from the outputs': fp8's y_fp8, amax)
-        if extension.applies(case) and extension.bounds is not None:
-            bounds.update(extension.bounds(case, inputs, bounds, c))
     return bounds
 
 

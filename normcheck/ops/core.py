@@ -90,13 +90,13 @@ class Extension:
     and results it returns after y and the op's own results (LayerNorm's and RMSNorm's fp8 output: a scale in, the
     quantised y and its amax out). Generic code reads Op.operands_of(case) / results_of(case); `operands` and
     `results` stay the interface every case has. A record built from this one with a reference of its own
-    (add + norm's) has neither the extension nor its field (Op.fields_without_extensions). `bounds(case, inputs,
-    bounds, constants)`: the results' element bounds, from those of the op's own outputs (engine.tolerance calls it
-    last)."""
+    (add + norm's) has neither the extension nor its field (Op.fields_without_extensions)."""
     field: str
     operands: tuple[Operand, ...] = ()
     results: tuple[Result, ...] = ()
-    bounds: "Callable[[Any, Any, dict, Any], dict[str, np.ndarray]] | None" = None
+    # Element-wise stages it adds after the norm where it applies (reference.stages: fp8's quantising cast), whose
+    # reference and bounds compose as a fused op's (ops.fused.reference_of, engine.stage_bounds)
+    stages: tuple = ()
     # The field's values that add them (empty: any but None): add + norm's residual stream h is returned, and dh
     # taken, where its field `returns` is "y,h", not in the form that returns y alone
     values: tuple = ()
@@ -515,6 +515,10 @@ class Op:
 
     def results_of(self, case) -> tuple[Result, ...]:
         return self.results + tuple(r for e in self.extensions if e.applies(case) for r in e.results)
+
+    def stages_of(self, case) -> tuple:
+        """Its stages on `case`: a fused op's own, then those its extensions add where they apply."""
+        return self.stages + tuple(s for e in self.extensions if e.applies(case) for s in e.stages)
 
     def x_shaped_outputs(self, case) -> tuple[str, ...]:
         """The outputs shaped like x on `case`: y, dx, its x-shaped results and the gradients of its x-shaped data

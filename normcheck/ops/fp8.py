@@ -14,11 +14,9 @@ y_fp8 is compared as stored, in the fp8 numbers' scaled units: the budget ratio 
 both sides (dividing by the scale), and the engine's rules for a storage dtype (a reference value past the range,
 subnormal noise, the baseline rounded to the output's dtype) apply to the fp8 dtype as to any other.
 
-Budget (docs/tolerance.md): y_fp8 gets y's own bound times the scale, plus what rounding makes of any value within
-that bound of y·scale: one fp8 ulp where the interval holds a midpoint between two fp8 numbers (at a power of two,
-the ulp of the binade below counts too), 0 elsewhere (saturation is 1-Lipschitz: the range's edge adds nothing).
-amax gets the largest error max |y| can take from y's element errors, max(B(y) at the argmax, max(|y| + B(y)) −
-max |y|), plus its own rounding to float32.
+The reference and the budget are those of a quantising cast stage after the norm (reference.stages.Cast,
+engine.stage_bounds.cast_after; docs/tolerance.md): y_fp8 gets y's own bound times the scale, plus one fp8 ulp where
+that interval around y·scale holds a rounding midpoint; amax, how far y's element errors move max |y|.
 """
 from __future__ import annotations
 
@@ -27,8 +25,9 @@ from typing import Callable
 import numpy as np
 
 from ..core.errors import UsageError
-from ..numerics.dtypes import FP8_FORMATS, TINY, quantise, saturate
-from ..reference.fp8 import fp8_outputs, saturating_scale
+from ..numerics.dtypes import FP8_FORMATS
+from ..reference.fp8 import saturating_scale
+from ..reference.stages import Cast
 from .core import CaseField, Extension, Operand, Result
 
 KEYWORDS = "scale=scale, fp8_dtype=dtype"
@@ -70,45 +69,14 @@ def keywords(t, case) -> dict:
 
 
 def extension(forward: Callable) -> Extension:
-    """fp8 output of the op whose y `forward(case_inputs)` gives (its float64 reference's)."""
+    """fp8 output of the op whose y `forward(case_inputs)` gives (its float64 reference's): a quantising cast after
+    the norm (reference.stages.Cast), with a scale each case draws from y's range."""
     def scale(inputs) -> np.ndarray:
         return np.asarray(saturating_scale(forward(inputs), inputs.case.fp8))
 
-    def bounds(case, inputs, bounds: dict, c) -> dict[str, np.ndarray]:
-        # y's bound is relative to y; stored subnormal (f16: below 6.1e-5) y rounds to its absolute spacing instead,
-        # which y's own comparison forgives (engine.tolerance: + tiny) and the scale magnifies
-        y_dtype = case.record.output_dtype(case, "y")
-        y, bound = forward(inputs), bounds["y"] + c.rounding * case.dtypes.unit(y_dtype) * TINY[y_dtype]
-        s = float(inputs.extra["scale"])
-        error = s * bound
-        out = {"y_fp8": error + rounding_spread(y * s, error, case.fp8)}
-        magnitude = np.abs(y)
-        if magnitude.size:
-            top = int(np.argmax(magnitude))
-            # max|y| moves by at most B(y) at its argmax downward, and by max(|y| + B(y)) − max|y| upward
-            moved = max(float(bound.flat[top]), float(np.max(magnitude + bound)) - float(magnitude.flat[top]))
-            out["amax"] = np.asarray(moved + c.rounding * case.dtypes.unit("f32") * float(magnitude.flat[top]))
-        else:
-            out["amax"] = np.asarray(0.0)
-        return out
-
     return Extension("fp8", operands=(Operand("scale", dtype=f32, shape=scalar, derive=scale),),
-                     results=(Result("y_fp8", dtype=fp8_dtype), Result("amax", dtype=f32, shape=scalar)), bounds=bounds)
-
-
-def rounding_spread(values: np.ndarray, error: np.ndarray, fmt: str) -> np.ndarray:
-    """How far the stored (saturated, rounded) value of anything within `error` of `values` may lie from that of
-    `values`: 0 where they all round alike, one fp8 ulp where the interval holds a midpoint (at a power of two, the
-    ulp of the binade the other value falls in). Saturation is 1-Lipschitz: the range's edge adds nothing."""
-    stored = [quantise(saturate(v, fmt), fmt) for v in (values - error, values, values + error)]
-    return np.maximum(np.abs(stored[0] - stored[1]), np.abs(stored[2] - stored[1]))
-
-
-def outputs(y: np.ndarray, inputs) -> dict[str, np.ndarray]:
-    """{y_fp8, amax} of a case with fp8 ({} without), from the reference's y."""
-    if inputs.case.fp8 is None:
-        return {}
-    return fp8_outputs(y, inputs.extra["scale"], inputs.case.fp8)
+                     results=(Result("y_fp8", dtype=fp8_dtype), Result("amax", dtype=f32, shape=scalar)),
+                     stages=(Cast("scale", "y_fp8", "amax"),))
 
 
 def quantised(y: "torch.Tensor", scale: "torch.Tensor", fp8_dtype: "torch.dtype"):

@@ -11,16 +11,31 @@ declares its stages, operands and interface, and no engine code changes.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Callable
 
-from ..numerics.dtypes import quantise
+from ..numerics.dtypes import quantise, saturate
 from ..reference.stages import AFTER, staged
 from .core import GRADIENTS, Impl, KnownIssue, Op
 
 
 def store_of(i):
-    """A result rounded to the dtype the case's record declares for it (add + norm's h: the residual stream's)."""
+    """A result rounded to the dtype the case's record declares for it (add + norm's h: the residual stream's; a
+    cast's fp8 copy, saturated to the format's range first)."""
     case = i.case
-    return lambda name, a: quantise(a, case.record.output_dtype(case, name))
+
+    def store(name: str, a, saturating: bool = False):
+        dtype = case.record.output_dtype(case, name)
+        return quantise(saturate(a, dtype) if saturating else a, dtype)
+
+    return store
+
+
+def reference_of(case) -> Callable:
+    """The case's reference (case inputs -> outputs): its record's, with the stages its extensions add on this case
+    composed around it (fp8 output's quantising cast)."""
+    op = case.record
+    added = op.stages_of(case)[len(op.stages):]
+    return staged(op.reference, added, None, store_of) if added else op.reference
 
 
 def through_stages(issue: KnownIssue, stages: tuple) -> KnownIssue:

@@ -5,22 +5,14 @@ recipes store activations:
 
 round_fp8 rounds to the nearest even number of the format (float8_e4m3fn: max 448; float8_e5m2: max 57344); the
 clamp saturates what the scale pushes past the format's range. amax is what a recipe derives the next step's scale
-from. y_fp8 is given as stored (in the scaled units of the fp8 numbers): y_fp8 / scale is y dequantised.
+from. y_fp8 is given as stored (in the scaled units of the fp8 numbers): y_fp8 / scale is y dequantised. The cast is a
+stage after the norm (reference.stages.Cast); this module draws the scale it is given.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ..numerics.dtypes import FP8_MAX, quantise, saturate
-from ._moments import working
-
-
-def fp8_outputs(y: np.ndarray, scale, fmt: str) -> dict[str, np.ndarray]:
-    """{y_fp8, amax} of the unquantised y (in the working precision: the baseline's y and product are float32's)."""
-    w = working()
-    y = np.asarray(y, dtype=w)
-    scaled = y * w(np.asarray(scale))
-    return {"y_fp8": quantise(saturate(scaled, fmt), fmt), "amax": np.asarray(np.max(np.abs(y), initial=0.0))}
+from ..numerics.dtypes import FP8_MAX
 
 
 def saturating_scale(y: np.ndarray, fmt: str) -> float:

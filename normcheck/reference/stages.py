@@ -12,6 +12,9 @@ norm, N's output for the first after it), for L = <dy, y>:
                                          du = dv·f(m),  dm = Σ dv·u·f'(m),  ds = Σ dv   (Σ: over the dims the
                                          operand is broadcast over)
     Activation  v = f(u)                 du = dv·f'(u)
+    Cast        v = u                    a quantising cast beside the output (fp8 training recipes): u goes on
+                                         unchanged (du = dv); q = round(sat(u·s)) in q's declared dtype (s: a
+                                         scalar operand) and amax = max |u| are returned, not differentiated
 
 Writing a new fusion is declaring its stages (ops.fused); the reference, the same-precision baseline and the
 tolerance follow from them and the inner norm (engine.stage_bounds bounds each kind once).
@@ -184,6 +187,38 @@ class Activation:
         return as_working(dv) * self.fn.grad(as_working(u)), {}
 
 
+@dataclass(frozen=True)
+class Cast:
+    """A quantising cast after the norm: u goes on unchanged (the differentiated output), and the result `output` =
+    u·s (s: the scalar operand `scale`) saturated to and rounded in that result's declared dtype is returned beside
+    it, with `amax` = max |u| (what a recipe derives the next step's scale from); neither is differentiated. The
+    product is formed in the working precision (a product with the power-of-two scales cases draw is exact)."""
+    scale: str
+    output: str
+    amax: str
+    side: ClassVar[str] = AFTER
+    kind: ClassVar[str] = "cast"
+    backward_reads_input: ClassVar[bool] = False  # (du = dv)
+    adjacent: ClassVar[bool] = False
+    gradients: ClassVar[tuple] = ()
+
+    def operands(self) -> tuple[str, ...]:
+        return (self.scale,)
+
+    def carries(self) -> dict[str, tuple[str, ...]]:
+        """Both results are computed from the y it receives: a wrong y is a wrong copy and amax."""
+        return {"y": (self.output, self.amax)}
+
+    def forward(self, u, operands: dict, store: Callable) -> tuple[np.ndarray, dict]:
+        w = as_working(u)
+        scaled = w * np.asarray(operands[self.scale], dtype=w.dtype)
+        return u, {self.output: store(self.output, scaled, saturating=True),
+                   self.amax: np.asarray(np.max(np.abs(w), initial=0.0))}
+
+    def backward(self, dv, u, operands: dict) -> tuple[np.ndarray, dict]:
+        return dv, {}
+
+
 def staged(inner: Callable[[object], dict], stages: tuple, keep: tuple[str, ...] | None,
            store_of: Callable[[object], Callable]) -> Callable[[object], dict]:
     """The reference of `inner` (case inputs -> outputs) with `stages` around it: the stages before it in order on
@@ -202,7 +237,8 @@ def staged(inner: Callable[[object], dict], stages: tuple, keep: tuple[str, ...]
             results.update(r)
         on_inner = replace(i, x=ins[-1])
         if after:
-            outs = [inner(on_inner)["y"]]
+            first = inner(on_inner)
+            outs = [first["y"]]
             for stage in after:
                 v, r = stage.forward(outs[-1], operands, store)
                 outs.append(v)
@@ -211,7 +247,8 @@ def staged(inner: Callable[[object], dict], stages: tuple, keep: tuple[str, ...]
             for stage, u in reversed(tuple(zip(after, outs))):
                 d, g = stage.backward(d, u, operands)
                 grads.update(g)
-            out = {**inner(replace(on_inner, dy=d)), "y": outs[-1]}
+            # (stages that hand dy through unchanged, a cast's, need no second backward of the norm)
+            out = {**(first if d is i.dy else inner(replace(on_inner, dy=d))), "y": outs[-1]}
         else:
             out = inner(on_inner)
         d = out["dx"]
