@@ -10,6 +10,8 @@ from normcheck.core.text import listing
 from normcheck.frameworks.torch import TORCH_DTYPES
 from normcheck.numerics.dtypes import parse_dtype, quantise
 from normcheck.frameworks.torch import describe_layout as describe
+from normcheck.frameworks.torch.tensors import to_device
+from normcheck.numerics.formats import base_format, effective_format
 
 
 def test_same_case_same_bits_different_seed_different_bits():
@@ -53,6 +55,43 @@ def test_transposed_sliced_and_expanded_layouts_are_what_they_say(shape):
     x = torch_inputs(inputs).x
     assert x.is_contiguous() and x.storage_offset() > 0 and describe(x).startswith("contiguous at storage offset")
     assert np.array_equal(x.numpy(), inputs.x)
+
+
+@pytest.mark.parametrize("fmt, shape, strides", [
+    ("channels_last_size1", (1, 8, 1, 3), (1, 1, 1, 8)),    # canonical (24, 1, 24, 8): a batch of one, one row
+    ("channels_last_size1", (2, 3, 4, 1), (12, 1, 3, 1)),   # canonical (12, 1, 3, 3): a spatial size of 1
+    ("channels_last_size1", (2, 1, 3, 3), (9, 2, 3, 1)),    # one channel, canonical stride 1: 2
+    ("contiguous_size1", (1, 8, 1, 3), (1, 3, 1, 1)),       # canonical (24, 3, 3, 1)
+    ("contiguous_size1", (5, 1), (1, 2)),                   # a hidden size of 1
+    ("contiguous_size1", (1, 1, 7), (1, 1, 1)),             # a single row of one sample
+    ("contiguous_size1", (2, 3, 4), (12, 4, 1)),            # no size-1 dim: the base layout exactly
+])
+def test_size1_layouts_give_size1_dims_non_canonical_strides_and_keep_values(fmt, shape, strides):
+    """The size-1 formats are built exactly (strides read back), over fresh storage, and keep them on another device
+    (`to_device`: the meta device takes the path a GPU's copy takes)."""
+    inputs = Case("batchnorm", shape, "f32", x_format=fmt, dy_format=fmt).make_inputs()
+    t = torch_inputs(inputs)
+    for a, tensor in ((inputs.x, t.x), (inputs.dy, t.dy)):
+        assert tensor.stride() == strides and tensor.storage_offset() == 0
+        assert np.array_equal(tensor.numpy(), a)
+        assert tensor.untyped_storage().nbytes() == tensor.numel() * tensor.element_size()  # dense, its own
+    assert t.x.untyped_storage().data_ptr() != t.dy.untyped_storage().data_ptr()
+    assert to_device(t.x, torch.device("meta")).stride() == strides
+    base = "channels_last" if fmt.startswith("channels_last") else "contiguous"
+    if 1 in shape and shape[1] > 1:  # torch reads no stride of a size-1 dim: the base format, and says so
+        assert t.x.is_contiguous(memory_format=getattr(torch, base if base != "contiguous" else "contiguous_format"))
+        assert describe(t.x) == f"{base} with size-1 dims at non-canonical strides (strides {strides})"
+    elif 1 not in shape:
+        assert describe(t.x) == base
+
+
+def test_the_size1_formats_are_their_base_where_a_shape_has_no_size1_dim():
+    assert effective_format("channels_last_size1", (2, 3, 4, 5)) == "channels_last"
+    assert base_format("channels_last_size1") == "channels_last"
+    assert effective_format("channels_last_size1", (1, 3, 4, 5)) == "channels_last_size1"
+    assert effective_format("strided", (1, 3)) == "strided" == base_format("strided")
+    with pytest.raises(UsageError, match="channels_last_size1 needs a 4-D input"):
+        Case("batchnorm", (1, 3, 5), x_format="channels_last_size1")
 
 
 def test_expanded_is_a_layout_of_dy_only():

@@ -240,10 +240,13 @@ def test_list_coverage_prints_every_value_and_pair_with_its_cases(op, capsys):
     first = text.splitlines()[0]
     assert first.startswith(f"{op}: {len(default_sweep(op))} cases") and first.endswith("every allowed pair covered")
     assert all(f"  {f.name}\n" in text for f in factors(op)) and "excluded pairs:" in text
+    assert "    contiguous_size1 " in text  # size-1 dims at non-canonical strides (issue 41)
     assert main(["list", "--op", op, "--coverage", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["missing"] == [] and doc["cases"] == len(default_sweep(op))
     assert all(v["cases"] > 0 and v["why"] for f in doc["factors"] for v in f["values"])
+    layouts = {v["value"] for f in doc["factors"] if f["name"] == "layout" for v in f["values"]}
+    assert "contiguous_size1" in layouts and ("channels_last_size1:contiguous" in layouts) == (op == "batchnorm")
     assert main(["list", "--coverage"]) == 2
     assert "--coverage needs --op OP" in capsys.readouterr().err
 

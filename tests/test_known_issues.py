@@ -114,6 +114,16 @@ WITNESSES = [
                                                              order=2, normalized_dims=1), "d2x"),
     (gn.HALF_FORWARD_AD, "groupnorm", USER_GN, Case("groupnorm", (3, 1, 32, 64), "f16", profile="tiny", eps=1e-10,
                                                     affine="weight", frozen="x", groups=1, order="fwd"), "jvp_y"),
+    # Size-1 dims at non-canonical strides (issue 41): torch's own records, in both modes; user code that calls
+    # F.batch_norm on such a view fails (test_code_that_calls_batch_norm_on_odd_size1_strides_fails)
+    (bn.SIZE1_STRIDES, "batchnorm", "torch",
+     Case("batchnorm", (1, 8, 1, 3), "f64", x_format="channels_last_size1", dy_format="contiguous"), "dbias"),
+    (bn.SIZE1_STRIDES, "batchnorm", "torch",
+     Case("batchnorm", (1, 8, 1, 3), "f64", x_format="channels_last_size1", dy_format="contiguous", mode="eval"), "dx"),
+    (bn.SIZE1_STRIDES, "batchnorm", "torch",
+     Case("batchnorm", (2, 8, 1, 3), "f32", x_format="channels_last_size1", dy_format="contiguous"), "dx"),
+    (inorm.BATCH_OF_ONE_DY_LAYOUT, "instancenorm", "torch",
+     Case("instancenorm", (1, 8, 1, 3), "f64", x_format="contiguous", dy_format="channels_last_size1"), "dbias"),
 ]
 
 
@@ -278,3 +288,95 @@ def test_a_known_issue_covers_the_kernels_of_the_devices_it_was_found_on_only():
     assert issue not in replace(torch_ln, device="cuda:1").applicable_issues(case)
     on_both = replace(issue, devices=("cpu", "cuda"))
     assert on_both in replace(torch_ln, device="cuda:1", known_issues=(on_both,)).applicable_issues(case)
+
+
+# ----------------------------------------------------------------------------- size-1 dims at non-canonical strides
+def _odd_channels_last(shape, strides, seed):
+    """A channels-last f64 tensor of `shape` whose size-1 dims have `strides`' odd ones, and its contiguous copy."""
+    plain = torch.randn(shape, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+    odd = torch.empty_strided(shape, strides, dtype=torch.float64).copy_(plain)
+    assert odd.is_contiguous(memory_format=torch.channels_last) and not odd.is_contiguous()
+    return odd, plain
+
+
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+@pytest.mark.parametrize("shape, strides", [((1, 8, 1, 3), (1, 1, 1, 8)), ((1, 8, 4, 4), (5, 1, 32, 8)),
+                                            ((2, 8, 1, 3), (24, 1, 5, 8))])
+def test_torch_batch_norm_reads_dy_in_the_wrong_layout_on_odd_size1_strides(training, shape, strides):
+    """torch-bn-size1-strides, torch alone: a channels-last x whose size-1 dims have odd strides and a contiguous dy
+    give dx, dweight and dbias wrong by units in f64; y is right, and dy laid out like x gives them right. The wrong
+    gradients are the exact ones of a dy read in NHWC order (its contiguous storage as if channels-last)."""
+    x_odd, x = _odd_channels_last(shape, strides, 0)
+    dy = torch.randn(shape, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    c = shape[1]
+    weight, bias = torch.linspace(0.5, 1.5, c, dtype=torch.float64), torch.linspace(-1, 1, c, dtype=torch.float64)
+
+    def grads(x, dy):
+        x = x.detach().requires_grad_(True)
+        w, b = weight.clone().requires_grad_(True), bias.clone().requires_grad_(True)
+        y = F.batch_norm(x, torch.full((c,), 0.1, dtype=torch.float64), torch.full((c,), 1.5, dtype=torch.float64),
+                         w, b, training=training)
+        return (y.detach(), *torch.autograd.grad(y, (x, w, b), dy))
+
+    exact = grads(x, dy)
+    wrong = grads(x_odd, dy)
+    assert torch.allclose(wrong[0], exact[0], atol=1e-12)  # y is right
+    assert all((a - e).abs().max() > 0.5 for a, e in zip(wrong[1:], exact[1:]))  # dx, dweight, dbias are not
+    alike = grads(x_odd, torch.empty_strided(shape, strides, dtype=torch.float64).copy_(dy))
+    assert all(torch.allclose(a, e, atol=1e-12) for a, e in zip(alike, exact))
+    nhwc = dy.as_strided(shape, x.contiguous(memory_format=torch.channels_last).stride())  # dy's storage as NHWC
+    assert all(torch.allclose(a, e, atol=1e-12) for a, e in zip(wrong[1:], grads(x, nhwc.contiguous())[1:]))
+
+
+def test_code_that_calls_batch_norm_on_odd_size1_strides_fails():
+    """The issue is the kernel's on what it is handed, and recorded on torch's records alone: a user's function that
+    calls F.batch_norm on such a view returns wrong gradients, and that is its FAIL (no known issue excuses it); a
+    textbook that reads dy by its strides passes the case, and the hand-written channels-last fast path that
+    classifies x by raw strides (the mutant) fails it alike."""
+    case = Case("batchnorm", (1, 8, 1, 3), "f64", x_format="channels_last_size1", dy_format="contiguous")
+    assert compare("batchnorm", "torch", case).verdict == KNOWN
+    report = compare("batchnorm", USER_BN, case)
+    assert report.verdict == FAIL and "known issue" not in report.message and report.worst.max_ratio > 1e6
+    assert compare("batchnorm", CATALOGUE["batchnorm"].CORRECT["textbook"], case).verdict == PASS
+    mutant = compare("batchnorm", CATALOGUE["batchnorm"].MUTANTS["raw_stride_layout"], case)
+    assert mutant.verdict == FAIL and mutant.worst.max_ratio > 1e6
+    canonical = case.with_(x_format="channels_last")  # the same values, canonical strides: all right
+    assert compare("batchnorm", USER_BN, canonical).verdict == PASS
+    assert compare("batchnorm", CATALOGUE["batchnorm"].MUTANTS["raw_stride_layout"], canonical).verdict == PASS
+
+
+def test_torch_native_group_norm_raises_on_a_channels_last_x_with_odd_size1_strides():
+    """torch-gn-native-size1-strides-raise: aten.native_group_norm rejects a channels-last x (by is_contiguous's own
+    word) whose size-1 dim has an odd stride; F.group_norm takes it and is right. Every record of torch's direct
+    calls is KNOWN by the message."""
+    x_odd, x = _odd_channels_last((2, 3, 1, 7), (21, 1, 1, 3), 0)
+    with pytest.raises(RuntimeError, match=r"Expected X\.is_contiguous\(memory_format\) to be true"):
+        torch.ops.aten.native_group_norm(x_odd, None, None, 2, 3, 7, 1, 1e-5)
+    assert torch.allclose(F.group_norm(x_odd, 1), F.group_norm(x, 1), atol=1e-12)
+    case = Case("groupnorm", (2, 3, 1, 7), "f64", groups=1, x_format="channels_last_size1", dy_format="contiguous")
+    assert gn.NATIVE_SIZE1_STRIDES_RAISE.applies(case)
+    assert not gn.NATIVE_SIZE1_STRIDES_RAISE.applies(case.with_(shape=(2, 3, 2, 7)))  # no size-1 dim: channels_last
+    assert compare("groupnorm", USER_GN, case).verdict == PASS
+    registered = [resolve_impl("groupnorm", i) for i in IMPLS["groupnorm"].values()
+                  if gn.NATIVE_SIZE1_STRIDES_RAISE in i.known_issues]
+    registered = [i for i in registered if i.unsupported(case) is None]
+    assert registered
+    for impl in registered:
+        report = compare("groupnorm", impl, case)
+        assert report.verdict == KNOWN and report.message.startswith("known issue torch-gn-native-size1-strides-raise")
+
+
+def test_torch_instance_norm_with_a_batch_of_one_is_wrong_on_a_dy_with_odd_size1_strides():
+    """torch-in-batch-of-one-channels-last-dy reaches a channels-last dy whose size-1 dims have odd strides (a batch of
+    one always has one), whatever x's layout; a batch of two is right."""
+    dy_odd, dy = _odd_channels_last((1, 8, 1, 3), (1, 1, 1, 8), 1)
+    x = torch.randn(1, 8, 1, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+
+    def dx(x, dy):
+        x = x.detach().requires_grad_(True)
+        return torch.autograd.grad(F.instance_norm(x), x, dy)[0]
+
+    assert (dx(x, dy_odd) - dx(x, dy)).abs().max() > 0.5
+    two, _ = _odd_channels_last((2, 8, 1, 3), (24, 1, 1, 8), 2)
+    x2 = torch.randn(2, 8, 1, 3, dtype=torch.float64)
+    assert torch.allclose(dx(x2, two), dx(x2, two.contiguous()), atol=1e-12)

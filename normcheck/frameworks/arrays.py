@@ -4,7 +4,8 @@ axis order as float64. Framework-free: the adapters turn these arrays into their
 
 Arrays have no strides, so the only layout they express is the axis order: the standard layout (channels
 at axis 1), and channels last (NHWC) for an op with a channel axis (Op.channels). Strided, transposed,
-sliced and expanded formats, and x and dy in different formats, cannot be said in an array: such a case
+sliced and expanded formats, size-1 dims at non-canonical strides (contiguous_size1, channels_last_size1), and x
+and dy in different formats, cannot be said in an array: such a case
 is a SKIP row saying so, and these implementations' sweeps take the standard layout instead
 (Impl.formats, `formats_of`).
 """
@@ -18,12 +19,12 @@ import numpy as np
 
 from ..core.errors import ImplError
 from ..numerics.dtypes import DTYPES
+from ..numerics.formats import CHANNELS_LAST
 
 # A first-order gradient -> the cotangent it meets at order 2 (the inputs they are taken of: Op.gradients)
 COTANGENT_OF = {"dx": "ddx", "dweight": "ddweight", "dbias": "ddbias"}
 ROW_ARRAYS = ("x", "dy", "ddx")  # the x-shaped inputs (besides an op's declared ones): split by rows over devices
 SIMULATED_DEVICES = 8  # the devices an adapter asks its framework for before it starts (the worlds' size limit)
-CHANNELS_LAST = ("channels_last", "channels_last_3d")
 ARRAY_FORMATS = ("contiguous", *CHANNELS_LAST)  # what an array-framework Impl's `formats` says
 
 

@@ -9,16 +9,47 @@ so every case names a format for x and (independently) for dy:
                the wrong elements)
   expanded     dy only: stride 0 along the batch, as autograd hands over the gradient of y.sum() or
                of a broadcast loss (dy's values are then the same for every sample)
+  contiguous_size1, channels_last_size1
+               the base format (contiguous, channels_last) with every size-1 dim at a non-canonical stride: no
+               step is ever taken along such a dim, so its stride is whatever the view that made the tensor chose
+               (unsqueeze, a reshape that keeps a view, a transposed single row); a kernel that classifies the
+               layout from strides (channels-last? contiguous? which dim is innermost?) without ignoring size-1
+               dims reads it as another layout. The stride is 1 (2 where 1 is canonical): below the canonical one,
+               where stride heuristics read a dim as inner (torch's suggest_memory_format as contiguous). A case
+               without a size-1 dim has its base layout exactly
 """
 from __future__ import annotations
 
 from ..core.errors import UsageError
 
-FORMATS = ("contiguous", "channels_last", "channels_last_3d", "strided", "transposed", "sliced", "expanded")
+FORMATS = ("contiguous", "channels_last", "channels_last_3d", "strided", "transposed", "sliced", "expanded",
+           "contiguous_size1", "channels_last_size1")
 DY_ONLY = ("expanded",)  # an expanded x would make several elements one
 
 # The formats that exist for one rank only.
-FORMAT_RANK = {"channels_last": 4, "channels_last_3d": 5}
+FORMAT_RANK = {"channels_last": 4, "channels_last_3d": 5, "channels_last_size1": 4}
+
+CHANNELS_LAST = ("channels_last", "channels_last_3d")  # the standard channels-last formats
+
+# The formats whose size-1 dims take non-canonical strides, and the standard format each is otherwise
+SIZE1_BASE = {"contiguous_size1": "contiguous", "channels_last_size1": "channels_last"}
+
+
+def base_format(name: str) -> str:
+    """The standard format `name` lays the elements out in (itself, but for the size-1 formats')."""
+    return SIZE1_BASE.get(name, name)
+
+
+def effective_format(name: str, shape: tuple[int, ...]) -> str:
+    """The format a tensor of `shape` laid out as `name` has: a size-1 format's base where the shape has no size-1 dim
+    (its strides are then the base's exactly), else `name`. Known issues of a standard format's kernels read this."""
+    return SIZE1_BASE[name] if name in SIZE1_BASE and 1 not in shape else name
+
+
+def size1_strides(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, ...]:
+    """`strides` with the stride of every size-1 dim made non-canonical: 1, or 2 where it is 1 (the memory the other
+    dims span is the same: no step is taken along a size-1 dim)."""
+    return tuple((2 if stride == 1 else 1) if size == 1 else stride for size, stride in zip(shape, strides))
 
 
 def check_format(name: str, ndim: int, tensor: str = "x") -> None:

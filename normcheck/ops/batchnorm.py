@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import reference
+from ..numerics.formats import CHANNELS_LAST, base_format, effective_format
 from ..numerics.sets import SetView
 from .core import Impl, KnownIssue, Op, Signature, native_output_mask
 from .forward_ad import forward_ad_issues
@@ -117,10 +118,27 @@ CHANNELS_LAST_F32_CANCELLATION = KnownIssue(
     "the set is large (dx 225 instead of 0.01 at 16x3x64x64 with |mean| ~ 5e3): Σ dy·(x − mean) is "
     "formed by cancellation; the forward's statistics lose accuracy the same way (y, running stats and "
     "dweight a few times over budget)",
-    lambda c: c.dtypes.dtype == "f32" and c.x_format in ("channels_last", "channels_last_3d"),
+    lambda c: c.dtypes.dtype == "f32" and effective_format(c.x_format, c.shape) in CHANNELS_LAST,
     Signature(("y", "mean", "invstd", "running_mean", "running_var", "dx", "dweight")),  # not dbias = Σ dy
     code=("aten.native_batch_norm", "aten.native_batch_norm_backward"),
 )
+
+# Found by the size-1 stride layouts (issue 41): torch picks the channels-last kernel from
+# x.is_contiguous(channels_last), which reads no stride of a size-1 dim, but lays dy out as suggest_memory_format()
+# says, which does read them
+SIZE1_STRIDES = KnownIssue(
+    "torch-bn-size1-strides",
+    "torch CPU batch_norm backward (training and eval) when x or dy is channels_last with a size-1 dim at a "
+    "non-canonical stride (a batch of one or a spatial size of 1, as unsqueeze or a reshape's view leaves it) and the "
+    "other is contiguous: suggest_memory_format() reads the odd stride as contiguous, so the kernel reads one of "
+    "them in the other's layout and dx, dweight and dbias are silently wrong, in f64 too (1x8x1x3, x strides "
+    "(1, 1, 1, 8), dy contiguous: dx off by 4.4, dbias by 3.9); y is right, and x and dy both channels-last are right",
+    lambda c: (1 in c.shape and "channels_last_size1" in (c.x_format, c.dy_format)
+               and {base_format(c.x_format), base_format(c.dy_format)} == {"channels_last", "contiguous"}),
+    # no `code`: the kernel is right on such tensors laid out alike, so code that calls it owns what it hands over
+    Signature(("dx", "dweight", "dbias")),
+)
+
 
 def double_backward_issues(op: str, name: str, formula: str, kernel: str, f16_example: str) -> tuple[KnownIssue, ...]:
     """The two failures of torch's composite double-backward formulas (BatchNorm's, LayerNorm's): f16
@@ -157,8 +175,8 @@ JVP_MIXED_DTYPE, HALF_FORWARD_AD = forward_ad_issues(
     "bn", "BatchNorm", "batch_norm_jvp", "aten.native_batch_norm",
     "2x8x1x1 f16, near-constant channels: jvp_y NaN for −238.1")
 
-TORCH_ISSUES = (MIXED_SLOW_PATH, F16_INTERMEDIATES, CHANNELS_LAST_F32_CANCELLATION, HALF_DOUBLE_BACKWARD,
-                DOUBLE_BACKWARD_BIAS_WITHOUT_WEIGHT, JVP_MIXED_DTYPE, HALF_FORWARD_AD)
+TORCH_ISSUES = (MIXED_SLOW_PATH, F16_INTERMEDIATES, CHANNELS_LAST_F32_CANCELLATION, SIZE1_STRIDES,
+                HALF_DOUBLE_BACKWARD, DOUBLE_BACKWARD_BIAS_WITHOUT_WEIGHT, JVP_MIXED_DTYPE, HALF_FORWARD_AD)
 
 OP = Op(
     name="batchnorm",

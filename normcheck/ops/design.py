@@ -129,6 +129,10 @@ LAYOUT = Factor("layout", levels(
     ("contiguous", "channels_last"), "the other way round",
     ("sliced", "expanded"), "x at a storage offset; dy with stride 0 along the batch (y.sum()'s gradient)",
     ("transposed", "sliced"), "x dense with its last two dims swapped; dy at a storage offset",
+    ("contiguous_size1", "contiguous_size1"), "size-1 dims (a batch of one, one row, a spatial or hidden size of 1) "
+                                              "at non-canonical strides: layouts read off strides",
+    ("channels_last_size1", "contiguous"), "NHWC x whose size-1 dims' strides suggest another format: kernels that "
+                                           "lay dy out as x's strides suggest",
 ), read=lambda c: (c.x_format, c.dy_format), fields=lambda v: {"x_format": v[0], "dy_format": v[1]},
     show=lambda v: v[0] if v[0] == v[1] else f"{v[0]}:{v[1]}")
 
@@ -179,7 +183,7 @@ def _show_path(v) -> str:
 # The layout's rank, and parameters that exist only in the affine part
 LAYOUT_NEEDS_RANK = Exclusion(
     ("layout", "rank"), lambda layout, rank: all(FORMAT_RANK.get(f, rank) == rank for f in layout),
-    "channels_last needs a 4-D input, channels_last_3d a 5-D one")
+    "channels_last (and channels_last_size1) needs a 4-D input, channels_last_3d a 5-D one")
 NO_MIXED_WITHOUT_PARAMETERS = Exclusion(
     ("path", "dtype"), lambda path, dtype: path[0] is not False or dtype[0] == dtype[1],
     "without parameters (and running statistics) nothing is in the parameter dtype")

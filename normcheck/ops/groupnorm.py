@@ -7,6 +7,7 @@ import numpy as np
 
 from .. import reference
 from ..core.errors import UsageError
+from ..numerics.formats import CHANNELS_LAST, effective_format
 from ..numerics.sets import SetView
 from .batchnorm import drop_none
 from .core import ALWAYS, CaseField, Impl, KnownIssue, Op, Signature, native_output_mask
@@ -144,7 +145,7 @@ CHANNELS_LAST_VARIANCE = KnownIssue(
     "cancellation when |mean| ≫ std (f32 dx off by 1e7×, f64 off by ~1e-8 relative), and a variance that comes "
     "out negative gives NaN (f32, |mean| ~ 5e3, G = C = 3, 3x683 pixels: y NaN in 6147 of 12294 elements); small "
     "sets hit it by chance in any profile",
-    lambda c: c.x_format in ("channels_last", "channels_last_3d"),
+    lambda c: effective_format(c.x_format, c.shape) in CHANNELS_LAST,
     # not dbias = Σ dy, which no variance enters; the second derivatives are taken from the same statistics
     Signature(("y", "mean", "rstd", "dx", "dweight", "d2x", "d2weight", "d2dy"), nonfinite=True),
     code=("aten.native_group_norm",),
@@ -194,7 +195,8 @@ FROZEN_X_CHANNELS_LAST_CRASH = KnownIssue(
     "torch CPU group_norm backward on a channels_last / channels_last_3d input that does not require grad (only the "
     "weight or bias does: a frozen input) crashes the process with SIGSEGV when H·W < 2048 "
     "(aten.native_group_norm_backward with output_mask[0] False writes through its absent dx); any dtype",
-    lambda c: "dx" not in c.grads and c.x_format in ("channels_last", "channels_last_3d") and prod(c.shape[2:]) < 2048,
+    lambda c: ("dx" not in c.grads and effective_format(c.x_format, c.shape) in CHANNELS_LAST
+               and prod(c.shape[2:]) < 2048),
     Signature(message="SIGSEGV"),
     code=("aten.native_group_norm_backward",),
 )
@@ -218,7 +220,7 @@ CHANNELS_LAST_BATCH_VARIANCE = KnownIssue(
     "torch CPU group_norm on channels_last input partitions each sample's sums by the whole batch's size: a sample's "
     "y changes with the batch it is in (by 1 ulp in half precision, by millions of ulps in f32 where E[x²] − E[x]² "
     "cancels); contiguous input is batch invariant",
-    lambda c: c.x_format in ("channels_last", "channels_last_3d"),
+    lambda c: effective_format(c.x_format, c.shape) in CHANNELS_LAST,
     Signature(message=r"^not batch invariant"),
     code=("aten.native_group_norm",),
 )
@@ -229,7 +231,7 @@ JVP_CHANNELS_LAST_VIEW = KnownIssue(
     "torch's group_norm forward-mode derivative (group_norm_jvp) views channels_last tangents as if they were "
     "contiguous: forward mode on channels_last or channels_last_3d input raises 'view size is not compatible with "
     "input tensor's size and stride'; contiguous input works",
-    lambda c: c.forward_mode and c.x_format in ("channels_last", "channels_last_3d"),
+    lambda c: c.forward_mode and effective_format(c.x_format, c.shape) in CHANNELS_LAST,
     Signature(message=r"view size is not compatible with input tensor's size and stride"),
     code=("aten.native_group_norm",),
 )
@@ -251,7 +253,18 @@ JVP_MIXED_DTYPE, HALF_FORWARD_AD = forward_ad_issues(
 TORCH_ISSUES = (CHANNELS_LAST_VARIANCE, F16_OVERFLOW, BIAS_WITHOUT_WEIGHT, FROZEN_X_CHANNELS_LAST_CRASH,
                 CREATE_GRAPH_HALF_PARAM_GRADS, CHANNELS_LAST_BATCH_VARIANCE, JVP_CHANNELS_LAST_VIEW,
                 FWD_REV_CANCELLATION, JVP_MIXED_DTYPE, HALF_FORWARD_AD)
-NATIVE_ISSUES = TORCH_ISSUES + (NATIVE_DY_LAYOUT, NATIVE_EXPANDED_DY_OVERREAD)
+# Found by the size-1 stride layouts (issue 41)
+NATIVE_SIZE1_STRIDES_RAISE = KnownIssue(
+    "torch-gn-native-size1-strides-raise",
+    "aten.native_group_norm called directly raises 'Expected X.is_contiguous(memory_format) to be true' on a "
+    "channels_last x with a size-1 dim at a non-canonical stride (2x3x1x7, strides (21, 1, 1, 3)), which "
+    "x.is_contiguous(channels_last) accepts: it checks x against suggest_memory_format(), which reads the odd "
+    "stride as contiguous (F.group_norm lays x out in that format first, and is right)",
+    lambda c: 1 in c.shape and c.x_format == "channels_last_size1",
+    Signature(message=r"Expected X\.is_contiguous\(memory_format\) to be true"),
+)
+
+NATIVE_ISSUES = TORCH_ISSUES + (NATIVE_DY_LAYOUT, NATIVE_EXPANDED_DY_OVERREAD, NATIVE_SIZE1_STRIDES_RAISE)
 
 OP = Op(
     name="groupnorm",

@@ -99,10 +99,13 @@ HIDDEN_SPLIT = split_factor(
 HIDDEN_ROWS = Factor("rows", levels(
     1, "one row", 6, "a few rows", 65, "rows past a vector's width: dγ sums over them",
 ), read=lambda c: c.view.set_count, usual=1)
-# (fewer layouts and profiles: every case runs a world)
-SHARED = (DTYPE, LAYOUT.without(*(v for v in LAYOUT.values
-                                   if v[0] != v[1] or v[0] not in ("contiguous", "strided", "channels_last"))),
-          PROFILE.without("exact", "sparse_dy", "tiny", "big"), rank_factor((2, 3, 4)))
+# (fewer layouts and profiles: every case runs a world; size-1 dims' strides where a shape has them: the
+# hidden-parallel rows of one, not the sequence-parallel shapes)
+HIDDEN_LAYOUT = LAYOUT.without(*(v for v in LAYOUT.values
+                                 if v[0] != v[1] or v[0] not in ("contiguous", "strided", "channels_last",
+                                                                 "contiguous_size1")))
+SEQUENCE_LAYOUT = HIDDEN_LAYOUT.without(("contiguous_size1", "contiguous_size1"))
+SHARED = (DTYPE, PROFILE.without("exact", "sparse_dy", "tiny", "big"), rank_factor((2, 3, 4)))
 
 
 def _eps(base: Op) -> Factor:
@@ -128,9 +131,11 @@ def _design(base: Op, layout: Layout) -> Design:
     names = {f.name for f in carried}
     carried_exclusions = tuple(e for e in base.sweep.exclusions if set(e.factors) & names)
     if layout is SEQUENCE_PARALLEL:
-        return Design(factors=(ROW_SPLIT, SEQ_HIDDEN, *SHARED, _eps(base), *carried), shape=_sequence_shape,
+        return Design(factors=(ROW_SPLIT, SEQ_HIDDEN, *SHARED, SEQUENCE_LAYOUT, _eps(base), *carried),
+                      shape=_sequence_shape,
                       exclusions=(zero_var, *carried_exclusions))
-    return Design(factors=(HIDDEN_SPLIT, HIDDEN_ROWS, *SHARED, _eps(base), *carried), shape=_hidden_shape,
+    return Design(factors=(HIDDEN_SPLIT, HIDDEN_ROWS, *SHARED, HIDDEN_LAYOUT, _eps(base), *carried),
+                  shape=_hidden_shape,
                   exclusions=carried_exclusions)
 
 

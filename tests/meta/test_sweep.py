@@ -9,6 +9,7 @@ import pytest
 from normcheck.cases.case import FROZEN
 from normcheck.cases.sweep import coverage, default_sweep, design, exclusions, factors
 from normcheck.cases.tokens import encode_case
+from normcheck.numerics.formats import SIZE1_BASE
 from normcheck.ops import OPS, get_op
 from normcheck.ops.design import shared_anchors
 
@@ -32,6 +33,23 @@ def test_coverage_is_read_off_the_cases_and_can_fail():
     assert values["layout"][("contiguous", "contiguous")] == len(cases)
     assert values["layout"][("channels_last", "channels_last")] == 0
     assert 0 in pairs["dtype", "layout"].values() and 0 not in pairs["dtype", "profile"].values()
+
+
+@pytest.mark.parametrize("op", list(OPS))
+def test_size1_strides_are_swept_wherever_the_sweep_has_a_size1_dim(op):
+    """Every op whose sweep makes a size-1 dim (a batch of one, one row, a spatial or hidden size of 1) has the
+    layouts that give it a non-canonical stride, and each of them meets such a dim in some case (elsewhere they
+    are their base layout exactly); an op whose shapes never have one has none of them."""
+    cases = default_sweep(op)
+    values, _ = coverage(op)
+    size1 = [v for v in values["layout"] if set(v) & set(SIZE1_BASE)]
+    if not any(1 in c.shape for c in cases):
+        assert not size1
+        return
+    assert ("contiguous_size1", "contiguous_size1") in size1
+    assert ("channels_last_size1", "contiguous") in size1 or 4 not in get_op(op).ranks or get_op(op).distributed
+    for level in size1:
+        assert any(1 in c.shape for c in cases if (c.x_format, c.dy_format) == level), level
 
 
 @pytest.mark.parametrize("op", list(OPS))

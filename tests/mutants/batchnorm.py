@@ -13,7 +13,9 @@ BUGS = ("unbiased_normalise", "naive_variance", "low_precision_accumulation", "d
         "eval_uses_batch_stats", "eval_updates_running_stats", "constant_stats_double_backward", "overwrites_dy", "frozen_x_fast_path", "frozen_params_fast_path",
         "nondeterministic_sum",
         # on the paths kernels dispatch on: one set, a long set, channel lanes, G = 1 and G = C, eps, momentum
-        "channels_last_lane_sums", "eval_hard_coded_eps", "fixed_momentum", "long_set_halves", "one_set_blocks")
+        "channels_last_lane_sums", "eval_hard_coded_eps", "fixed_momentum", "long_set_halves", "one_set_blocks",
+        # a size-1 dim's stride read as if it meant something: a channels-last path that reads x's raw strides
+        "raw_stride_layout")
 MUTANTS = {bug: named(batch_norm, bug) for bug in BUGS}
 textbook = batch_norm()
 CORRECT = {"textbook": textbook}

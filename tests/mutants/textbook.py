@@ -47,6 +47,7 @@ class Bugs:
     one_set_blocks: bool = False            # one set (a single row or channel): blocks' statistics averaged unweighted
     long_set_halves: bool = False           # sets past 8192 values: two halves' variances averaged, no between term
     channels_last_lane_sums: bool = False   # BN channels-last: an 8-wide channel loop sums across its lanes
+    raw_stride_layout: bool = False         # channels-last x: dy laid out as x's raw strides suggest, read as NHWC
     eval_hard_coded_eps: bool = False       # BN eval mode (a frozen BatchNorm) normalises with eps = 1e-5
     fixed_momentum: bool = False            # running statistics updated with momentum 0.1 whatever is passed
     hard_coded_eps: bool = False            # eps = 1e-5 whatever is passed
@@ -70,6 +71,21 @@ def _read(t: torch.Tensor, bugs: Bugs) -> torch.Tensor:
     if bugs.ignore_storage_offset and t.storage_offset():
         return t.as_strided(t.shape, t.stride(), 0)
     return t
+
+
+def _dy_for(x: torch.Tensor, dy: torch.Tensor, bugs: Bugs) -> torch.Tensor:
+    """dy as the backward reads it. The raw-stride-layout mutant's channels-last fast path (taken when torch says x is
+    channels-last) lays dy out in the format x's strides suggest, read in NHWC order with no exception for a size-1
+    dim, and then reads dy's storage as NHWC: right wherever x's strides are canonical, wrong where a size-1 dim's
+    stride breaks the order and dy is left contiguous."""
+    if not (bugs.raw_stride_layout and x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last)
+            and not x.is_contiguous()):
+        return dy
+    s = x.stride()
+    fmt = torch.channels_last if s[1] <= s[3] <= s[2] <= s[0] else torch.contiguous_format
+    dense = dy.contiguous(memory_format=fmt)
+    n, c, h, w = dense.shape
+    return dense.as_strided(dense.shape, (h * w * c, 1, w * c, c))
 
 
 def _sum(a: torch.Tensor, axes, bugs: Bugs, low: torch.dtype, in_low: bool | None = None) -> torch.Tensor:
@@ -180,7 +196,7 @@ class _Norm(torch.autograd.Function):
         frozen_gamma = bugs.frozen_params_fast_path and weight is not None and not needs[1]
         gamma = view.per_channel_values(weight.to(acc) if weight is not None and not frozen_gamma
                                         else torch.ones(view.param_shape, dtype=acc))
-        dys = view.group(_read(dy, bugs).to(acc))
+        dys = view.group(_read(_dy_for(x, dy, bugs), bugs).to(acc))
         if ctx.running is not None:  # eval mode: the statistics do not depend on x
             mean_g = mean_gx = torch.zeros_like(mu)
         elif bugs.gamma_outside_group_sums:

@@ -9,7 +9,7 @@ from torch._prims_common import is_non_overlapping_and_dense_or_false
 
 from ...core.errors import UsageError
 from ...numerics.dtypes import accumulation
-from ...numerics.formats import FORMATS
+from ...numerics.formats import FORMATS, SIZE1_BASE, size1_strides
 
 TORCH_DTYPES = {"f64": torch.float64, "f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16,
                 "e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}  # (fp8: an output's dtype, never a case's)
@@ -50,6 +50,9 @@ def lay_out(t: torch.Tensor, name: str) -> torch.Tensor:
     if name == "sliced":  # contiguous strides, SLICE_OFFSET elements into its storage
         buffer = torch.zeros(t.numel() + SLICE_OFFSET, dtype=t.dtype)
         return buffer[SLICE_OFFSET:].view(t.shape).copy_(t)
+    if name in SIZE1_BASE:  # the base layout (fresh storage), every size-1 dim at a non-canonical stride
+        base = lay_out(t, SIZE1_BASE[name])
+        return base.as_strided(base.shape, size1_strides(tuple(base.shape), base.stride()), base.storage_offset())
     if name == "expanded":  # stride 0 along the batch: t must be the same for every sample
         if t.shape[0] and not bool((t == t[:1]).all()):
             raise ValueError("an expanded layout needs the same values for every sample")
@@ -70,12 +73,21 @@ def _inverse(perm: list[int]) -> list[int]:
 def describe_layout(t: torch.Tensor) -> str:
     """Name the layout a tensor actually has (for messages)."""
     if t.is_contiguous():
-        return "contiguous" if not t.storage_offset() else f"contiguous at storage offset {t.storage_offset()}"
+        name = "contiguous" if not t.storage_offset() else f"contiguous at storage offset {t.storage_offset()}"
+        return name + _size1(t, torch.contiguous_format)
     if t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last):
-        return "channels_last"
+        return "channels_last" + _size1(t, torch.channels_last)
     if t.dim() == 5 and t.is_contiguous(memory_format=torch.channels_last_3d):
-        return "channels_last_3d"
+        return "channels_last_3d" + _size1(t, torch.channels_last_3d)
     return f"strided (strides {tuple(t.stride())})"
+
+
+def _size1(t: torch.Tensor, fmt: torch.memory_format) -> str:
+    """'' when t's strides are its format's canonical ones; else what its size-1 dims' strides are."""
+    canonical = torch.empty(t.shape, device="meta").contiguous(memory_format=fmt).stride()
+    if tuple(t.stride()) == tuple(canonical):
+        return ""
+    return f" with size-1 dims at non-canonical strides (strides {tuple(t.stride())})"
 
 
 def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:

@@ -17,7 +17,7 @@ from math import prod
 import torch
 
 from ...frameworks.torch import TORCH_DTYPES
-from ...numerics.formats import FORMAT_RANK
+from ...numerics.formats import FORMAT_RANK, base_format
 from ...ops import Impl
 from ...ops.groupnorm import OP as GROUPNORM
 from . import DEFAULT_THRESHOLD, group_norm, last_backward_path, load, path_name, validate_layout
@@ -31,7 +31,7 @@ CAPABILITIES = ("x 4-D channels_last or 5-D channels_last_3d (any dy format: con
 def supports(case) -> str | None:
     """The kernel's own validation, applied to the case's shape, dtypes and x layout."""
     rank = len(case.shape)
-    fmt = case.x_format
+    fmt = base_format(case.x_format)  # (torch reads no stride of a size-1 dim: its layout is its base format's)
     is_cl = _CL_FORMAT.get(rank) == fmt or (fmt == "contiguous" and rank in (4, 5) and _ambiguous(case.shape))
     pd = TORCH_DTYPES[case.param_dtype]
     return validate_layout(case.shape, TORCH_DTYPES[case.dtype], is_cl, fmt, "cpu", case.groups,
