@@ -52,6 +52,10 @@ WITNESSES = [
           groups=3, frozen="x", eps=0.0), "y"),
     (gn.CREATE_GRAPH_HALF_PARAM_GRADS, "groupnorm", USER_GN,
      Case("groupnorm", (3, 3, 16384), "f16", profile="offset", groups=3, order=2), "dx"),
+    # Found by the covering sweep of issue 41: f64 near-constant sets, forward-over-reverse (y, dx and jvp_y fail)
+    (gn.CHANNELS_LAST_VARIANCE, "groupnorm", USER_GN,
+     Case("groupnorm", (1, 8, 23, 89), "f64", groups=8, x_format="channels_last", profile="near_constant",
+          frozen="params", order="fwd-rev"), "dx"),
     (ln.HALF_PARAM_GRADS, "layernorm", USER_LN, Case("layernorm", (65537, 6), "bf16", "f32", normalized_dims=1),
      "dweight"),
     (ln.F16_RSTD_OVERFLOW, "layernorm", USER_LN, Case("layernorm", (4, 1), "f16", eps=1e-10, normalized_dims=1), "dx"),
@@ -112,6 +116,9 @@ WITNESSES = [
     # A zero row, which eps floors: F.normalize's double backward is NaN there
     (sn.ZERO_ROW_DOUBLE_BACKWARD, "scalenorm", USER_SN, Case("scalenorm", (4, 16), "f64", profile="near_constant",
                                                              order=2, normalized_dims=1), "d2x"),
+    # Found by the covering sweep of issue 41: several normalised dims of a non-contiguous f32 x
+    (sn.STRIDED_F32_SUM, "scalenorm", USER_SN, Case("scalenorm", (1, 3, 32, 64, 64), "f32", x_format="channels_last_3d",
+                                                    profile="offset", frozen="x", normalized_dims=3), "y"),
     (gn.HALF_FORWARD_AD, "groupnorm", USER_GN, Case("groupnorm", (3, 1, 32, 64), "f16", profile="tiny", eps=1e-10,
                                                     affine="weight", frozen="x", groups=1, order="fwd"), "jvp_y"),
     # Size-1 dims at non-canonical strides (issue 41): torch's own records, in both modes; user code that calls

@@ -17,13 +17,13 @@ from math import prod
 import torch
 
 from ...frameworks.torch import TORCH_DTYPES
-from ...numerics.formats import FORMAT_RANK, base_format
+from ...numerics.formats import CHANNELS_LAST, FORMAT_RANK, base_format
 from ...ops import Impl
 from ...ops.groupnorm import OP as GROUPNORM
 from . import DEFAULT_THRESHOLD, group_norm, last_backward_path, load, path_name, validate_layout
 
 THREADS = (1, 2, 3)
-_CL_FORMAT = {rank: name for name, rank in FORMAT_RANK.items()}
+_CL_FORMAT = {rank: name for name, rank in FORMAT_RANK.items() if name in CHANNELS_LAST}  # (standard ones)
 CAPABILITIES = ("x 4-D channels_last or 5-D channels_last_3d (any dy format: converted); f64, f32, f16, bf16, "
                 "mixed-f16, mixed-bf16")
 
