@@ -141,10 +141,15 @@ def adaln(framework, x, scale, shift, weight, bias, *, axes, eps):
 
 
 def scale_norm(framework, x, weight, *, axes, eps):
-    """x / max(‖x‖, eps) · g over `axes`, the norm in the accumulation dtype."""
+    """x / max(‖x‖, eps) · g over `axes`, the norm in the accumulation dtype; a zero row's norm is 0 without a sqrt
+    at 0, whose infinite derivative would make forward mode's tangent NaN there (the exact one is finite: eps floors
+    the norm)."""
     xp = _namespace(framework)
     xf = xp.asarray(x, _acc(xp, x))
-    y = xf / xp.maximum(xp.sqrt(xp.sum(xf * xf, axis=axes, keepdims=True)), eps)
+    squares = xp.sum(xf * xf, axis=axes, keepdims=True)
+    positive = squares > 0
+    norm = xp.where(positive, xp.sqrt(xp.where(positive, squares, xp.ones_like(squares))), xp.zeros_like(squares))
+    y = xf / xp.maximum(norm, eps)
     return xp.asarray(y if weight is None else y * xp.asarray(weight, y.dtype), x.dtype)
 
 
