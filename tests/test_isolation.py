@@ -89,8 +89,14 @@ def test_the_cli_reports_a_dying_implementation_and_goes_on():
                            f"{FAULTS}:exits_on_f16", "--json"], capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert done.returncode == 1, done.stderr
     document = json.loads(done.stdout)
-    died = [c for c in document["cases"] if c["verdict"] == FAIL]
+    failed = [c for c in document["cases"] if c["verdict"] == FAIL]
+    died = [c for c in failed if c["message"].startswith("died")]
     assert died and all(c["case"]["dtype"] == "f16" and c["message"] == "died (exit code 3)" for c in died)
+    # the others: it calls F.batch_norm, whose gradients are wrong where x's size-1 dims' strides suggest another
+    # format than dy's (torch-bn-size1-strides: in a user's code a FAIL, whoever's kernel it is)
+    assert all(c["case"]["x_format"] == "channels_last_size1" and c["message"].split(":")[0] in ("dx", "dweight", "dbias")
+               for c in failed
+               if c not in died)
     total = len(default_sweep("batchnorm"))
     passed = document["summary"]["pass"] + document["summary"]["mistrusted"]
     assert document["summary"]["total"] == total and passed > total // 2

@@ -63,7 +63,7 @@ def test_the_correct_kernels_pass_their_f32_sweep_cases(op):
     impl = interpreted(op, CORRECT[op])
     reports = [judge(c, impl) for c in small_cases(op, impl, dtype="f32", order=1)]
     judged = [r for r in reports if r.verdict in (PASS, MISTRUSTED)]  # (MISTRUSTED: passed, a tensor all but zero)
-    assert len(reports) >= 5 and judged == reports, [r.summary() for r in reports if r not in judged]
+    assert len(reports) >= 4 and judged == reports, [r.summary() for r in reports if r not in judged]
     assert any(r.verdict == PASS for r in reports)
 
 
@@ -164,11 +164,14 @@ def test_the_pytest_plugin_runs_the_sweep_in_the_interpreter(triton_imported, py
     with monkeypatch.context() as here:  # the fork server imports from the directory it starts in: this checkout's
         here.chdir(ROOT)
         start_early()
+    # one small f32 case of the sweep, named by its shape and profile (the design decides which exist)
+    case = small_cases("rmsnorm", interpreted("rmsnorm", CORRECT["rmsnorm"]), dtype="f32", order=1)[0]
+    shape = "x".join(map(str, case.shape))
     result = pytester.runpytest_inprocess("--normcheck-op", "rmsnorm", "--normcheck-impl", f"{KERNELS}:triton_rms_norm",
                                           "--normcheck-triton-interpret",
-                                          "-k", "test_default_sweep and 2x17 and strided and sparse_dy and not order")  # (one small case)
+                                          "-k", f"test_default_sweep and {shape} and {case.profile} and not order")
     assert result.ret == 0 and "Triton's interpreter, hypothesis profile" in result.stdout.str()
-    result.assert_outcomes(passed=1)
+    assert result.parseoutcomes().get("passed", 0) >= 1 and not result.parseoutcomes().get("failed")
 
 
 def test_without_triton_the_option_is_one_line_naming_the_extra(monkeypatch, capsys):
