@@ -15,6 +15,8 @@ import torch
 from normcheck import Impl
 from normcheck.frameworks.torch import accumulation_dtype
 
+from ._records import test_code
+
 BUGS = ("amax_after_quantisation", "scale_divides", "no_saturation", "other_formats_range", "amax_of_x",
         "amax_without_abs", "amax_of_first_block", "rounds_toward_zero", "quantises_through_bf16",
         "returns_dequantised_y")
@@ -73,8 +75,8 @@ def records(norm, op: str, follows: dict, module: str) -> tuple[dict, dict]:
     fp8_<bug> (and fp8_e4m3, fp8_e5m2 for the correct style) so that `--impl <module>:<name>` finds them."""
     def record(name: str, fmt: str, bug: str | None, what: str) -> Impl:
         fn = fused(norm, bug)
-        fn.__module__, fn.__qualname__ = module, name
-        return Impl(name, op, what, fn, follows={**follows, "fp8": fmt}, capabilities="unknown (test code)")
+        fn.__module__ = module
+        return test_code(op, name, fn, what, {**follows, "fp8": fmt})
 
     mutants = {f"fp8_{bug}": record(f"fp8_{bug}", FORMAT[bug], bug, f"mutant: fp8 {bug}") for bug in BUGS}
     correct = {f"fp8_{fmt}": record(f"fp8_{fmt}", fmt, None, f"textbook {op}, y fused-quantised to fp8 {fmt}")

@@ -19,8 +19,9 @@ from math import prod
 import torch
 
 from normcheck.frameworks.torch import accumulation_dtype
-from normcheck.ops import Impl, rmsnorm
+from normcheck.ops import rmsnorm
 
+from ._records import test_code
 from .grouped_rmsnorm import composed_norm, default_eps, grouped
 
 BEFORE_BUGS = ("gate_after_norm", "sigmoid_gate", "silu_grad_as_sigmoid", "dx_ungated", "stats_of_ungated_x")
@@ -116,8 +117,7 @@ def catalogue(first: bool) -> tuple[dict, dict]:
     op = "gate_rmsnorm" if first else "rmsnorm_gate"
 
     def record(name, fn, what):
-        fn.__qualname__ = name
-        return Impl(name, op, what, fn, follows=rmsnorm.TORCHS, capabilities="unknown (test code)")
+        return test_code(op, name, fn, what, rmsnorm.TORCHS)
 
     return ({bug: record(bug, fused(first, bug), f"mutant: {bug}") for bug in (BEFORE_BUGS if first else AFTER_BUGS)},
             {"composed": record("composed", composed(first), "textbook RMSNorm, the gate through autograd"),

@@ -19,8 +19,9 @@ from math import prod
 
 import torch
 
-from normcheck import Impl
 from normcheck.frameworks.torch import accumulation_dtype
+
+from ._records import test_code
 
 BUGS = ("normalises_x", "drops_dh", "rounds_sum_to_input", "residual_in_place", "norm_grad_to_x_only",
         "returns_stream_before_add", "casts_residual_down", "stores_h_in_input", "dresidual_in_input")
@@ -118,8 +119,7 @@ def catalogue(op: str, norm, centred: bool, default_eps, follows: dict):
     alone = {**follows, "returns": "y"}
 
     def impl(name, fn, what, conventions=follows):
-        fn.__qualname__ = name
-        return Impl(name, op, what, fn, follows=conventions, capabilities="unknown (test code)")
+        return test_code(op, name, fn, what, conventions)
 
     mutants = {bug: impl(bug, (composed(norm, bug) if bug in ("residual_in_place", "returns_stream_before_add")
                                else fused(centred, default_eps, bug)),

@@ -17,8 +17,9 @@ from math import prod
 import torch
 
 from normcheck.frameworks.torch import accumulation_dtype
-from normcheck.ops import Impl, rmsnorm
+from normcheck.ops import rmsnorm
 
+from ._records import test_code
 from .rmsnorm import textbook
 
 BUGS = ("row_statistics", "strided_groups", "size_as_count", "weight_by_position", "dx_row_mean")
@@ -126,8 +127,7 @@ def composed(input, normalized_shape, weight=None, eps=None, group_size=None):
 
 
 def _record(name, fn, what):
-    fn.__qualname__ = name
-    return Impl(name, "grouped_rmsnorm", what, fn, follows=rmsnorm.TORCHS, capabilities="unknown (test code)")
+    return test_code("grouped_rmsnorm", name, fn, what, rmsnorm.TORCHS)
 
 
 MUTANTS = {bug: _record(bug, fused(bug), f"mutant: {bug}") for bug in BUGS}

@@ -13,19 +13,12 @@ from math import prod
 import torch
 
 from normcheck.frameworks.torch import accumulation_dtype
-from normcheck.ops import Impl
 from normcheck.ops.layernorm import TORCHS
 
+from ._gated import _gate, _gate_grad  # (the same bug names: sigmoid_gate, silu_grad_as_sigmoid)
+from ._records import test_code
+
 BUGS = ("bias_after_gate", "sigmoid_gate", "silu_grad_as_sigmoid", "norm_grad_ungated", "dgate_without_affine")
-
-
-def _gate(z, bug):
-    return torch.sigmoid(z) if bug == "sigmoid_gate" else torch.nn.functional.silu(z)
-
-
-def _gate_grad(z, bug):
-    s = torch.sigmoid(z)
-    return s if bug == "silu_grad_as_sigmoid" else s * (1 + z * (1 - s))
 
 
 class _GatedLayerNorm(torch.autograd.Function):
@@ -85,8 +78,7 @@ def composed(input, gate, normalized_shape, weight=None, bias=None, eps=1e-5):
 
 
 def _record(name, fn, what):
-    fn.__qualname__ = name
-    return Impl(name, "layernorm_gate", what, fn, follows=TORCHS, capabilities="unknown (test code)")
+    return test_code("layernorm_gate", name, fn, what, TORCHS)
 
 
 MUTANTS = {bug: _record(bug, fused(bug), f"mutant: {bug}") for bug in BUGS}

@@ -21,6 +21,7 @@ from normcheck import Impl
 from normcheck.frameworks.torch import accumulation_dtype
 
 from . import _fp8
+from ._records import test_code
 from .textbook import _read, _sum
 
 
@@ -138,9 +139,7 @@ def _convention(bugs: Bugs) -> dict:
 
 
 def _impl(name: str, bugs: Bugs, what: str) -> Impl:
-    fn = rms_norm(bugs)
-    fn.__qualname__ = name
-    return Impl(name, "rmsnorm", what, fn, follows=_convention(bugs), capabilities="unknown (test code)")
+    return test_code("rmsnorm", name, rms_norm(bugs), what, _convention(bugs))
 
 
 GEMMA, LLAMA = Bugs(offset=1.0), Bugs(before_weight=True)

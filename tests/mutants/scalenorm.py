@@ -15,7 +15,8 @@ from __future__ import annotations
 import torch
 
 from normcheck.frameworks.torch import accumulation_dtype
-from normcheck.ops import Impl
+
+from ._records import test_code
 
 BUGS = ("rms_statistic", "eps_added", "detached_norm", "floor_ignored_in_backward", "dg_one_row",
         "half_sum_of_squares")
@@ -89,8 +90,7 @@ def composed(input, normalized_shape, weight=None, eps=1e-5):
 
 
 def _record(name, fn, what):
-    fn.__qualname__ = name
-    return Impl(name, "scalenorm", what, fn, follows=FOLLOWS, capabilities="unknown (test code)")
+    return test_code("scalenorm", name, fn, what, FOLLOWS)
 
 
 MUTANTS = {bug: _record(bug, fused(bug), f"mutant: {bug}") for bug in BUGS}
