@@ -518,7 +518,11 @@ class Op:
 
     def stages_of(self, case) -> tuple:
         """Its stages on `case`: a fused op's own, then those its extensions add where they apply."""
-        return self.stages + tuple(s for e in self.extensions if e.applies(case) for s in e.stages)
+        return self.stages + self.extension_stages(case)
+
+    def extension_stages(self, case) -> tuple:
+        """The stages its extensions add on `case` (fp8 output's quantising cast)."""
+        return tuple(s for e in self.extensions if e.applies(case) for s in e.stages)
 
     def x_shaped_outputs(self, case) -> tuple[str, ...]:
         """The outputs shaped like x on `case`: y, dx, its x-shaped results and the gradients of its x-shaped data

@@ -33,8 +33,7 @@ def store_of(i):
 def reference_of(case) -> Callable:
     """The case's reference (case inputs -> outputs): its record's, with the stages its extensions add on this case
     composed around it (fp8 output's quantising cast)."""
-    op = case.record
-    added = op.stages_of(case)[len(op.stages):]
+    op, added = case.record, case.record.extension_stages(case)
     return staged(op.reference, added, None, store_of) if added else op.reference
 
 
