@@ -46,6 +46,12 @@ def effective_format(name: str, shape: tuple[int, ...]) -> str:
     return SIZE1_BASE[name] if name in SIZE1_BASE and 1 not in shape else name
 
 
+def standard_channels_last(name: str, shape: tuple[int, ...]) -> bool:
+    """A tensor of `shape` laid out as `name` has a standard channels-last layout (strides included): what the known
+    issues of torch's channels-last kernels apply to."""
+    return effective_format(name, shape) in CHANNELS_LAST
+
+
 def size1_strides(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, ...]:
     """`strides` with the stride of every size-1 dim made non-canonical: 1, or 2 where it is 1 (the memory the other
     dims span is the same: no step is taken along a size-1 dim)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import reference
-from ..numerics.formats import CHANNELS_LAST, base_format, effective_format
+from ..numerics.formats import base_format, standard_channels_last
 from ..numerics.sets import SetView
 from .core import Impl, KnownIssue, Op, Signature, native_output_mask
 from .forward_ad import forward_ad_issues
@@ -118,7 +118,7 @@ CHANNELS_LAST_F32_CANCELLATION = KnownIssue(
     "the set is large (dx 225 instead of 0.01 at 16x3x64x64 with |mean| ~ 5e3): Σ dy·(x − mean) is "
     "formed by cancellation; the forward's statistics lose accuracy the same way (y, running stats and "
     "dweight a few times over budget)",
-    lambda c: c.dtypes.dtype == "f32" and effective_format(c.x_format, c.shape) in CHANNELS_LAST,
+    lambda c: c.dtypes.dtype == "f32" and standard_channels_last(c.x_format, c.shape),
     Signature(("y", "mean", "invstd", "running_mean", "running_var", "dx", "dweight")),  # not dbias = Σ dy
     code=("aten.native_batch_norm", "aten.native_batch_norm_backward"),
 )

@@ -7,7 +7,7 @@ import numpy as np
 
 from .. import reference
 from ..core.errors import UsageError
-from ..numerics.formats import CHANNELS_LAST, effective_format
+from ..numerics.formats import standard_channels_last
 from ..numerics.sets import SetView
 from .batchnorm import drop_none
 from .core import ALWAYS, CaseField, Impl, KnownIssue, Op, Signature, native_output_mask
@@ -145,7 +145,7 @@ CHANNELS_LAST_VARIANCE = KnownIssue(
     "cancellation when |mean| ≫ std (f32 dx off by 1e7×, f64 off by ~1e-8 relative), and a variance that comes "
     "out negative gives NaN (f32, |mean| ~ 5e3, G = C = 3, 3x683 pixels: y NaN in 6147 of 12294 elements); small "
     "sets hit it by chance in any profile",
-    lambda c: effective_format(c.x_format, c.shape) in CHANNELS_LAST,
+    lambda c: standard_channels_last(c.x_format, c.shape),
     # not dbias = Σ dy, which no variance enters; the second derivatives and the forward-mode ones (1x8x23x89 G=8 f64
     # near-constant, fwd-rev: jvp_y 9.3e3 budgets) are taken from the same statistics
     Signature(("y", "mean", "rstd", "dx", "dweight", "d2x", "d2weight", "d2dy", "jvp_y", "jvp_dx", "jvp_dweight"),
@@ -197,7 +197,7 @@ FROZEN_X_CHANNELS_LAST_CRASH = KnownIssue(
     "torch CPU group_norm backward on a channels_last / channels_last_3d input that does not require grad (only the "
     "weight or bias does: a frozen input) crashes the process with SIGSEGV when H·W < 2048 "
     "(aten.native_group_norm_backward with output_mask[0] False writes through its absent dx); any dtype",
-    lambda c: ("dx" not in c.grads and effective_format(c.x_format, c.shape) in CHANNELS_LAST
+    lambda c: ("dx" not in c.grads and standard_channels_last(c.x_format, c.shape)
                and prod(c.shape[2:]) < 2048),
     Signature(message="SIGSEGV"),
     code=("aten.native_group_norm_backward",),
@@ -222,7 +222,7 @@ CHANNELS_LAST_BATCH_VARIANCE = KnownIssue(
     "torch CPU group_norm on channels_last input partitions each sample's sums by the whole batch's size: a sample's "
     "y changes with the batch it is in (by 1 ulp in half precision, by millions of ulps in f32 where E[x²] − E[x]² "
     "cancels); contiguous input is batch invariant",
-    lambda c: effective_format(c.x_format, c.shape) in CHANNELS_LAST,
+    lambda c: standard_channels_last(c.x_format, c.shape),
     Signature(message=r"^not batch invariant"),
     code=("aten.native_group_norm",),
 )
@@ -233,7 +233,7 @@ JVP_CHANNELS_LAST_VIEW = KnownIssue(
     "torch's group_norm forward-mode derivative (group_norm_jvp) views channels_last tangents as if they were "
     "contiguous: forward mode on channels_last or channels_last_3d input raises 'view size is not compatible with "
     "input tensor's size and stride'; contiguous input works",
-    lambda c: c.forward_mode and effective_format(c.x_format, c.shape) in CHANNELS_LAST,
+    lambda c: c.forward_mode and standard_channels_last(c.x_format, c.shape),
     Signature(message=r"view size is not compatible with input tensor's size and stride"),
     code=("aten.native_group_norm",),
 )
