@@ -16,13 +16,12 @@ from __future__ import annotations
 from functools import lru_cache
 from itertools import combinations
 
-from covertable import make
-
 from ..core.errors import UsageError
 from ..numerics.formats import expressible
 from ..ops import CASE_FIELDS, get_op
 from ..ops.design import Exclusion, Factor, shared_anchors, shared_exclusions, shared_factors
 from .case import ORDERS, Case
+from .covering import covering_array
 from .narrowing import Narrowing, fits, narrowed
 
 
@@ -60,15 +59,7 @@ def geometry_first(op: str, fs) -> list[Factor]:
 @lru_cache(maxsize=None)
 def design(op: str, narrowing: Narrowing = Narrowing()) -> tuple[dict, ...]:
     """The covering array: one {factor: value} per case."""
-    fs, excluded = narrowed_design(op, narrowing)
-    constraints = [{"operator": "fn", "requires": list(e.factors),
-                    "evaluate": lambda row, e=e: e.allowed(row[e.factors[0]], row[e.factors[1]])}
-                   for e in excluded]
-    # (free slots take each factor's usual level)
-    weights = {f.name: {f.usual: 2} for f in fs}
-    rows = make({f.name: list(f.values) for f in fs}, constraints=constraints, weights=weights)
-    order = [f.name for f in fs]
-    rows = [{name: row[name] for name in order} for row in rows]
+    rows = covering_array(*narrowed_design(op, narrowing))
     # after the covering array, never inside it: anchors reshape nothing the pairs chose
     return tuple(rows + [row for row in anchor_rows(op, narrowing) if row not in rows])
 

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import torch
 
+from ...core.disk_cache import cache_root
+
 SOURCE = Path(__file__).with_name("group_norm_cl.cpp")
 CFLAGS = ["-O3", "-fopenmp", "-march=native", "-ffp-contract=off"]
 LDFLAGS = ["-fopenmp"]
@@ -47,8 +49,7 @@ def _digest() -> str:
 
 
 def build_dir() -> Path:
-    root = Path(os.environ.get("NORMCHECK_CACHE", Path.home() / ".cache" / "normcheck")) / "groupnorm"
-    return root / _digest()
+    return cache_root() / "groupnorm" / _digest()
 
 
 def _compiler() -> str | None:

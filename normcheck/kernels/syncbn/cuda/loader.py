@@ -23,6 +23,8 @@ import threading
 import time
 from pathlib import Path
 
+from ....core.disk_cache import cache_root
+
 SOURCE = Path(__file__).with_name("syncbn_kernels.cu")
 LIBRARY_NAME = "libnormcheck_syncbn.so"
 ABI_VERSION = 2
@@ -94,10 +96,6 @@ def release(version_text: str) -> str | None:
     return m.group(1) if m else None
 
 
-def cache_root() -> Path:
-    return Path(os.environ.get("NORMCHECK_CACHE", Path.home() / ".cache" / "normcheck")) / "syncbn_cuda"
-
-
 def library_path(nvcc: str | None = None) -> Path | None:
     """Where the library for this source, these flags and this nvcc lives (built or not).
 
@@ -110,7 +108,7 @@ def library_path(nvcc: str | None = None) -> Path | None:
         return None
     h = hashlib.sha256(SOURCE.read_bytes())
     h.update(repr((NVCC_FLAGS, nvcc_version(nvcc), ABI_VERSION)).encode())
-    return cache_root() / h.hexdigest()[:12] / LIBRARY_NAME
+    return cache_root() / "syncbn_cuda" / h.hexdigest()[:12] / LIBRARY_NAME
 
 
 def is_built() -> bool:
