@@ -23,9 +23,8 @@ settings.load_profile(os.environ.get("NORMCHECK_HYPOTHESIS_PROFILE", "ci"))
 # collection order): the one that mostly waits (a hanging implementation's time limits) first, so that the other
 # worker fills the wait, then the longest, so that the last minutes are short files on both workers rather than one
 # long file on one of them (longest first: the usual greedy schedule).
-FIRST = ("tests/test_stuck.py", "tests/test_impls.py", "tests/test_frameworks.py", "tests/test_conventions.py",
-         "tests/test_pytest_plugin.py", "tests/test_isolation.py", "tests/test_ops.py", "tests/test_interrupts.py",
-         "tests/test_readme.py")
+FIRST = ("tests/test_stuck.py", "tests/test_ops.py", "tests/test_impls.py", "tests/test_frameworks.py",
+         "tests/test_conventions.py", "tests/test_readme.py")
 
 
 def pytest_collection_modifyitems(items):
