@@ -27,15 +27,20 @@ def covering_array(fs: tuple[Factor, ...], excluded: tuple[Exclusion, ...]) -> l
     stored = load_json(FOLDER, key)
     if _fits(stored, fs):
         return [{f.name: f.values[i] for f, i in zip(fs, row)} for row in stored]
+    rows = built(fs, excluded)
+    store_json(FOLDER, key, [[_index(f, row[f.name]) for f in fs] for row in rows])
+    return rows
+
+
+def built(fs: tuple[Factor, ...], excluded: tuple[Exclusion, ...]) -> list[dict]:
+    """The covering array as covertable builds it (what covering_array stores), nothing read or written."""
     constraints = [{"operator": "fn", "requires": list(e.factors),
                     "evaluate": lambda row, e=e: e.allowed(row[e.factors[0]], row[e.factors[1]])}
                    for e in excluded]
     # (free slots take each factor's usual level)
     weights = {f.name: {f.usual: 2} for f in fs}
     rows = make({f.name: list(f.values) for f in fs}, constraints=constraints, weights=weights)
-    rows = [{f.name: row[f.name] for f in fs} for row in rows]
-    store_json(FOLDER, key, [[_index(f, row[f.name]) for f in fs] for row in rows])
-    return rows
+    return [{f.name: row[f.name] for f in fs} for row in rows]
 
 
 def _determinants(fs, excluded) -> list:
