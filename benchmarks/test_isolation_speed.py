@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import pytest
 
+from normcheck.cases.narrowing import Narrowing
 from normcheck.cases.sweep import default_sweep
 from normcheck.engine import FAIL, judge
 from normcheck.impls import resolve_impl
 from normcheck.worlds.workers import WorkerPool
 
-SWEEP = default_sweep("batchnorm")
+SWEEP = default_sweep("batchnorm", narrowing=Narrowing(scans="without"))
 
 
 @pytest.mark.parametrize("world", ["in-process", "isolated"])

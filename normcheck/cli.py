@@ -16,7 +16,7 @@ from textwrap import indent
 
 from .cases import Case
 from .cases.case import CONVENTIONS, FROZEN, MODES, OP_FIELDS, ORDERS, takers_of
-from .cases.narrowing import Narrowing, option_fields
+from .cases.narrowing import SCANS, Narrowing, option_fields
 from .cases.sweep import default_sweep, field_value, order_value
 from .cases.tokens import decode_case
 from .core.errors import ImplError, Unsupported, UsageError
@@ -157,6 +157,9 @@ def _add_case_options(parser) -> None:
     parser.add_argument("--world-size", type=int, help="distributed ops: every case over this many ranks (the sweep's splits of that many ranks; "
                         "with --one-case the extent is split evenly)")
     parser.add_argument("--split", type=_int_list, help="distributed ops: every case with these per-rank shares of the split axis, e.g. 3,0,5 (0: an empty rank)")
+    parser.add_argument("--scans", choices=SCANS, default="with", help="the boundary scans (each size factor through "
+                        "every k·2^j − 1, k·2^j, k·2^j + 1, k = 1 or 3): after the covering design's cases (with, the "
+                        "default), left out (without: a quicker run) or alone (only: chasing a tile or vector path)")
 
 
 def _int_list(text: str) -> tuple[int, ...]:
@@ -260,7 +263,7 @@ def narrowing_of(args, conventions: dict) -> Narrowing:
     fields = {**conventions, **_fixed(args),
               **option_fields(args.dtype, args.memory_format, args.profile, args.shape, args.split)}
     fields.update({name: getattr(args, name) for name in OP_FIELDS if getattr(args, name) is not None})
-    return Narrowing.of(fields, args.world_size)
+    return Narrowing.of(fields, args.world_size, scans=args.scans)
 
 
 def _one_case(args, conventions: dict, fixed: dict, seeds) -> list[Case]:

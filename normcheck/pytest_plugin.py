@@ -109,6 +109,9 @@ def pytest_addoption(parser):
     for name, values, what in _SPELLED_OPTIONS:
         group.addoption(f"--normcheck-{name}", metavar=values, help=f"the convention the implementation follows ({what}; "
                         "as `normcheck compare --" + name + "`)")
+    group.addoption("--normcheck-scans", metavar="with|without|only", default="with", choices=("with", "without", "only"),
+                    help="the boundary scans: after the covering design's cases (the default), left out, or alone "
+                         "(as `normcheck compare --scans`)")
     group.addoption("--normcheck-follows", metavar="NAME=VALUE", action="append", default=[],
                     help="any convention the op's record declares (repeatable), e.g. returns=y for add + norm; "
                          "`normcheck compare --help` lists them")
@@ -230,7 +233,8 @@ def _options(config) -> Options:
                                  f"{name}={value}")
         narrowing = Narrowing.of({**follows, **spelled, **fixed, **_narrowing_fields(config)},
                                  _given(config, "world_size"),
-                                 INTERPRETER_ELEMENT_SCALE if impl.triton_interpret else None)
+                                 INTERPRETER_ELEMENT_SCALE if impl.triton_interpret else None,
+                                 config.getoption("normcheck_scans"))
         if narrowing.world_size is not None and not OPS[op].distributed:
             raise UsageError(f"--normcheck-world-size applies to {', '.join(distributed_ops())} only, not {op}")
         default_sweep(op, narrowing=narrowing)  # what no case can take is refused now, in one line

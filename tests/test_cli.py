@@ -46,7 +46,7 @@ def test_a_default_sweep_that_passes_exits_0_with_a_row_per_case():
 
 @pytest.mark.parametrize("op, mutant", [("batchnorm", "tests.mutants.batchnorm:naive_variance")])
 def test_a_mutant_given_as_impl_exits_1_with_replay_lines(op, mutant):
-    code, out = run("compare", "--op", op, "--impl", mutant)
+    code, out = run("compare", "--op", op, "--impl", mutant, "--scans", "without")  # (it fails on the design's cases)
     assert code == 1
     lines = out.splitlines()
     failing = [i for i, line in enumerate(lines) if line.startswith("FAIL")]
@@ -238,12 +238,15 @@ def test_list_coverage_prints_every_value_and_pair_with_its_cases(op, capsys):
     assert main(["list", "--op", op, "--coverage"]) == 0
     text = capsys.readouterr().out
     first = text.splitlines()[0]
-    assert first.startswith(f"{op}: {len(default_sweep(op))} cases") and first.endswith("every allowed pair covered")
+    design = default_sweep(op, narrowing=Narrowing(scans="without"))
+    scans = len(default_sweep(op)) - len(design)
+    assert first.startswith(f"{op}: {len(design)} cases")
+    assert first.endswith(f"every allowed pair covered; {scans} boundary-scan cases besides")
     assert all(f"  {f.name}\n" in text for f in factors(op)) and "excluded pairs:" in text
     assert "    contiguous_size1 " in text  # size-1 dims at non-canonical strides (issue 41)
     assert main(["list", "--op", op, "--coverage", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["missing"] == [] and doc["cases"] == len(default_sweep(op))
+    assert doc["missing"] == [] and doc["cases"] == len(design) and sum(s["cases"] for s in doc["scans"]) == scans
     assert all(v["cases"] > 0 and v["why"] for f in doc["factors"] for v in f["values"])
     layouts = {v["value"] for f in doc["factors"] if f["name"] == "layout" for v in f["values"]}
     assert "contiguous_size1" in layouts and ("channels_last_size1:contiguous" in layouts) == (op == "batchnorm")

@@ -23,10 +23,11 @@ LLAMA = dict(casting="before-weight", output_dtype="promote", compute_dtype="f32
 
 
 def verdicts(op: str, spec: str, follows: dict, keep=lambda case: True, first_failure: bool = False) -> dict:
-    """The failures of `spec` over the op's sweep in the conventions `follows` (up to the first, if asked)."""
+    """The failures of `spec` over the op's covering design in the conventions `follows` (up to the first, if
+    asked): conventions are what the design's dtypes, layouts and paths meet; the boundary scans try sizes."""
     impl = resolve_impl(op, spec)
     failed, ran = [], 0
-    for case in default_sweep(op, follows=tuple(follows.items())):
+    for case in default_sweep(op, follows=tuple(follows.items()), narrowing=Narrowing(scans="without")):
         if keep(case):
             report, ran = judge(case, impl), ran + 1
             failed += [report.summary()] * (report.verdict == FAIL)

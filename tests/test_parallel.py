@@ -21,6 +21,7 @@ import torch
 
 from normcheck import IMPLS
 from normcheck.cases import Case
+from normcheck.cases.narrowing import Narrowing
 from normcheck.cases.sweep import default_sweep
 from normcheck.cli import main
 from normcheck.core.errors import ImplError, UsageError
@@ -203,10 +204,13 @@ def test_a_dtensor_records_sweep_takes_torch_chunks_shares_and_other_splits_skip
 @pytest.mark.parametrize("op, name", DTENSOR)
 def test_dtensor_records_pass_or_are_known_over_a_slice_of_their_sweep(op, name):
     """torch's own sharding propagation and DTensor's backward, in gloo worlds of 1-8 ranks, on every fourth case of
-    its default sweep (torch.chunk's shares): PASS, or KNOWN by a recorded signature (docs: README's parallel
-    norms)."""
+    its covering design (torch.chunk's shares): PASS, or KNOWN by a recorded signature (docs: README's parallel
+    norms). (Its boundary scans keep the usual split, one rank holding the whole row: an even shard torch's rms_norm
+    cannot take, so every rmsnorm_hp scan case is KNOWN.)"""
     impl = bound(op, name, "gloo")
-    reports = [judge(case, impl) for case in default_sweep(op, follows=impl.follows, shares=impl.shares)[::4]]
+    design = Narrowing(scans="without")
+    reports = [judge(case, impl) for case in default_sweep(op, follows=impl.follows, shares=impl.shares,
+                                                             narrowing=design)[::4]]
     assert not [r.summary() for r in reports if r.verdict == FAIL]
     assert sum(r.verdict == PASS for r in reports) >= len(reports) // 2
 

@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from normcheck import Case, Impl, compare
-from normcheck.cases.sweep import default_sweep
+from normcheck.cases.narrowing import Narrowing
+from normcheck.cases.sweep import case_of, default_sweep, scan_rows
 from normcheck.cli import main
 from normcheck.core.errors import UsageError
 from normcheck.core.forkserver import start_early
@@ -47,14 +48,29 @@ def interpreted(op: str, kernel: str):
 
 
 def small_cases(op: str, impl, **fields):
-    """The op's default sweep cases the interpreted implementation takes, up to SMALL elements, with `fields`."""
-    return [c for c in default_sweep(op) if math.prod(c.shape) <= SMALL and impl.unsupported(c) is None
-            and all(getattr(c, k) == v for k, v in fields.items())]
+    """The op's covering-design cases the interpreted implementation takes, up to SMALL elements, with `fields`."""
+    return [c for c in default_sweep(op, narrowing=Narrowing(scans="without")) if math.prod(c.shape) <= SMALL
+            and impl.unsupported(c) is None and all(getattr(c, k) == v for k, v in fields.items())]
 
 
 def run(*argv):
     out = io.StringIO()
     return main(list(argv), out), out.getvalue()
+
+
+# The scans' sizes at the kernels' own widths: next_power_of_2(H) columns, row tiles of powers of two
+AROUND = {w + d for w in (16, 64, 256, 1024) for d in (-1, 0, 1)}
+
+
+@needs_triton
+@pytest.mark.parametrize("op", CORRECT)
+def test_the_correct_kernels_pass_the_boundary_scans_around_their_block_widths(op):
+    impl = interpreted(op, CORRECT[op])
+    cases = [c for name, size, row in scan_rows(op) if size in AROUND
+             for c in [case_of(op, row)] if c.dtype == "f32" and c.numel <= SMALL and impl.unsupported(c) is None]
+    reports = [judge(c, impl) for c in cases]
+    assert len(reports) >= 12 and all(r.verdict in (PASS, MISTRUSTED) for r in reports), \
+        [r.summary() for r in reports if r.verdict not in (PASS, MISTRUSTED)]
 
 
 @needs_triton

@@ -21,6 +21,9 @@ from ..core.errors import UsageError
 from ..numerics.dtypes import parse_dtype
 from ..ops.design import Exclusion, Factor, Level
 
+# Which part of the sweep a run takes: the covering design's cases and then the boundary scans (with), the design's
+# alone (without: a quicker run), or the scans alone (only: chasing a size path)
+SCANS = ("with", "without", "only")
 GIVEN = "fixed by the run"  # the why of a level the run gave that the design does not declare
 SPLIT = "split"             # the factor a world size narrows (ops.design.split_factor)
 
@@ -29,15 +32,19 @@ SPLIT = "split"             # the factor a world size narrows (ops.design.split_
 class Narrowing:
     """`fields`: (Case field, value) pairs every case of the sweep takes; `world_size`: the number of ranks every
     case of a distributed op has; `element_scale`: how much smaller than the design's own bounds a case's elements
-    must stay where it runs (Triton's interpreter: every level and pair kept, with smaller companions)."""
+    must stay where it runs (Triton's interpreter: every level and pair kept, with smaller companions); `scans`: which
+    part of the sweep runs (SCANS)."""
     fields: tuple[tuple[str, Any], ...] = ()
     world_size: int | None = None
     element_scale: float | None = None
+    scans: str = "with"
 
     @classmethod
     def of(cls, fields: dict | None = None, world_size: int | None = None,
-           element_scale: float | None = None) -> "Narrowing":
-        return cls(tuple(sorted((fields or {}).items())), world_size, element_scale)
+           element_scale: float | None = None, scans: str = "with") -> "Narrowing":
+        if scans not in SCANS:
+            raise UsageError(f"scans must be one of {', '.join(SCANS)}, got {scans!r}")
+        return cls(tuple(sorted((fields or {}).items())), world_size, element_scale, scans)
 
     @property
     def fixed(self) -> dict:
@@ -47,7 +54,7 @@ class Narrowing:
         """This narrowing with more fields fixed (an implementation's conventions); a field it fixes already wins."""
         return replace(self, fields=Narrowing.of({**dict(pairs), **self.fixed}).fields)
 
-    def __bool__(self) -> bool:
+    def __bool__(self) -> bool:  # (whether it narrows the factors' levels: `scans` picks cases, not levels)
         return bool(self.fields) or self.world_size is not None or self.element_scale is not None
 
     def apply(self, case):

@@ -13,13 +13,15 @@ its value back off the case); tests/meta/test_sweep.py fails when a declared val
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 from itertools import combinations
 
 from ..core.errors import UsageError
 from ..numerics.formats import expressible
 from ..ops import CASE_FIELDS, get_op
-from ..ops.design import Exclusion, Factor, shared_anchors, shared_exclusions, shared_factors
+from ..ops.design import (SCAN_DTYPES, SCAN_ELEMENTS, SCAN_LAYOUT, SCAN_PROFILE, Exclusion, Factor, scan_of,
+                          scan_sizes, shared_anchors, shared_exclusions, shared_factors)
 from .case import ORDERS, Case
 from .covering import covering_array
 from .narrowing import Narrowing, fits, narrowed
@@ -72,19 +74,79 @@ def anchor_rows(op: str, narrowing: Narrowing = Narrowing()) -> tuple[dict, ...]
     fs, excluded = narrowed_design(op, narrowing)
     kept = {f.name: f.values for f in fs}
     rows = []
-    filling = geometry_first(op, fs)
     for anchor in shared_anchors(get_op(op)):
-        row = dict(anchor.values)
-        if any(v not in kept[name] for name, v in row.items()):
+        if any(v not in kept[name] for name, v in anchor.values):
             continue
-        for f in filling:
-            if f.name not in row:
-                fitting = [v for v in (f.values[f.usual],) + f.values if fits(excluded, row, f.name, v)]
-                if not fitting:
-                    raise ValueError(f"{op}: no level of {f.name} meets the anchor '{anchor.why}'")
-                row[f.name] = fitting[0]
-        rows.append({f.name: row[f.name] for f in fs})
+        row = filled(op, dict(anchor.values), fs, excluded)
+        if row is None:
+            raise ValueError(f"{op}: no level of some factor meets the anchor '{anchor.why}'")
+        rows.append(row)
     return tuple(rows)
+
+
+def filled(op: str, row: dict, fs, excluded, smaller: bool = False) -> dict | None:
+    """`row` with every other factor at its usual level, or where that meets an exclusion at its first level that
+    does not (the op's geometry first; `smaller`: every size at the nearest level below its usual one instead); None
+    when a factor has no such level or the row's own values clash."""
+    row = dict(row)
+    given = list(row.items())
+    if any(not fits(excluded, dict(given[:i]), name, v) for i, (name, v) in enumerate(given)):
+        return None
+    for f in geometry_first(op, fs):
+        if f.name not in row:
+            order = (f.values[f.usual],) + f.values
+            if smaller and all(type(v) is int for v in f.values):
+                usual = f.values[f.usual]
+                order = tuple(sorted((v for v in f.values if v < usual), reverse=True)) or order
+            fitting = [v for v in order if fits(excluded, row, f.name, v)]
+            if not fitting:
+                return None
+            row[f.name] = fitting[0]
+    return {f.name: row[f.name] for f in fs}
+
+
+@lru_cache(maxsize=None)
+def scan_rows(op: str, narrowing: Narrowing = Narrowing()) -> tuple[tuple[str, int, dict], ...]:
+    """The boundary scans (ops.design.Scan): (factor, size, row) for each size of each scanned factor, in f64 and
+    f32 (the run's dtypes where it narrows them away), contiguous, on normal data, every other factor at its usual
+    level (the sizes just below where the usual ones make a case past SCAN_ELEMENTS). A size the run's fields decide
+    otherwise (a --shape) is not a case of its scan."""
+    fs, excluded = narrowed_design(op, narrowing)
+    kept = {f.name: f for f in fs}
+
+    def scanned_level(name, wanted):
+        f = kept[name]
+        return [v for v in wanted if v in f.values] or [f.values[f.usual]]
+
+    dtypes = scanned_level("dtype", SCAN_DTYPES)
+    common = {"layout": scanned_level("layout", [SCAN_LAYOUT])[0], "profile": scanned_level("profile", [SCAN_PROFILE])[0]}
+    limit = SCAN_ELEMENTS * (narrowing.element_scale or 1)
+    rows = []
+    fixed = narrowing.fixed
+    for f in factors(op):
+        scan = scan_of(f)
+        if scan is None or f.name not in kept or "shape" in fixed or (f.field is not None and f.field in fixed):
+            continue  # (a run that fixes the size has no scan of it)
+        read = scan.read or f.read
+        for n in scan_sizes(f):
+            for dtype in dtypes:
+                given = {**(scan.values(n) if scan.values else {f.name: n}), "dtype": dtype, **common}
+                row = next((row for smaller in (False, True) for row in [filled(op, given, fs, excluded, smaller)]
+                            if _fits_scan(op, row, narrowing, read, n, limit)), None)
+                if row is not None:
+                    rows.append((f.name, n, row))
+    return tuple(rows)
+
+
+def _fits_scan(op: str, row: dict | None, narrowing: Narrowing, read, n: int, limit: float) -> bool:
+    """A scan's row makes a case of size `n` (read back) of at most `limit` elements."""
+    if row is None:
+        return False
+    try:
+        case = case_of(op, row, 0, narrowing)
+    except UsageError:
+        return False
+    return read(case) == n and case.numel <= limit
 
 
 def case_of(op: str, row: dict, seed: int = 0, narrowing: Narrowing = Narrowing()) -> Case:
@@ -104,9 +166,13 @@ def default_sweep(op: str, seed: int = 0, follows=(), formats: tuple[str, ...] |
     (field, value) pairs an implementation fixes (Impl.follows), set on every case like the run's own;
     `formats`: the memory formats it can express (Impl.formats): a case in others takes the standard layout;
     `shares`: the one split of an extent over a number of ranks it expresses (Impl.shares): every case takes it.
+    The covering design's cases come first, then the boundary scans (scan_rows), or either alone (Narrowing.scans).
     Cases that became the same case run once."""
     narrowing = narrowing.with_fields(follows) if follows else narrowing
-    cases = [case_of(op, row, seed, narrowing) for row in design(op, narrowing)]
+    levels = replace(narrowing, scans="with")  # (the part of the sweep a run takes changes no level)
+    rows = ((design(op, levels) if narrowing.scans != "only" else ())
+            + (tuple(row for _, _, row in scan_rows(op, levels)) if narrowing.scans != "without" else ()))
+    cases = [case_of(op, row, seed, narrowing) for row in rows]
     if formats is not None:
         cases = [c if expressible(formats, c.x_format, c.dy_format)
                  else c.with_(x_format="contiguous", dy_format="contiguous") for c in cases]

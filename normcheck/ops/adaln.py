@@ -10,7 +10,7 @@ from ..core.errors import UsageError
 from ..reference.stages import ONE_PLUS, PER_SAMPLE, Scale
 from . import layernorm
 from .core import Impl, Operand
-from .design import Design, Exclusion, Factor, at_most, eps_factor, levels, spread
+from .design import BATCH_SCAN, Design, Exclusion, Factor, at_most, eps_factor, levels, spread
 from .fused import fused
 from .layernorm import HIDDEN, MAX_ELEMENTS, normalized_axes, normalized_shape
 
@@ -26,7 +26,7 @@ BATCH = Factor("batch", levels(
     1, "one sample: a modulation summed over the batch looks right",
     2, "two samples",
     5, "an odd number of samples",
-), read=lambda c: c.shape[0], usual=1)
+), read=lambda c: c.shape[0], usual=1, scan=BATCH_SCAN)
 SEQUENCE = Factor("sequence", levels(
     1, "one token per sample (a 2-D input, or a decode step): dscale = dy·ŷ, no sum",
     2, "two tokens",

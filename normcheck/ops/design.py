@@ -34,7 +34,8 @@ class Factor:
     factor, which the op's `Design.shape` turns into a shape with the others); `show(value)`: its label;
     `usual`: the index of the level that fills a case where the design leaves the factor free (the common
     value, not an edge: otherwise most cases would have one row, or eps = 0); `field`: the case field a geometry
-    factor's value decides (groups, normalized_dims): a run that fixes that field fixes the factor."""
+    factor's value decides (groups, normalized_dims): a run that fixes that field fixes the factor; `scan`: the
+    sizes its boundary scan tries (None: scan_of's rule)."""
     name: str
     levels: tuple[Level, ...]
     read: Callable[[Case], Any]
@@ -42,6 +43,7 @@ class Factor:
     show: Callable[[Any], str] = str
     usual: int = 0
     field: str | None = None
+    scan: "Scan | None" = None  # its boundary scan; None: the shared rule's (scan_of)
 
     def __post_init__(self):
         values = [lv.value for lv in self.levels]
@@ -59,6 +61,60 @@ class Factor:
     @property
     def values(self) -> tuple:
         return tuple(lv.value for lv in self.levels)
+
+
+# ----------------------------------------------------------------------------- boundary scans
+# Pairs treat sizes as categories; a tiled kernel's paths change at exact multiples of the widths it splits a size
+# by (vector lanes, warps, blocks, row tiles: powers of two, and three of them: 3-wide vectors, 96-row tiles) and one
+# either side (a tile that divides the size leaves a zero-width tail, one past it a tail of one). A bug there shows
+# on any dtype and layout: a scan tries every such size of one factor, the others at their usual levels.
+SCAN_MULTIPLES = (1, 3)
+SCAN_DTYPES = (("f64", "f64"), ("f32", "f32"))
+SCAN_LAYOUT = ("contiguous", "contiguous")
+SCAN_PROFILE = "normal"
+SCAN_ELEMENTS = 1 << 16  # a scan case's elements at most: hundreds of sizes cost seconds
+
+
+@dataclass(frozen=True)
+class Scan:
+    """A size factor's boundary scan: each size of `boundary_sizes` from the factor's smallest level up to `limit`
+    (None: its largest level) is one case. `values(n)`: the row values that give size n (default {factor: n});
+    `read(case)`: the size a built case has (default the factor's read)."""
+    limit: int | None = None
+    values: Callable[[int], dict] | None = None
+    read: Callable[[Case], int] | None = None
+
+
+NO_SCAN = Scan(limit=0)
+
+
+def boundary_sizes(limit: int, start: int = 1) -> tuple[int, ...]:
+    """Every k·2^j − 1, k·2^j and k·2^j + 1 (k in SCAN_MULTIPLES, j >= 1) for k·2^j up to `limit`, from `start`."""
+    sizes = {start}
+    for k in SCAN_MULTIPLES:
+        width = 2 * k
+        while width <= limit:
+            sizes |= {width - 1, width, width + 1}
+            width *= 2
+    return tuple(sorted(n for n in sizes if n >= start))
+
+
+def scan_of(f: Factor) -> Scan | None:
+    """A factor's scan: its own declaration, else the shared rule's for a size (a geometry factor of integer levels
+    that no case field decides: rows, hidden, set, channels, spatial, batch, sequence); None for anything else."""
+    if f.scan is not None:
+        return f.scan if f.scan.limit != 0 else None
+    sizes = f.fields is None and f.field is None and all(type(v) is int for v in f.values)
+    return Scan() if sizes else None
+
+
+def scan_sizes(f: Factor) -> tuple[int, ...]:
+    scan = scan_of(f)
+    if scan is None:
+        return ()
+    ints = [v for v in f.values if type(v) is int]
+    start = min(ints, default=1)
+    return boundary_sizes(scan.limit if scan.limit is not None else max(ints, default=0), max(start, 0))
 
 
 @dataclass(frozen=True)
@@ -158,7 +214,8 @@ ORDERS = levels(1, "the backward", 2, "the double backward: derivatives of the s
 def rank_factor(ranks: tuple[int, ...]) -> Factor:
     why = {2: "(N, C): no spatial dims", 3: "one spatial dim", 4: "2-D images (channels_last)",
            5: "3-D volumes (channels_last_3d)"}
-    return Factor("rank", levels(*[x for r in ranks for x in (r, why[r])]), read=lambda c: len(c.shape))
+    return Factor("rank", levels(*[x for r in ranks for x in (r, why[r])]), read=lambda c: len(c.shape),
+                  scan=NO_SCAN)  # (a number of dims, not a size)
 
 
 def path_factor(params: tuple[str, ...]) -> Factor:
@@ -270,12 +327,18 @@ def split_factor(*pairs) -> Factor:
                   show=lambda v: ",".join(map(str, v)))
 
 
+# Channels-last kernels spread channels over vector lanes and a block's threads: up to a block of 1024
+CHANNEL_SCAN = Scan(limit=1024)
+# Kernels unroll the batch (samples per program, per-sample loops): every unrolling width up to 64
+BATCH_SCAN = Scan(limit=64)
+
+
 def channel_factor(*values) -> Factor:
     why = {1: "one channel: loops over channels of length 1", 3: "fewer channels than a vector's lanes",
            8: "one 8-lane vector", 12: "4 channels per group of 3", 16: "one 16-lane vector",
            64: "many whole vectors", 65: "one past a vector multiple: the scalar tail"}
     return Factor("channels", levels(*[x for v in values for x in (v, why[v])]), read=lambda c: c.channels,
-                  usual=values.index(3) if 3 in values else 0)
+                  usual=values.index(3) if 3 in values else 0, scan=CHANNEL_SCAN)
 
 
 def spatial_size(case) -> int:

@@ -12,7 +12,7 @@ from ..numerics.sets import SetView
 from .batchnorm import drop_none
 from .core import ALWAYS, CaseField, Impl, KnownIssue, Op, Signature, native_output_mask
 from .forward_ad import forward_ad_issues
-from .design import (SPATIAL_NEEDS_RANK, Design, Exclusion, Factor, at_most, channel_factor, eps_factor,
+from .design import (BATCH_SCAN, Scan, SPATIAL_NEEDS_RANK, Design, Exclusion, Factor, at_most, channel_factor, eps_factor,
                      levels, nc_spatial, spatial_size)
 
 SIGNATURE = "fn(input, num_groups, weight, bias, eps) -> Tensor  (torch.nn.functional.group_norm)"
@@ -42,15 +42,25 @@ def _label(g: int, c: int) -> str:
     return "1" if g == 1 else "C" if g == c else "2" if g == 2 else "prime"
 
 
-def _groups_exist(c: int, label: str) -> bool:
-    """C has a group count of that kind (C = 1 has only G = 1; an odd prime G needs a C it divides)."""
-    g = GROUPS[label](c)
-    return g is not None and _label(g, c) == label
+def _count(groups, c: int) -> int | None:
+    """The group count a row's groups value gives with C channels: a label's, or a scan's count itself."""
+    return groups if isinstance(groups, int) else GROUPS[groups](c)
+
+
+def _groups_exist(c: int, groups) -> bool:
+    """C has a group count of that kind (C = 1 has only G = 1; an odd prime G needs a C it divides), or a scanned
+    count divides C."""
+    g = _count(groups, c)
+    return g is not None and c % g == 0 and (isinstance(groups, int) or _label(g, c) == groups)
 
 
 def _shape(v: dict) -> dict:
     c = v["channels"]
-    return {"shape": nc_spatial(v["batch"], c, v["spatial"], v["rank"]), "groups": GROUPS[v["groups"]](c)}
+    return {"shape": nc_spatial(v["batch"], c, v["spatial"], v["rank"]), "groups": _count(v["groups"], c)}
+
+
+# The group count's own scan: G groups of two channels each (a grid of N·G sets, a vector of two per group)
+GROUP_SCAN = Scan(limit=256, values=lambda g: {"groups": g, "channels": 2 * g}, read=lambda c: c.groups)
 
 
 SWEEP = Design(
@@ -61,7 +71,7 @@ SWEEP = Design(
             "C", "G = C: one channel per group (InstanceNorm's path)",
             "2", "two groups of many channels: γ varies inside a group",
             "prime", "an odd prime number of groups (C/G not a power of two)",
-        ), read=lambda case: _label(case.groups, case.channels), usual=2, field="groups"),
+        ), read=lambda case: _label(case.groups, case.channels), usual=2, field="groups", scan=GROUP_SCAN),
         Factor("spatial", levels(
             1, "no spatial extent: sets are channels only",
             7, "a few pixels: fewer than a vector",
@@ -74,7 +84,7 @@ SWEEP = Design(
             1, "one sample: fewer (sample, group) sets than threads",
             2, "two samples",
             3, "an odd batch",
-        ), read=lambda c: c.shape[0], usual=1),
+        ), read=lambda c: c.shape[0], usual=1, scan=BATCH_SCAN),
         eps_factor(0.0, 1e-10, 1e-5, 1e-2),
     ),
     shape=_shape,

@@ -10,7 +10,7 @@ from ..numerics.sets import SetView
 from .batchnorm import (DOUBLE_BACKWARD_BIAS_WITHOUT_WEIGHT, HALF_DOUBLE_BACKWARD, HALF_FORWARD_AD, JVP_MIXED_DTYPE,
                         call, drop_none)  # F.instance_norm's arguments are F.batch_norm's (use_input_stats: True)
 from .core import Impl, KnownIssue, Op, Signature
-from .design import MOMENTUM, Design, Factor, at_most, channel_factor, eps_factor, levels, nc_spatial
+from .design import BATCH_SCAN, MOMENTUM, Design, Factor, at_most, channel_factor, eps_factor, levels, nc_spatial
 
 SIGNATURE = ("fn(input, running_mean, running_var, weight, bias, use_input_stats, momentum, eps) -> Tensor"
              "  (torch.nn.functional.instance_norm)")
@@ -34,7 +34,7 @@ SWEEP = Design(
             1, "a batch of one: the (1, N·C, ...) view is x itself",
             3, "three instances: sums over the batch whose order matters",
             4, "running statistics averaged over four instances",
-        ), read=lambda c: c.shape[0], usual=1),
+        ), read=lambda c: c.shape[0], usual=1, scan=BATCH_SCAN),
         eps_factor(0.0, 1e-10, 1e-5, 1e-2),
         MOMENTUM,
     ),

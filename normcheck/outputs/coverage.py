@@ -1,14 +1,17 @@
 """What a default sweep covers (`normcheck list --op OP --coverage`): every factor value and every pair of
-values of two factors, with how many cases cover it, read off the cases; the excluded pairs with why."""
+values of two factors, with how many of the covering design's cases cover it, read off the cases; the excluded pairs
+with why; then the boundary scans, a block of their own (each scanned size factor's sizes)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..cases.narrowing import Narrowing
-from ..cases.sweep import coverage, default_sweep, narrowed_design
+from ..cases.sweep import case_of, coverage, default_sweep, narrowed_design, scan_rows
 
 
 def coverage_document(op: str, narrowing: Narrowing = Narrowing()) -> dict:
     """What the op's sweep covers, narrowed as the run's options say."""
-    cases = default_sweep(op, narrowing=narrowing)
+    cases = default_sweep(op, narrowing=replace(narrowing, scans="without")) if narrowing.scans != "only" else []
     values, pairs = coverage(op, cases, narrowing)
     narrowed, excluded = narrowed_design(op, narrowing)
     fs = {f.name: f for f in narrowed}
@@ -25,15 +28,36 @@ def coverage_document(op: str, narrowing: Narrowing = Narrowing()) -> dict:
                   for (a, b), counts in pairs.items()],
         "excluded": [{"factors": list(e.factors), "why": e.why} for e in excluded],
         "missing": missing,
+        "scans": scans_document(op, narrowing, cases) if narrowing.scans != "without" else [],
     }
+
+
+def scans_document(op: str, narrowing: Narrowing, design) -> list[dict]:
+    """The boundary scans: per scanned factor, the sizes its cases have and in which dtypes, and how many cases they
+    add to the covering design's (`design`: a case two scans or the design share counts once)."""
+    by_factor: dict[str, dict] = {}
+    seen = set(design)
+    for name, size, row in scan_rows(op, replace(narrowing, scans="with")):
+        case = case_of(op, row, 0, narrowing)
+        scan = by_factor.setdefault(name, {"factor": name, "sizes": [], "dtypes": [], "cases": 0})
+        scan["cases"] += case not in seen
+        seen.add(case)
+        if size not in scan["sizes"]:
+            scan["sizes"].append(size)
+        dtype = "/".join(dict.fromkeys(row["dtype"]))
+        if dtype not in scan["dtypes"]:
+            scan["dtypes"].append(dtype)
+    return list(by_factor.values())
 
 
 def coverage_text(doc: dict) -> str:
     pairs = sum(p["allowed"] for p in doc["pairs"])
     verdict = "every value and every allowed pair covered" if not doc["missing"] else \
         f"{len(doc['missing'])} NOT COVERED: {', '.join(doc['missing'][:5])}"
+    scanned = sum(s["cases"] for s in doc["scans"])
     lines = [f"{doc['op']}: {doc['cases']} cases ({doc['distinct_shapes']} shapes) over {len(doc['factors'])} factors, "
-             f"{sum(len(f['values']) for f in doc['factors'])} values, {pairs} allowed pairs of values: {verdict}",
+             f"{sum(len(f['values']) for f in doc['factors'])} values, {pairs} allowed pairs of values: {verdict}; "
+             f"{scanned} boundary-scan cases besides",
              "values (cases covering each):"]
     for f in doc["factors"]:
         lines.append(f"  {f['name']}")
@@ -45,5 +69,15 @@ def coverage_text(doc: dict) -> str:
         lines.append("    " + ", ".join(f"{k} {n}" for k, n in p["counts"].items()))
     lines.append("excluded pairs:")
     lines += [f"  {' × '.join(e['factors'])}: {e['why']}" for e in doc["excluded"]]
+    if not doc["scans"]:
+        lines.append("boundary scans: none")
+    else:
+        lines.append(f"boundary scans ({scanned} cases: one size factor at a time, "
+                     "around every power of two and three times one, each other factor at its usual level; "
+                     "contiguous, normal data):")
+    for scan in doc["scans"]:
+        lines.append(f"  {scan['factor']}: {len(scan['sizes'])} sizes in {', '.join(scan['dtypes'])} "
+                     f"({scan['cases']} cases)")
+        lines.append("    " + " ".join(map(str, scan["sizes"])))
     return "\n".join(lines)
 

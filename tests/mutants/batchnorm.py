@@ -15,7 +15,9 @@ BUGS = ("unbiased_normalise", "naive_variance", "low_precision_accumulation", "d
         # on the paths kernels dispatch on: one set, a long set, channel lanes, G = 1 and G = C, eps, momentum
         "channels_last_lane_sums", "eval_hard_coded_eps", "fixed_momentum", "long_set_halves", "one_set_blocks",
         # a size-1 dim's stride read as if it meant something: a channels-last path that reads x's raw strides
-        "raw_stride_layout")
+        "raw_stride_layout",
+        # on one size path of a tiled kernel, where only the boundary scans reach (channels)
+        "vec4_channel_tail")
 MUTANTS = {bug: named(batch_norm, bug) for bug in BUGS}
 textbook = batch_norm()
 CORRECT = {"textbook": textbook}

@@ -13,8 +13,11 @@ BUGS = ("unbiased_normalise", "naive_variance", "low_precision_accumulation", "d
         "constant_stats_double_backward", "overwrites_dy", "frozen_x_fast_path", "frozen_params_fast_path",
         "nondeterministic_sum",
         # on the paths kernels dispatch on: one set, a long set, channel lanes, G = 1 and G = C, eps, momentum
-        "g1_per_pixel", "gc_drops_bias", "long_set_halves")
+        "g1_per_pixel", "gc_drops_bias", "long_set_halves",
+        # on one size path of a tiled kernel, where only the boundary scans reach (plane size, batch)
+        "plane_tile_tail", "unrolled_batch_tail")
 MUTANTS = {bug: named(group_norm, bug) for bug in BUGS}
 textbook = group_norm()
-CORRECT = {"textbook": textbook}
+tiled_sums = named(group_norm, "tiled_sums")  # (correct: statistics merged from tiles)
+CORRECT = {"textbook": textbook, "tiled_sums": tiled_sums}
 globals().update(MUTANTS)

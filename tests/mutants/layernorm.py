@@ -18,6 +18,8 @@ BUGS = ("unbiased_normalise", "naive_variance", "low_precision_accumulation", "d
         "nondeterministic_sum",
         # on the paths kernels dispatch on: one set, a long set, channel lanes, G = 1 and G = C, eps, momentum
         "one_set_blocks", "long_set_halves", "hard_coded_eps",
+        # on one size path of a tiled kernel, where only the boundary scans reach (rows and row lengths)
+        "whole_tile_tail", "two_warp_sets", "persistent_row_tail", "one_row_param_block",
         # in its forward-mode formula alone (a custom Function's jvp): forward and backward stay right
         "jvp_missing_stat_terms", "jvp_ignores_weight_tangent")
 MUTANTS = {bug: named(layer_norm, bug) for bug in BUGS}
@@ -25,5 +27,6 @@ textbook = layer_norm()
 FP8_MUTANTS, FP8_CORRECT = _fp8.records(textbook, "layernorm", {}, __name__)
 MUTANTS |= FP8_MUTANTS
 uncentred_jvp = named(layer_norm, "uncentred_jvp")  # (correct: the same formula written another way)
-CORRECT = {"textbook": textbook, "uncentred_jvp": uncentred_jvp, **FP8_CORRECT}
+tiled_sums = named(layer_norm, "tiled_sums")  # (correct: statistics merged from tiles)
+CORRECT = {"textbook": textbook, "uncentred_jvp": uncentred_jvp, "tiled_sums": tiled_sums, **FP8_CORRECT}
 globals().update(MUTANTS | FP8_CORRECT)

@@ -14,6 +14,19 @@ LANES = 16  # the vector width of the emulated low-precision kernel
 BLOCK = 1024  # elements per block of the split-statistics mutants
 LONG_SET = 8192  # sets longer than this take the two-halves path of its mutant
 CHANNEL_LANES = 8  # the channel vector of the channels-last lane mutant
+# The tiled kernels' widths of the boundary mutants (each bug lives on one size path, normcheck's boundary scans)
+ROW_TILE = 384       # a row tile of 3·128 values: 768- and 1536-wide rows are whole tiles
+WARP = 32            # lanes of a warp: sets of 33..64 values take a two-warp path
+ROW_BLOCK = 96       # rows per dγ/dβ partial-sum block (three warps of rows)
+PROGRAMS = 48        # programs of a persistent kernel, looping over the rows
+PLANE_TILE = 768     # plane elements per block (256 threads x 3)
+UNROLL = 8           # samples per unrolled iteration
+CHANNEL_VECTOR = 4   # channels per vec4 load (C % 8 == 4 takes the vec4 path: vec8 loads, then one vec4)
+
+
+# The bugs on one size path of a tiled kernel (Bugs below): only a case of that size shows them
+BOUNDARY_BUGS = ("whole_tile_tail", "two_warp_sets", "plane_tile_tail", "unrolled_batch_tail", "vec4_channel_tail",
+                 "persistent_row_tail", "one_row_param_block")
 
 
 @dataclass(frozen=True)
@@ -57,7 +70,17 @@ class Bugs:
     jvp_missing_stat_terms: bool = False    # ẏ = γ·ẋ·invstd: the tangents of the mean and invstd left out
     jvp_ignores_weight_tangent: bool = False  # ẏ without γ̇·x̂
     # Not bugs: another correct form of the same formula (a kernel may write either)
+    # Bugs on one size path of a tiled kernel: right at every size but the path's
+    whole_tile_tail: bool = False     # a set of whole 384-value tiles: the "tail" mask of width 0 drops the last tile
+    two_warp_sets: bool = False       # sets of 33..64 values: warp 1's partial sum read before it is written
+    plane_tile_tail: bool = False     # planes of whole 768-element tiles: the last tile left out of the sums
+    unrolled_batch_tail: bool = False  # N = 8k + 1 samples: the remainder sample reuses the last unrolled statistics
+    vec4_channel_tail: bool = False   # C % 8 == 4: the trailing vec4 of channels takes the previous vector's statistics
+    persistent_row_tail: bool = False  # 48 persistent programs, rows = 48k + 1: the tail round of one row is skipped
+    one_row_param_block: bool = False  # dγ/dβ in blocks of 96 rows, rows = 96k + 1: a block of one row is skipped
+    # Not bugs: another correct form of the same formula (a kernel may write either)
     uncentred_jvp: bool = False  # invstd̊ = −invstd³·mean((x − μ)·ẋ): the tangent left uncentred in the product
+    tiled_sums: bool = False     # each set's statistics from tiles of 384 values merged by their counts (Chan et al.)
 
 
 def _read(t: torch.Tensor, bugs: Bugs) -> torch.Tensor:
@@ -118,6 +141,12 @@ def _statistics(xs, view: SetView, eps, bugs: Bugs, low, running):
         var = ((xs - xs.mean(dim=(2, 3), keepdim=True)) ** 2).mean(dim=(2, 3), keepdim=True).mean(dim=0, keepdim=True)
     elif (bugs.one_set_blocks and view.set_count == 1 and count > BLOCK) or (bugs.long_set_halves and count > LONG_SET):
         mu, var = _split_statistics(xs, view, BLOCK if bugs.one_set_blocks else (count + 1) // 2)
+    elif bugs.tiled_sums and not view.across_batch and view.s_in_sets:
+        mu, var = _tiled_statistics(xs, axes)
+    elif _unseen(view, bugs) is not None:
+        seen = 1 - _unseen(view, bugs).to(xs.dtype)
+        mu = (xs * seen).sum(dim=axes, keepdim=True) / count
+        var = ((xs - mu) * seen).pow(2).sum(dim=axes, keepdim=True) / count
     else:
         mu = _sum(xs, axes, bugs, low) / count
         if bugs.naive_variance:
@@ -126,11 +155,67 @@ def _statistics(xs, view: SetView, eps, bugs: Bugs, low, running):
             var = _sum((xs - mu) ** 2, axes, bugs, low) / count
     if bugs.channels_last_lane_sums and view.across_batch:
         mu, var = _lanes_mixed(mu), _lanes_mixed(var)
+    if running is None:
+        mu, var = _reused_statistics(mu, view, bugs), _reused_statistics(var, view, bugs)
     norm_var = var * count / (count - 1) if bugs.unbiased_normalise and running is None else var
     invstd = 1 / (norm_var.clamp_min(0).sqrt() + eps) if bugs.eps_outside_sqrt else (norm_var.clamp_min(0) + eps).rsqrt()
     if bugs.bf16_moments:
         mu, invstd = mu.to(torch.bfloat16).to(xs.dtype), invstd.to(torch.bfloat16).to(xs.dtype)
     return mu, var, invstd
+
+
+def _tiled_statistics(xs, axes):
+    """(μ, σ²) of each set as a tiled kernel computes them: per tile of ROW_TILE values, then merged weighted by
+    the tiles' counts, the spread of the tile means included (a correct merge: the last tile may be short)."""
+    n, k, l, s = xs.shape
+    tiles = xs.reshape(n, k, l * s).split(ROW_TILE, dim=2)
+    counts = torch.tensor([t.shape[2] for t in tiles], dtype=xs.dtype)
+    means = torch.stack([t.mean(dim=2) for t in tiles], dim=2)
+    squares = torch.stack([(t - t.mean(dim=2, keepdim=True)).pow(2).sum(dim=2) for t in tiles], dim=2)
+    mu = (means * counts).sum(dim=2) / counts.sum()
+    var = (squares + counts * (means - mu[..., None]).pow(2)).sum(dim=2) / counts.sum()
+    return mu.reshape(n, k, 1, 1), var.reshape(n, k, 1, 1)
+
+
+def _unseen(view: SetView, bugs: Bugs):
+    """A (1, 1, L, S) mask of the elements a tiled kernel's loops leave out of every set's sums (None: none)."""
+    _, _, l, s = view.grouped_shape
+    index = torch.arange(l * s).reshape(1, 1, l, s)
+    if view.across_batch or not view.s_in_sets:
+        return None
+    if bugs.whole_tile_tail and l * s > ROW_TILE and l * s % ROW_TILE == 0:
+        return index >= l * s - ROW_TILE
+    if bugs.two_warp_sets and WARP < l * s <= 2 * WARP:
+        return index >= WARP
+    if bugs.plane_tile_tail and s > PLANE_TILE and s % PLANE_TILE == 0:
+        return index % s >= s - PLANE_TILE
+    return None
+
+
+def _reused_statistics(stat, view: SetView, bugs: Bugs):
+    """Per-set statistics where an unrolled loop's remainder reuses the registers of the iteration before: the
+    last sample's (N = 8k + 1) or the last vec4 of channels (C % 8 == 4)."""
+    n, k = stat.shape[0], stat.shape[1]
+    if bugs.unrolled_batch_tail and not view.across_batch and n > UNROLL and n % UNROLL == 1:
+        return torch.cat([stat[:-1], stat[-2:-1]], dim=0)
+    if bugs.vec4_channel_tail and view.across_batch and k > CHANNEL_VECTOR and k % 8 == CHANNEL_VECTOR:
+        return torch.cat([stat[:, :-CHANNEL_VECTOR], stat[:, -2 * CHANNEL_VECTOR:-CHANNEL_VECTOR]], dim=1)
+    return stat
+
+
+def _rows_kept(view: SetView, bugs: Bugs, dtype, for_params: bool):
+    """(N, 1, 1, 1): 0 on the rows a row-wise kernel never processes (its outputs left as zeros) or leaves out of
+    dγ/dβ (`for_params`), else None."""
+    rows = view.grouped_shape[0]
+    if view.across_batch or view.blocks != 1:
+        return None
+    skipped = ((bugs.persistent_row_tail and rows > PROGRAMS and rows % PROGRAMS == 1)
+               or (for_params and bugs.one_row_param_block and rows > ROW_BLOCK and rows % ROW_BLOCK == 1))
+    if not skipped:
+        return None
+    kept = torch.ones(rows, 1, 1, 1, dtype=dtype)
+    kept[-1] = 0
+    return kept
 
 
 def _split_statistics(xs, view: SetView, block: int):
@@ -169,7 +254,9 @@ class _Norm(torch.autograd.Function):
         ones = torch.ones(view.param_shape, dtype=acc)
         gamma = view.per_channel_values(weight.to(acc) if weight is not None else ones)
         beta = view.per_channel_values(bias.to(acc) if bias is not None else 0 * ones)
-        y = view.ungroup(xhat * gamma + beta).to(low)
+        out = xhat * gamma + beta
+        kept = _rows_kept(view, bugs, acc, for_params=False)
+        y = view.ungroup(out if kept is None else out * kept).to(low)
         if bugs.modifies_input:
             x.sub_(view.ungroup(mu.expand_as(xs)).to(x.dtype))
         stats_out.update(mean=mu, var=var, count=view.set_size)
@@ -207,7 +294,12 @@ class _Norm(torch.autograd.Function):
             mean_gx = _sum(gamma * dys * xhat, axes, bugs, low) / count
         if bugs.drop_xhat_term:
             mean_gx = torch.zeros_like(mean_gx)
-        dx = view.ungroup(invstd * (gamma * dys - mean_g - xhat * mean_gx)).to(low)
+        dxs = invstd * (gamma * dys - mean_g - xhat * mean_gx)
+        kept = _rows_kept(view, bugs, acc, for_params=False)
+        dx = view.ungroup(dxs if kept is None else dxs * kept).to(low)
+        kept_params = _rows_kept(view, bugs, acc, for_params=True)
+        if kept_params is not None:
+            dys = dys * kept_params
         if bugs.overwrites_dy:  # dx written into grad_output's buffer (and returned from it)
             dx = dy.copy_(dx)
         xterm = xhat / invstd if bugs.dweight_missing_invstd or (bugs.frozen_x_fast_path and not needs[0]) else xhat
