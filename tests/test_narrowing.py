@@ -99,6 +99,12 @@ def test_the_plugin_takes_the_same_narrowing(pytester):
                                                                   "normalized_dims": 1}))
     assert result.ret == 0 and len(sweep) == len(narrowed) > 10
     assert all(" D=1 f32 " in line for line in sweep), sweep[:3]
+    result = pytester.runpytest_inprocess("--collect-only", "-q", "--normcheck-op", "layernorm", "--normcheck-dtype",
+                                          "f32", "--normcheck-scans", "only")
+    scans = default_sweep("layernorm", narrowing=Narrowing.of({"dtype": "f32", "param_dtype": "f32"}, scans="only"))
+    collected = [line for line in result.outlines if "::test_default_sweep[" in line]
+    assert result.ret == 0 and len(collected) == len(scans) > 100
+    assert all(" f32 contiguous normal " in line for line in collected), collected[:3]
 
 
 def test_the_default_sweep_of_add_and_norm_passes_both_residual_streams():

@@ -125,12 +125,12 @@ def scan_rows(op: str, narrowing: Narrowing = Narrowing()) -> tuple[tuple[str, i
     fixed = narrowing.fixed
     for f in factors(op):
         scan = scan_of(f)
-        if scan is None or f.name not in kept or "shape" in fixed or (f.field is not None and f.field in fixed):
+        if scan is None or f.name not in kept or _fixed_by_run(f, fixed):
             continue  # (a run that fixes the size has no scan of it)
-        read = scan.read or f.read
+        read, usual = scan.read or f.read, kept[f.name].values[kept[f.name].usual]
         for n in scan_sizes(f):
             for dtype in dtypes:
-                given = {**(scan.values(n) if scan.values else {f.name: n}), "dtype": dtype, **common}
+                given = {**(scan.values(n, usual) if scan.values else {f.name: n}), "dtype": dtype, **common}
                 row = next((row for smaller in (False, True) for row in [filled(op, given, fs, excluded, smaller)]
                             if _fits_scan(op, row, narrowing, read, n, limit)), None)
                 if row is not None:
@@ -138,15 +138,23 @@ def scan_rows(op: str, narrowing: Narrowing = Narrowing()) -> tuple[tuple[str, i
     return tuple(rows)
 
 
+def _fixed_by_run(f: Factor, fixed: dict) -> bool:
+    """The run's fields decide the factor's value: a shape (every size), its field (groups), all its case fields (a
+    split)."""
+    if "shape" in fixed or (f.field is not None and f.field in fixed):
+        return True
+    return f.fields is not None and set(f.fields(f.values[0])) <= set(fixed)
+
+
 def _fits_scan(op: str, row: dict | None, narrowing: Narrowing, read, n: int, limit: float) -> bool:
-    """A scan's row makes a case of size `n` (read back) of at most `limit` elements."""
+    """A scan's row makes a case of size `n` (read back) of at most `limit` elements, in the run's world size."""
     if row is None:
         return False
     try:
         case = case_of(op, row, 0, narrowing)
     except UsageError:
         return False
-    return read(case) == n and case.numel <= limit
+    return read(case) == n and case.numel <= limit and narrowing.apply(case) is not None
 
 
 def case_of(op: str, row: dict, seed: int = 0, narrowing: Narrowing = Narrowing()) -> Case:

@@ -78,10 +78,10 @@ SCAN_ELEMENTS = 1 << 16  # a scan case's elements at most: hundreds of sizes cos
 @dataclass(frozen=True)
 class Scan:
     """A size factor's boundary scan: each size of `boundary_sizes` from the factor's smallest level up to `limit`
-    (None: its largest level) is one case. `values(n)`: the row values that give size n (default {factor: n});
-    `read(case)`: the size a built case has (default the factor's read)."""
+    (None: its largest level) is one case. `values(n, usual)`: the row values that give size n, given the factor's
+    usual value (default {factor: n}); `read(case)`: the size a built case has (default the factor's read)."""
     limit: int | None = None
-    values: Callable[[int], dict] | None = None
+    values: Callable[[int, Any], dict] | None = None
     read: Callable[[Case], int] | None = None
 
 
@@ -322,9 +322,14 @@ def shared_exclusions(op) -> tuple[Exclusion, ...]:
 
 # ----------------------------------------------------------------------------- shared geometry
 def split_factor(*pairs) -> Factor:
-    """The per-rank shares of a distributed op's split axis (Case.split): split_factor(shares, why, ...)."""
+    """The per-rank shares of a distributed op's split axis (Case.split): split_factor(shares, why, ...). Its scan
+    is rank 0's share, up to the largest the levels give one rank, beside the usual split's other ranks (one rank of
+    one where the usual split has no other)."""
+    largest = max(share for shares in pairs[::2] for share in shares)
+    scan = Scan(limit=largest, values=lambda n, usual: {"split": (n,) + (tuple(usual[1:]) or (1,))},
+                read=lambda c: c.split[0])
     return Factor("split", levels(*pairs), read=lambda c: c.split, fields=lambda v: {"split": v},
-                  show=lambda v: ",".join(map(str, v)))
+                  show=lambda v: ",".join(map(str, v)), scan=scan)
 
 
 # Channels-last kernels spread channels over vector lanes and a block's threads: up to a block of 1024

@@ -60,7 +60,7 @@ def _shape(v: dict) -> dict:
 
 
 # The group count's own scan: G groups of two channels each (a grid of N·G sets, a vector of two per group)
-GROUP_SCAN = Scan(limit=256, values=lambda g: {"groups": g, "channels": 2 * g}, read=lambda c: c.groups)
+GROUP_SCAN = Scan(limit=256, values=lambda g, usual: {"groups": g, "channels": 2 * g}, read=lambda c: c.groups)
 
 
 SWEEP = Design(

@@ -52,6 +52,17 @@ def test_the_scans_follow_the_declared_limits():
     assert all(c.groups == g and c.channels == 2 * g for g, c in groups.items()) and {7, 96, 97} <= set(groups)
 
 
+@pytest.mark.parametrize("op, narrowing, splits", [
+    ("syncbn", Narrowing(), {n: (n, 1) for n in range(1, 8)}),  # (rank 0's share, up to the levels' largest)
+    ("syncbn", Narrowing.of(world_size=3), {n: (n, 0, 6) for n in range(1, 8)}),  # (the usual split of 3 ranks)
+    ("layernorm_hp", Narrowing(), {n: (n, 1) for n in (255, 256, 257, 511, 512, 513)}),
+])
+def test_a_split_is_scanned_through_rank_0s_share_beside_the_usual_others(op, narrowing, splits):
+    got = {size: case_of(op, row, 0, narrowing).split for name, size, row in scan_rows(op, narrowing)
+           if name == "split"}
+    assert {n: got.get(n) for n in splits} == splits
+
+
 def test_the_scans_come_after_the_covering_design_and_a_run_may_take_either_alone():
     full = default_sweep("batchnorm")
     design, scans = (default_sweep("batchnorm", narrowing=Narrowing(scans=part)) for part in ("without", "only"))
