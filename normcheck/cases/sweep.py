@@ -131,8 +131,8 @@ def scan_rows(op: str, narrowing: Narrowing = Narrowing()) -> tuple[tuple[str, i
         for n in scan_sizes(f):
             for dtype in dtypes:
                 given = {**(scan.values(n, usual) if scan.values else {f.name: n}), "dtype": dtype, **common}
-                row = next((row for smaller in (False, True) for row in [filled(op, given, fs, excluded, smaller)]
-                            if _fits_scan(op, row, narrowing, read, n, limit)), None)
+                candidates = (filled(op, given, fs, excluded, smaller) for smaller in (False, True))
+                row = next((row for row in candidates if _fits_scan(op, row, narrowing, read, n, limit)), None)
                 if row is not None:
                     rows.append((f.name, n, row))
     return tuple(rows)

@@ -12,8 +12,8 @@ from ..numerics.sets import SetView
 from .batchnorm import drop_none
 from .core import ALWAYS, CaseField, Impl, KnownIssue, Op, Signature, native_output_mask
 from .forward_ad import forward_ad_issues
-from .design import (BATCH_SCAN, Scan, SPATIAL_NEEDS_RANK, Design, Exclusion, Factor, at_most, channel_factor, eps_factor,
-                     levels, nc_spatial, spatial_size)
+from .design import (BATCH_SCAN, SPATIAL_NEEDS_RANK, Design, Exclusion, Factor, Scan, at_most, channel_factor,
+                     eps_factor, levels, nc_spatial, spatial_size)
 
 SIGNATURE = "fn(input, num_groups, weight, bias, eps) -> Tensor  (torch.nn.functional.group_norm)"
 OUTPUTS = ("y", "mean", "rstd", "dx", "dweight", "dbias")

@@ -72,9 +72,8 @@ def coverage_text(doc: dict) -> str:
     if not doc["scans"]:
         lines.append("boundary scans: none")
     else:
-        lines.append(f"boundary scans ({scanned} cases: one size factor at a time, "
-                     "around every power of two and three times one, each other factor at its usual level; "
-                     "contiguous, normal data):")
+        lines.append(f"boundary scans ({scanned} cases: one size factor at a time through k·2^j − 1, k·2^j, "
+                     "k·2^j + 1 for k = 1 and 3, each other factor at its usual level; contiguous, normal data):")
     for scan in doc["scans"]:
         lines.append(f"  {scan['factor']}: {len(scan['sizes'])} sizes in {', '.join(scan['dtypes'])} "
                      f"({scan['cases']} cases)")
