@@ -69,7 +69,6 @@ class Bugs:
     # Bugs of the forward-mode formula (jvp) alone: forward and backward stay right
     jvp_missing_stat_terms: bool = False    # ẏ = γ·ẋ·invstd: the tangents of the mean and invstd left out
     jvp_ignores_weight_tangent: bool = False  # ẏ without γ̇·x̂
-    # Not bugs: another correct form of the same formula (a kernel may write either)
     # Bugs on one size path of a tiled kernel: right at every size but the path's
     whole_tile_tail: bool = False     # a set of whole 384-value tiles: the "tail" mask of width 0 drops the last tile
     two_warp_sets: bool = False       # sets of 33..64 values: warp 1's partial sum read before it is written
@@ -143,8 +142,8 @@ def _statistics(xs, view: SetView, eps, bugs: Bugs, low, running):
         mu, var = _split_statistics(xs, view, BLOCK if bugs.one_set_blocks else (count + 1) // 2)
     elif bugs.tiled_sums and not view.across_batch and view.s_in_sets:
         mu, var = _tiled_statistics(xs, axes)
-    elif _unseen(view, bugs) is not None:
-        seen = 1 - _unseen(view, bugs).to(xs.dtype)
+    elif (unseen := _unseen(view, bugs)) is not None:
+        seen = 1 - unseen.to(xs.dtype)
         mu = (xs * seen).sum(dim=axes, keepdim=True) / count
         var = ((xs - mu) * seen).pow(2).sum(dim=axes, keepdim=True) / count
     else:
@@ -179,10 +178,10 @@ def _tiled_statistics(xs, axes):
 
 def _unseen(view: SetView, bugs: Bugs):
     """A (1, 1, L, S) mask of the elements a tiled kernel's loops leave out of every set's sums (None: none)."""
-    _, _, l, s = view.grouped_shape
-    index = torch.arange(l * s).reshape(1, 1, l, s)
     if view.across_batch or not view.s_in_sets:
         return None
+    _, _, l, s = view.grouped_shape
+    index = torch.arange(l * s).reshape(1, 1, l, s)
     if bugs.whole_tile_tail and l * s > ROW_TILE and l * s % ROW_TILE == 0:
         return index >= l * s - ROW_TILE
     if bugs.two_warp_sets and WARP < l * s <= 2 * WARP:
