@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from normcheck import IMPLS, compare, resolve_impl
+from normcheck import IMPLS, OPS, compare, resolve_impl
 from normcheck.cases.narrowing import Narrowing
 from normcheck.cases.sweep import default_sweep
 from normcheck.engine import FAIL, PASS
@@ -44,12 +44,15 @@ TEXTBOOKS_ELSEWHERE = {("layernorm", "fp8_e5m2"), ("rmsnorm", "fp8_e5m2")}
 TEXTBOOKS = {op: [name for name in CATALOGUE[op].CORRECT if (op, name) not in TEXTBOOKS_ELSEWHERE] for op in CATALOGUE}
 
 
-# Who the gate judges on the boundary scans as well (the default sweep's last cases): each op's first record
-# (torch's own, or ours), or its first textbook where it has none, and every tiled textbook (whose sums are split
-# at sizes the scans try). The others run torch's kernels in compositions that split no size of their own; the
-# covering design's cases judge them
+# Who the gate judges on the boundary scans as well (the default sweep's last cases): the first record of each op
+# whose record runs a norm kernel of its own (torch's BatchNorm, SyncBN, GroupNorm, LayerNorm, RMSNorm and
+# InstanceNorm kernels) or splits a world (the parallel ops), and every tiled textbook (whose sums are split at sizes
+# the scans try). The fused ops' records compose those same kernels with element-wise stages; the covering design's
+# cases judge them here, and benchmarks/test_scans_speed.py runs every op's default implementation on its scans too.
+KERNELS = {"batchnorm", "syncbn", "groupnorm", "layernorm", "rmsnorm", "instancenorm"}
 TILED = {"tiled_sums"}
-SCANNED = {op: set(JUDGED.get(op, ())[:1] or [f"textbook {n}" for n in TEXTBOOKS.get(op, ())[:1]])
+SCANNED = {op: (set(JUDGED.get(op, ())[:1] or [f"textbook {n}" for n in TEXTBOOKS.get(op, ())[:1]])
+                if op in KERNELS or OPS[op].distributed else set())
            | {f"textbook {name}" for name in TEXTBOOKS.get(op, ()) if name in TILED} for op in IMPLS}
 
 # The template's two halves: each op's own records (torch's, ours) and its correct textbooks, judged together

@@ -6,6 +6,7 @@ import pytest
 
 from normcheck import Case, compare
 from normcheck.engine import PASS
+from normcheck.cases.narrowing import Narrowing
 from normcheck.cases.sweep import default_sweep
 from normcheck.cases.case import FROZEN
 from normcheck.core.errors import UsageError
@@ -70,8 +71,9 @@ def test_bound_scales_with_the_dtype():
 
 @pytest.mark.parametrize("op", ["batchnorm", "groupnorm"])
 def test_the_baseline_passes_the_formula_alone(op):
-    # Judged against itself the baseline passes trivially; this checks the formula is not too tight.
-    for case in default_sweep(op):
+    # Judged against itself the baseline passes trivially; this checks the formula is not too tight (on the covering
+    # design's cases: the scans' are small normal-data cases of the same dtypes)
+    for case in default_sweep(op, narrowing=Narrowing(scans="without")):
         report = compare(op, "baseline", case, FORMULA_ONLY)
         assert report.verdict in (PASS, "MISTRUSTED"), f"{case.label}: {report.summary()}"
 
