@@ -21,7 +21,7 @@ from . import invariance
 from .baseline import baseline_outputs
 from .expected import expected_outputs
 from .report import FAIL, KNOWN, MISTRUSTED, PASS, SKIP, Report, tensor_report, worst_failure
-from .tolerance import CONSTANTS, Constants, allowance, budget_ratio, element_bounds, slack
+from .tolerance import CONSTANTS, Constants, Yardstick, allowance, budget_ratio, element_bounds
 
 
 def judge(case: Case, impl: Impl, constants: Constants = CONSTANTS) -> Report:
@@ -104,15 +104,14 @@ def _judged(case: Case, impl: Impl, constants: Constants) -> Report:
 def tensor_reports(case: Case, outputs: dict, constants: Constants = CONSTANTS) -> list:
     """Every output the reference defines, against it: ratios, worst elements, the budget's slack."""
     op = case.record
-    ref, bounds, baseline = expectations(case, constants)
+    sticks = yardsticks(case, constants)
     tensors = []
     for name, got in outputs.items():
         base_name = name.split("[")[0]  # "running_mean[rank 2]" is compared like "running_mean"
-        if base_name not in ref:
+        if base_name not in sticks:
             continue
-        allowed = allowance(ref[base_name], bounds[base_name], baseline.get(base_name), constants)
-        ratio = budget_ratio(got, ref[base_name], allowed, None, op.output_dtype(case, base_name), constants)
-        tensor = tensor_report(name, got, ref[base_name], ratio, op.units(case), slack(ref[base_name], allowed))
+        stick = sticks[base_name]
+        tensor = tensor_report(name, got, stick.ref, stick.ratios(got), op.units(case), stick.slack)
         if case.split is not None and base_name in ("y", "dx") and tensor.worst_index:
             tensor = replace(tensor, rank=op.layout.rank_of(case.split, tensor.worst_index))
         tensors.append(tensor)
@@ -207,6 +206,16 @@ def expectations(case: Case, constants: Constants) -> tuple[dict, dict, dict]:
         baseline = baseline_outputs(case, inputs) if constants.baseline_factor else {}
         bounds = element_bounds(case, inputs, constants)
     return reference(case)[0], bounds, baseline
+
+
+@cache_by_bytes(CACHE_BYTES)
+def yardsticks(case: Case, constants: Constants) -> dict[str, Yardstick]:
+    """{output: its Yardstick}: the reference and the allowance every implementation judged on the case is held to."""
+    ref, bounds, baseline = expectations(case, constants)
+    op = case.record
+    with np.errstate(all="ignore"):
+        return {name: Yardstick.of(ref[name], bounds[name], baseline.get(name), op.output_dtype(case, name), constants)
+                for name in ref}
 
 
 def attribute(own, tensors, message: str) -> tuple[str, str]:

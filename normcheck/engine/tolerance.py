@@ -120,12 +120,35 @@ def budget_ratio(
 
     A reference value beyond the range of `dtype` rounds to ±inf there, so ±inf is then right.
     """
-    with np.errstate(over="ignore"):
-        overflowed = np.isinf(quantise(ref, dtype)) & np.isfinite(ref)
-    ref = np.where(overflowed & (got == np.copysign(np.inf, ref)), got, ref)
-    err = _abs_error(got, ref)
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        return err / (allowance(ref, bound, baseline, c) + TINY[dtype])
+    return Yardstick.of(ref, bound, baseline, dtype, c).ratios(got)
+
+
+@dataclass(frozen=True)
+class Yardstick:
+    """What judging an output needs of its case alone, computed once however many implementations are judged on
+    it: the reference, each element's allowance plus the dtype's tiny (the ratio's denominator), where the
+    reference lies beyond the dtype's range (None: nowhere) and the budget's slack."""
+
+    ref: np.ndarray
+    denominator: np.ndarray
+    overflowed: np.ndarray | None
+    slack: float
+
+    @classmethod
+    def of(cls, ref: np.ndarray, bound: np.ndarray, baseline: np.ndarray | None, dtype: str,
+           c: Constants = CONSTANTS) -> "Yardstick":
+        allowed = allowance(ref, bound, baseline, c)
+        with np.errstate(over="ignore"):
+            overflowed = np.isinf(quantise(ref, dtype)) & np.isfinite(ref)
+        return cls(ref, allowed + TINY[dtype], overflowed if overflowed.any() else None, slack(ref, allowed))
+
+    def ratios(self, got: np.ndarray) -> np.ndarray:
+        """|got − ref| / allowed per element (budget_ratio)."""
+        ref = self.ref
+        if self.overflowed is not None:  # (±inf where the reference overflows the dtype is the right answer)
+            ref = np.where(self.overflowed & (got == np.copysign(np.inf, ref)), got, ref)
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            return _abs_error(got, ref) / self.denominator
 
 
 def allowance(ref: np.ndarray, bound: np.ndarray, baseline: np.ndarray | None, c: Constants = CONSTANTS) -> np.ndarray:
