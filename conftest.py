@@ -12,8 +12,8 @@ import os
 # process started from here.)
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # NumPy's OpenBLAS (the float64 reference's and the tolerance model's dot products) starts a thread per core too,
-# and two processes' pools on two cores contend the same way: one thread each, 63 s -> 48 s for four ops' template
-# sweeps judged two processes side by side. (The reference's sums are float64: how many threads split a dot
+# and two processes' pools on two cores contend the same way: one thread each, 57-63 s -> 48 s for four ops' template
+# sweeps judged in two processes side by side. (The reference's sums are float64: how many threads split a dot
 # product moves its last bits only, far inside every budget, as on a machine with another number of cores.)
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
