@@ -6,6 +6,7 @@ import json
 
 import pytest
 from normcheck.cases import covering
+from normcheck.cases.narrowing import Narrowing
 from normcheck.cases.sweep import narrowed_design
 from normcheck.ops.design import Exclusion, Factor, levels
 
@@ -25,7 +26,7 @@ NOT_3_WITH_Y = Exclusion(("a", "b"), lambda a, b: not (a == 3 and b == "y"), "a 
 
 
 def test_the_stored_array_is_covertables_and_the_next_call_reads_it(cache):
-    fs, excluded = narrowed_design("groupnorm")
+    fs, excluded = narrowed_design("groupnorm", Narrowing.of({"affine": "weight"}))  # (a design normcheck does not ship)
     built = covering.covering_array(fs, excluded)
     assert built == covering.built(fs, excluded)
     [stored] = cache.glob("*.json")
@@ -58,3 +59,10 @@ def test_an_unwritable_cache_still_builds(tmp_path, monkeypatch):
     blocker.write_text("")
     monkeypatch.setenv("NORMCHECK_CACHE", str(blocker))  # (a file where the folder should be)
     assert covering.covering_array(FACTORS, ()) == covering.built(FACTORS, ())
+
+
+def test_a_shipped_array_is_read_and_nothing_is_built(cache):
+    fs, excluded = narrowed_design("groupnorm")
+    rows = covering.covering_array(fs, excluded)
+    assert not list(cache.glob("*.json"))  # (read from what normcheck ships; the cache untouched)
+    assert covering._stored_form(fs, rows) == covering.shipped(covering.design_key(fs, excluded))

@@ -168,6 +168,13 @@ def case_of(op: str, row: dict, seed: int = 0, narrowing: Narrowing = Narrowing(
     return Case(op, seed=seed, **{**fields, **geometry, **fixed})
 
 
+def sweep_levels(narrowing: Narrowing = Narrowing(), follows=()) -> Narrowing:
+    """The narrowing whose levels a default sweep's rows take (its design's and its scans'): the run's, with the
+    fields an implementation follows set; the part of the sweep a run takes (Narrowing.scans) changes no level."""
+    narrowing = narrowing.with_fields(follows) if follows else narrowing
+    return replace(narrowing, scans="with")
+
+
 def default_sweep(op: str, seed: int = 0, follows=(), formats: tuple[str, ...] | None = None,
                   shares=None, narrowing: Narrowing = Narrowing()) -> list[Case]:
     """The op's sweep under the run's `narrowing` (cases.narrowing: the fields and world size it fixes); `follows`:
@@ -177,7 +184,7 @@ def default_sweep(op: str, seed: int = 0, follows=(), formats: tuple[str, ...] |
     The covering design's cases come first, then the boundary scans (scan_rows), or either alone (Narrowing.scans).
     Cases that became the same case run once."""
     narrowing = narrowing.with_fields(follows) if follows else narrowing
-    levels = replace(narrowing, scans="with")  # (the part of the sweep a run takes changes no level)
+    levels = sweep_levels(narrowing)
     rows = ((design(op, levels) if narrowing.scans != "only" else ())
             + (tuple(row for _, _, row in scan_rows(op, levels)) if narrowing.scans != "without" else ()))
     cases = [case_of(op, row, seed, narrowing) for row in rows]

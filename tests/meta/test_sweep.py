@@ -101,11 +101,12 @@ def test_every_path_the_op_allows_is_in_its_sweep(op):
 
 def test_sweep_is_deterministic_across_processes_and_seeded(tmp_path):
     tokens = [encode_case(c) for c in default_sweep("groupnorm")]
-    code = "from normcheck.cases.sweep import default_sweep; from normcheck.cases.tokens import encode_case; " \
+    # (built there: no array in its cache, none shipped, so this also checks the one shipped here)
+    code = "from normcheck.cases import covering; covering.SHIPPED = covering.SHIPPED / 'none'; " \
+           "from normcheck.cases.sweep import default_sweep; from normcheck.cases.tokens import encode_case; " \
            "print(' '.join(encode_case(c) for c in default_sweep('groupnorm')))"
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                           env={"PYTHONHASHSEED": "123", "PATH": "",  # (built there: no stored array)
-                                "NORMCHECK_CACHE": str(tmp_path)}).stdout.split()
+                           env={"PYTHONHASHSEED": "123", "PATH": "", "NORMCHECK_CACHE": str(tmp_path)}).stdout.split()
     assert other == tokens
     assert {c.seed for c in default_sweep("batchnorm", seed=5)} == {5}
     assert [c.with_(seed=0) for c in default_sweep("batchnorm", seed=5)] == default_sweep("batchnorm")
