@@ -32,16 +32,17 @@ def run_process(*argv, cwd=ROOT):
                           capture_output=True, text=True, timeout=300)
 
 
-def test_a_default_sweep_that_passes_exits_0_with_a_row_per_case():
-    # (every op's torch passes its sweep: tests/test_impls.py; here the command line around one, a short one)
+def test_a_default_sweep_that_passes_exits_0_with_a_row_per_case(capsys):
+    # (every op's torch passes its sweep: tests/test_impls.py; here the command line around one, a short one, run by
+    # the CLI's main in this process: a process of its own below)
     op = "syncbn_silu"
-    proc = run_process("compare", "--op", op)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
-    lines = proc.stdout.strip().splitlines()
+    code, out = run("compare", "--op", op)
+    assert code == 0, out[-2000:] + capsys.readouterr().err
+    lines = out.strip().splitlines()
     count = len(default_sweep(op))
     assert len(lines) == count + 1  # a row per case and the summary
     assert lines[-1].startswith(f"{op} / fused-silu: {count} cases:") and " 0 failed" in lines[-1]
-    assert proc.stderr == ""
+    assert capsys.readouterr().err == ""
 
 
 @pytest.mark.parametrize("op, mutant", [("batchnorm", "tests.mutants.batchnorm:naive_variance")])

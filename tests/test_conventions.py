@@ -3,10 +3,8 @@ computes in (--compute-dtype), a casting chain; and the fields a run fixes on ev
 A layer passes its sweep under the conventions it follows and fails it under others."""
 from __future__ import annotations
 
+import io
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,7 +15,6 @@ from normcheck.cases.narrowing import Narrowing
 from normcheck.cases.sweep import default_sweep
 from normcheck.engine import FAIL, MISTRUSTED, PASS, judge
 
-ROOT = Path(__file__).resolve().parents[1]
 LAYERS = "tests._real_layers"
 LLAMA = dict(casting="before-weight", output_dtype="promote", compute_dtype="f32")
 
@@ -77,17 +74,13 @@ def _refused(capsys, *args) -> str:
     return capsys.readouterr().err
 
 
-def _compare(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "normcheck", "compare", *args], capture_output=True, text=True,
-                          timeout=600, cwd=ROOT)
-
-
-def test_eps_momentum_and_affine_fix_every_case_of_the_sweep():
+def test_eps_momentum_and_affine_fix_every_case_of_the_sweep(capsys):
     # (the covering design's cases: tests/meta/test_scans.py checks that the options narrow the scans alike)
-    done = _compare("--op", "groupnorm", "--eps", "0.01", "--momentum", "0.5", "--affine", "weight", "--json",
-                    "--scans", "without")
-    assert done.returncode == 0, done.stderr
-    cases = [c["case"] for c in json.loads(done.stdout)["cases"]]
+    out = io.StringIO()
+    code = main(["compare", "--op", "groupnorm", "--eps", "0.01", "--momentum", "0.5", "--affine", "weight", "--json",
+                 "--scans", "without"], out)
+    assert code == 0, capsys.readouterr().err
+    cases = [c["case"] for c in json.loads(out.getvalue())["cases"]]
     expected = default_sweep("groupnorm", narrowing=Narrowing.of({"eps": 0.01, "momentum": 0.5, "affine": "weight"},
                                                                  scans="without"))
     design = default_sweep("groupnorm", narrowing=Narrowing(scans="without"))
