@@ -25,11 +25,20 @@ register_profiles()
 settings.load_profile(os.environ.get("NORMCHECK_HYPOTHESIS_PROFILE", "ci"))
 
 # The gate's files in the order its two workers should start them (pytest-xdist's loadfile hands files out in
-# collection order): the one that mostly waits (a hanging implementation's time limits) first, so that the other
-# worker fills the wait, then the longest, so that the last minutes are short files on both workers rather than one
-# long file on one of them (longest first: the usual greedy schedule).
-FIRST = ("tests/test_stuck.py", "tests/test_ops.py", "tests/test_impls.py", "tests/test_frameworks.py",
-         "tests/test_conventions.py", "tests/test_readme.py")
+# collection order once its own reordering, by number of tests, is off: pytest_configure): the one that mostly waits
+# (a hanging implementation's time limits) first, so that the other worker fills the wait, then the longer ones,
+# longest first (the usual greedy schedule), so that the last minutes are short files on both workers rather than
+# one long file on one of them. xdist's own order put the one-test files last: the 30 s wait ran at the end.
+FIRST = ("tests/test_stuck.py", "tests/test_impls.py", "tests/test_frameworks.py", "tests/test_conventions.py",
+         "tests/test_ops.py", "tests/test_pytest_plugin.py", "tests/test_readme.py", "tests/test_isolation.py",
+         "tests/test_interrupts.py", "tests/test_narrowing.py", "tests/test_parallel.py", "tests/test_worlds_gloo.py",
+         "tests/test_properties.py", "tests/test_cli.py", "tests/test_worlds.py", "tests/test_syncbn_cli.py",
+         "tests/test_progress.py", "tests/test_layernorm_gate.py", "tests/test_layer_classes.py")
+
+
+def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):  # (pytest-xdist: sorts files by their number of tests)
+        config.option.loadscopereorder = False
 
 
 def pytest_collection_modifyitems(items):
