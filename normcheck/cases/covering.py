@@ -9,8 +9,8 @@ exclusion is another name, and a stale array is never read.
 
 The arrays of the default sweeps (every op's, and under the conventions its records follow) ship with normcheck in
 SHIPPED, under the same names, so that a fresh machine (a user's first run, CI's gate) builds none of them:
-`python scripts/ship_designs.py` writes them again after a change to a design, and tests/meta/test_designs.py
-fails while one is missing or stale.
+`python scripts/ship_designs.py` writes them again after a change to a design (which renames it), and
+tests/meta/test_designs.py fails while one is missing or one no default sweep uses is left.
 """
 from __future__ import annotations
 
@@ -58,7 +58,8 @@ def ship(fs: tuple[Factor, ...], excluded: tuple[Exclusion, ...]) -> str:
     """Build the covering array afresh and write it to SHIPPED; its key."""
     key = design_key(fs, excluded)
     SHIPPED.mkdir(exist_ok=True)
-    (SHIPPED / f"{key}.json").write_text(json.dumps(_stored_form(fs, built(fs, excluded)), separators=(",", ":")) + "\n")
+    rows = _stored_form(fs, built(fs, excluded))
+    (SHIPPED / f"{key}.json").write_text(json.dumps(rows, separators=(",", ":")) + "\n")
     return key
 
 
