@@ -8,6 +8,7 @@ Run it after a change to a sweep's factors, levels or exclusions (tests/meta/tes
 from __future__ import annotations
 
 from normcheck.cases import covering
+from normcheck.cases.narrowing import Narrowing
 from normcheck.cases.sweep import narrowed_design, sweep_levels
 from normcheck.impls import IMPLS
 from normcheck.ops import OPS
@@ -20,7 +21,7 @@ def shipped_sweeps() -> list[tuple[str, tuple]]:
 
 
 def main() -> None:
-    keys = {covering.ship(*narrowed_design(op, sweep_levels(follows=follows))) for op, follows in shipped_sweeps()}
+    keys = {covering.ship(*narrowed_design(op, sweep_levels(Narrowing().with_fields(follows)))) for op, follows in shipped_sweeps()}
     stale = [path for path in covering.SHIPPED.glob("*.json") if path.stem not in keys]
     for path in stale:
         path.unlink()

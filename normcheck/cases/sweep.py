@@ -168,10 +168,9 @@ def case_of(op: str, row: dict, seed: int = 0, narrowing: Narrowing = Narrowing(
     return Case(op, seed=seed, **{**fields, **geometry, **fixed})
 
 
-def sweep_levels(narrowing: Narrowing = Narrowing(), follows=()) -> Narrowing:
-    """The narrowing whose levels a default sweep's rows take (its design's and its scans'): the run's, with the
-    fields an implementation follows set; the part of the sweep a run takes (Narrowing.scans) changes no level."""
-    narrowing = narrowing.with_fields(follows) if follows else narrowing
+def sweep_levels(narrowing: Narrowing = Narrowing()) -> Narrowing:
+    """The narrowing whose levels a default sweep's rows take (its design's and its scans'): the run's (with the
+    fields an implementation follows set); the part of the sweep a run takes (Narrowing.scans) changes no level."""
     return replace(narrowing, scans="with")
 
 

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from normcheck.cases import covering
+from normcheck.cases.narrowing import Narrowing
 from normcheck.cases.sweep import narrowed_design, sweep_levels
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "ship_designs.py"
@@ -21,7 +22,7 @@ def _script():
 
 def _designs() -> dict[str, tuple]:
     """{key: (factors, exclusions)} of every default sweep whose array ships."""
-    return {covering.design_key(*d): d for d in (narrowed_design(op, sweep_levels(follows=follows))
+    return {covering.design_key(*d): d for d in (narrowed_design(op, sweep_levels(Narrowing().with_fields(follows)))
                                                  for op, follows in _script().shipped_sweeps())}
 
 

@@ -2,20 +2,17 @@
 collected in (its own reordering by number of tests would start the longest-waiting file last)."""
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("gate_conftest", ROOT / "conftest.py")  # (not benchmarks/conftest.py)
-_conftest = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_conftest)
-FIRST = _conftest.FIRST
 
 
-def test_the_files_the_gate_starts_first_exist():
-    assert len(set(FIRST)) == len(FIRST) and [path for path in FIRST if not (ROOT / path).is_file()] == []
+def test_the_files_the_gate_starts_first_exist(pytestconfig):
+    # (the root conftest as pytest loaded it: `import conftest` would find benchmarks/conftest.py)
+    first = pytestconfig.pluginmanager.get_plugin(str(ROOT / "conftest.py")).FIRST
+    assert len(set(first)) == len(first) and [path for path in first if not (ROOT / path).is_file()] == []
 
 
 def test_xdist_hands_files_out_in_collection_order(pytestconfig):
