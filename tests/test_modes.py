@@ -15,8 +15,10 @@ from normcheck import Case, Impl, compare
 from normcheck.cases.tokens import decode_case, encode_case
 from normcheck.core.errors import UsageError
 from normcheck.engine import FAIL, PASS, SKIP
-from normcheck.engine.expected import expected_outputs
+from normcheck.engine.expected import Grouped, arithmetic, expected_outputs, grouped
+from normcheck.engine.running_error import EXACT, Tracked, tracked_arithmetic
 from normcheck.ops import get_op
+from normcheck.reference.setwise import SECOND_ORDER, second_order
 from tests._torch_functions import SavedInputsLayerNorm, float64_tensors, functional_y, layer_norm_grads
 
 # (op, shape, its own fields): small cases of every op with a double backward
@@ -83,6 +85,40 @@ def test_second_order_reference_matches_torch_float64(op, shape, own, mode):
         ref, theirs = expected_outputs(case, inputs), _torch_second_order(case, inputs)
         for name in case.directional:
             np.testing.assert_allclose(ref[name], theirs[name], rtol=1e-9, atol=1e-10, err_msg=f"{path} {name}")
+
+
+@pytest.mark.parametrize("op, shape, own, mode", MODES, ids=[f"{o[0]}-{o[3]}" for o in MODES])
+def test_each_directional_output_alone_and_its_bound_are_what_the_whole_second_order_gives(op, shape, own, mode):
+    """The setwise formulas compute only the outputs a case compares (forward mode: y's JVP alone), and the running
+    error skips the zero terms of exact inputs: neither may change a value or a bound by a bit."""
+    case = Case(op, shape, "f32", profile="normal", mode=mode, order=2, **own)
+    g, u = grouped(case, case.make_inputs()), 2.0**-24
+
+    def tracked(bound_of) -> Grouped:
+        def t(a):
+            return Tracked(a, bound_of(a), u)
+        return Grouped(t(g.x), t(g.dy), t(g.gamma), t(g.beta), g.running and tuple(map(t, g.running)),
+                       t(g.ddx), t(g.ddweight), t(g.ddbias))
+
+    def evaluate(values: Grouped, ar, wanted) -> dict:
+        out = second_order(values.x, values.dy, values.gamma, values.ddx, values.ddweight, values.ddbias,
+                           case.eps_value, ar, centred=case.record.centred, stats=values.running, wanted=wanted)
+        return {k: [np.broadcast_to(a, case.view.grouped_shape if k != "d2weight" else np.shape(a))
+                    for a in ((v.value, v.bound) if isinstance(v, Tracked) else (v,))] for k, v in out.items()}
+
+    running_error = tracked_arithmetic(case.view, u, 2.0)
+    wholes = []
+    for values, ar in ((g, arithmetic(case)), (tracked(lambda a: EXACT), running_error),
+                       (tracked(np.zeros_like), running_error)):
+        whole = evaluate(values, ar, SECOND_ORDER)
+        assert set(whole) == set(SECOND_ORDER)
+        for name in SECOND_ORDER:
+            alone = evaluate(values, ar, (name,))
+            assert list(alone) == [name] and all(map(np.array_equal, alone[name], whole[name])), name
+        wholes.append(whole)
+    _, exact_inputs, zero_bounds = wholes
+    for name in SECOND_ORDER:  # (value and bound, bit for bit)
+        assert all(map(np.array_equal, exact_inputs[name], zero_bounds[name])), name
 
 
 @pytest.mark.parametrize("op", ["batchnorm", "instancenorm"])

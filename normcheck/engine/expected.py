@@ -84,7 +84,8 @@ def directional_outputs(case: Case, g: Grouped, ar: Arithmetic) -> dict:
     """The case's directional derivatives (Case.directional) from grouped inputs under `ar` (grouped, or per
     parameter: as_output), each from the setwise formula that gives it (ops.DIRECTIONAL)."""
     out = second_order(g.x, g.dy, g.gamma, g.ddx, g.ddweight, g.ddbias, case.eps_value, ar,
-                       centred=case.record.centred, stats=g.running)
+                       centred=case.record.centred, stats=g.running,
+                       wanted={DIRECTIONAL[name] for name in case.directional})
     return {name: out[DIRECTIONAL[name]] for name in case.directional}
 
 

@@ -17,10 +17,14 @@ import numpy as np
 from ..reference.setwise import Arithmetic
 
 
+# The bound of a value known exactly: a scalar, so that the terms it enters (|a|·0) are skipped, not computed
+EXACT = 0.0
+
+
 @dataclass(frozen=True)
 class Tracked:
     value: np.ndarray
-    bound: np.ndarray
+    bound: np.ndarray | float  # (EXACT for an exact value)
     u: float  # the element-wise steps' unit roundoff
 
     def _lift(self, other) -> "Tracked":
@@ -31,16 +35,16 @@ class Tracked:
 
     def __add__(self, other):
         other = self._lift(other)
-        return self._rounded(self.value + other.value, self.bound + other.bound)
+        return self._rounded(self.value + other.value, _plus(self.bound, other.bound))
 
     def __sub__(self, other):
         other = self._lift(other)
-        return self._rounded(self.value - other.value, self.bound + other.bound)
+        return self._rounded(self.value - other.value, _plus(self.bound, other.bound))
 
     def __mul__(self, other):
         other = self._lift(other)
         return self._rounded(self.value * other.value,
-                             np.abs(self.value) * other.bound + self.bound * np.abs(other.value))
+                             _plus(_times(self.value, other.bound), _times(other.value, self.bound)))
 
     __radd__ = __add__
     __rmul__ = __mul__
@@ -49,10 +53,23 @@ class Tracked:
         return self._lift(other) - self
 
 
+def _is_exact(bound) -> bool:
+    return isinstance(bound, float) and bound == EXACT
+
+
+def _plus(a, b):
+    """a + b of two bounds, either of them EXACT."""
+    return b if _is_exact(a) else a if _is_exact(b) else a + b
+
+
+def _times(value, bound):
+    """|value|·bound: what a factor's error becomes through a product."""
+    return EXACT if _is_exact(bound) else np.abs(value) * bound
+
+
 def exact(a, u: float) -> Tracked:
     """An input known exactly (the case's quantised values)."""
-    a = np.asarray(a, dtype=np.float64)
-    return Tracked(a, np.zeros_like(a), u)
+    return Tracked(np.asarray(a, dtype=np.float64), EXACT, u)
 
 
 def tracked_arithmetic(view, ua: float, growth: float) -> Arithmetic:
@@ -62,12 +79,15 @@ def tracked_arithmetic(view, ua: float, growth: float) -> Arithmetic:
         return growth * np.sqrt(max(n, 1))
 
     def mean(a: Tracked) -> Tracked:
-        bound = view.reduce(a.bound) + ua * rho(view.set_size) * view.reduce(np.abs(a.value))
-        return a._rounded(view.reduce(a.value), bound)
+        accumulated = ua * rho(view.set_size) * view.reduce(np.abs(a.value))
+        carried = EXACT if _is_exact(a.bound) else view.reduce(a.bound)
+        return a._rounded(view.reduce(a.value), _plus(carried, accumulated))
 
     def total(a: Tracked) -> Tracked:
         value, count = view.channel_sum(a.value), view.channel_count
-        return a._rounded(value, view.channel_sum(a.bound) + ua * rho(count) * view.channel_sum(np.abs(a.value)))
+        accumulated = ua * rho(count) * view.channel_sum(np.abs(a.value))
+        carried = EXACT if _is_exact(a.bound) else view.channel_sum(a.bound)
+        return a._rounded(value, _plus(carried, accumulated))
 
     def rsqrt(var: Tracked, eps: float) -> Tracked:
         operand = view.rsqrt_operand(var.value, eps)

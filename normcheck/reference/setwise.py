@@ -69,9 +69,13 @@ def eval_mode(x, dy, gamma, beta, mu, var, eps: float, ar: Arithmetic, epilogue=
     return {"y": y, "dx": gamma * r * dy, "dweight": ar.param_sum(dy * xhat), "dbias": ar.param_sum(dy)}
 
 
+SECOND_ORDER = ("d2x", "d2weight", "d2dy")
+
+
 def second_order(x, dy, gamma, ddx, ddweight, ddbias, eps: float, ar: Arithmetic, *, centred: bool = True,
-                 stats: tuple | None = None) -> dict:
-    """d2x, d2weight and d2dy: the gradients of ⟨ddx, dx⟩ + ⟨ddγ, dγ⟩ + ⟨ddβ, dβ⟩ (module docstring).
+                 stats: tuple | None = None, wanted=SECOND_ORDER) -> dict:
+    """The `wanted` ones of d2x, d2weight and d2dy: the gradients of ⟨ddx, dx⟩ + ⟨ddγ, dγ⟩ + ⟨ddβ, dβ⟩ (module
+    docstring). Only those are computed: forward mode's y JVP (d2dy) needs none of d2x's backward terms.
 
     `stats`: None for the batch's statistics (training), or the constant (μ, σ²) of eval mode. The cotangents
     are broadcast like x, γ and β (zeros for a gradient not asked for)."""
@@ -91,23 +95,30 @@ def second_order(x, dy, gamma, ddx, ddweight, ddbias, eps: float, ar: Arithmetic
         """a where r moves with the statistics, 0 in a set whose r eps floors (its statistics then enter nowhere)."""
         return a if moving is None else a * moving
     xhat = dev * r
-    g, g_dot = gamma * dy, ddweight * dy
+    out = {}
     if stats is None:
         d_dot = ddx - ar.mean(ddx) if centred else ddx
         # mean((x − μ)·ḋ) = mean((x − μ)·ẋ) in exact arithmetic, and a kernel may write either (as the backward's
         # h = mean(g·x̂) takes g uncentred); the uncentred product's rounding carries mean(x − μ)'s times mean(ẋ)
         r_dot = held(r * r * r * ar.either(ar.mean(dev * d_dot), ar.mean(dev * ddx)) * -1.0)
         xhat_dot = d_dot * r + dev * r_dot
-        h = held(ar.mean(g * xhat))
-        h_dot = held(ar.mean(g_dot * xhat + g * xhat_dot))
-        if centred:
-            inner = g - ar.mean(g) - xhat * h
-            inner_dot = g_dot - ar.mean(g_dot) - xhat_dot * h - xhat * h_dot
-        else:
-            inner = g - xhat * h
-            inner_dot = g_dot - xhat_dot * h - xhat * h_dot
-        d2x = r_dot * inner + r * inner_dot
+        if "d2x" in wanted:
+            g, g_dot = gamma * dy, ddweight * dy
+            h = held(ar.mean(g * xhat))
+            h_dot = held(ar.mean(g_dot * xhat + g * xhat_dot))
+            if centred:
+                inner = g - ar.mean(g) - xhat * h
+                inner_dot = g_dot - ar.mean(g_dot) - xhat_dot * h - xhat * h_dot
+            else:
+                inner = g - xhat * h
+                inner_dot = g_dot - xhat_dot * h - xhat * h_dot
+            out["d2x"] = r_dot * inner + r * inner_dot
     else:
         xhat_dot = ddx * r
-        d2x = r * g_dot
-    return {"d2x": d2x, "d2weight": ar.param_sum(dy * xhat_dot), "d2dy": gamma * xhat_dot + ddweight * xhat + ddbias}
+        if "d2x" in wanted:
+            out["d2x"] = r * (ddweight * dy)
+    if "d2weight" in wanted:
+        out["d2weight"] = ar.param_sum(dy * xhat_dot)
+    if "d2dy" in wanted:
+        out["d2dy"] = gamma * xhat_dot + ddweight * xhat + ddbias
+    return out
