@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import io
 import json
+import multiprocessing
 import re
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -44,6 +47,28 @@ def test_a_hanging_implementation_times_out_and_the_next_case_runs_in_a_fresh_wo
     assert hung.message.startswith("timed out after 2 s at _solo_faults.py:"), hung.message
     assert "in hangs_on_bf16" in hung.message and hung.time_limit == 2
     assert compare("batchnorm", impl, F32).verdict == PASS
+
+
+def test_a_message_between_processes_keeps_every_array_bit_for_bit_and_writable():
+    """Arrays travel out of band, each in a frame of its own: large ones (beyond a pipe's buffer), strided and
+    Fortran-ordered ones, empty ones and NaN payloads arrive as they left, writable like any unpickled array."""
+    rng = np.random.default_rng(0)
+    nan_payload = np.array([0x7FF8_0000_0000_0001, 0xFFF0_0000_0000_0000], dtype=np.uint64).view(np.float64)
+    sent = {"large": rng.standard_normal((513, 1031)), "strided": rng.standard_normal((9, 12))[::2, ::3],
+            "fortran": np.asfortranarray(rng.standard_normal((5, 7))), "empty": np.zeros((0, 16)),
+            "mask": rng.random(17) < 0.5, "nan": nan_payload, "f16": rng.standard_normal(33).astype(np.float16),
+            "text": "and plain objects", "nested": (np.arange(5), [np.ones(3)])}
+    here, there = multiprocessing.Pipe()
+    sender = threading.Thread(target=workers._send, args=(here, sent))  # (a large message fills the pipe first)
+    sender.start()
+    got = workers._recv(there)
+    sender.join()
+    assert got["text"] == sent["text"] and set(got) == set(sent)
+    for name in ("large", "strided", "fortran", "empty", "mask", "nan", "f16"):
+        a, b = sent[name], got[name]
+        assert b.dtype == a.dtype and b.shape == a.shape and b.flags.writeable, name
+        assert a.tobytes() == b.tobytes(), name
+    assert np.array_equal(got["nested"][0], np.arange(5)) and np.array_equal(got["nested"][1][0], np.ones(3))
 
 
 @pytest.mark.parametrize("fn, died", [("exits_on_f16", "died (exit code 3)"),

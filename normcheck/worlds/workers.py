@@ -8,8 +8,8 @@ Design
   process group if it is a rank, and then serves cases until closed.
   The parent sends ``(case, job)``: a rank makes the case's inputs itself (deterministic) and runs
   ``normcheck.frameworks.torch.run_rank``; a single-process job carries its inputs and a picklable
-  way to rebuild the implementation record. Outputs come back by plain ``pickle`` (bytes; no
-  shared memory or file descriptors travel).
+  way to rebuild the implementation record. Outputs come back by plain ``pickle``, arrays out of
+  band in frames of their own (no shared memory or file descriptors travel).
 * Rendezvous (ranks): the parent hosts the ``TCPStore``, bound to port 0, so the OS picks a free
   port and the parent keeps it bound for the pool's life: two pools (or two test runs) on one
   machine can never collide, and there is no gap between choosing a port and binding it. Start-up
@@ -40,6 +40,7 @@ import functools
 import os
 import pickle
 import signal
+import struct
 import sys
 import sysconfig
 import tempfile
@@ -80,14 +81,45 @@ class WorldStartError(RuntimeError):
 
 
 # ----------------------------------------------------------------------------- wire format
-def _send(conn, obj) -> None:
+# A message is one or more frames: the pickle, its arrays' bytes following out of band (pickle protocol 5), each
+# written from the array's own memory and read into a buffer the unpickled array keeps: a case's inputs and outputs
+# (tens of MB for a large case) are not copied into and out of one pickled string on each side, which took most of
+# an isolated run's time on large cases. The first frame leads with the count and sizes of the frames after it.
+_HEAD = struct.Struct("<I")
+
+
+def _frames(obj) -> list:
     # Plain pickle, not the multiprocessing pickler: torch registers shared-memory reductions for
     # tensors there, which would move outputs into shared memory and pass file descriptors.
-    conn.send_bytes(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+    buffers: list[pickle.PickleBuffer] = []
+    data = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+    raws = [b.raw() for b in buffers]
+    sizes = struct.pack(f"<{len(raws)}Q", *(r.nbytes for r in raws))
+    return [_HEAD.pack(len(raws)) + sizes + data, *raws]
+
+
+def _send_frames(conn, frames: list) -> None:
+    for frame in frames:
+        conn.send_bytes(frame)
+
+
+def _send(conn, obj) -> None:
+    _send_frames(conn, _frames(obj))
 
 
 def _recv(conn):
-    return pickle.loads(conn.recv_bytes())
+    first = conn.recv_bytes()
+    (count,) = _HEAD.unpack_from(first)
+    sizes = struct.unpack_from(f"<{count}Q", first, _HEAD.size)
+    buffers = []
+    for size in sizes:  # (writable buffers: the arrays unpickled on them are writable, as before)
+        buffer = bytearray(size)
+        if size:
+            conn.recv_bytes_into(buffer)
+        else:
+            conn.recv_bytes()
+        buffers.append(buffer)
+    return pickle.loads(memoryview(first)[_HEAD.size + 8 * count:], buffers=buffers)
 
 
 # ----------------------------------------------------------------------------- messages
@@ -241,10 +273,10 @@ def _worker_main(rank: int, size: int, port: int | None, gloo_timeout: float, co
             reply = (seq, "failed", failure_of(e))
         _flush_printed()  # before the reply: the parent reads what the case printed once it has it
         try:
-            data = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
+            frames = _frames(reply)
         except Exception as e:  # noqa: BLE001
-            data = pickle.dumps((seq, "failed", ("raised", f"outputs cannot be sent back: {exception_text(e)}", None)))
-        conn.send_bytes(data)
+            frames = _frames((seq, "failed", ("raised", f"outputs cannot be sent back: {exception_text(e)}", None)))
+        _send_frames(conn, frames)
     if group is not None:
         dist.destroy_process_group()
     # Run atexit hooks and flush, but skip the interpreter's module teardown (most of a second
@@ -377,10 +409,10 @@ class _Workers:
 
     def _run_case(self, case: Case, job, timeout: float, first_look: float | None) -> list:
         self.seq += 1
-        data = pickle.dumps((self.seq, case, job, _parent_place()), protocol=pickle.HIGHEST_PROTOCOL)
+        frames = _frames((self.seq, case, job, _parent_place()))
         for conn in self.conns:
             try:
-                conn.send_bytes(data)
+                _send_frames(conn, frames)
             except OSError:
                 pass  # that worker is gone: its sentinel reports it below
         started = time.monotonic()
