@@ -34,6 +34,13 @@ def test_overflow_to_inf_is_the_correct_rounding():
     got = np.array([np.inf, -np.inf, -np.inf])
     r = budget_ratio(got, ref, np.ones(3), None, "f16")
     assert r[0] == 0 and r[1] == 0 and np.isinf(r[2])
+    # at the edge of the range: f16's largest value is 65504 and halfway to the next binade's 65536 rounds to inf
+    edge = np.array([65504.0, 65519.0, 65520.0, -65520.0])
+    r = budget_ratio(np.full(4, np.inf) * np.sign(edge), edge, np.ones(4), None, "f16")
+    assert np.isinf(r[0]) and np.isinf(r[1]) and r[2] == 0 and r[3] == 0
+    bf16_max = (2 - 2.0**-7) * 2.0**127
+    r = budget_ratio(np.array([np.inf, np.inf]), np.array([bf16_max, bf16_max * (1 + 2.0**-8)]), np.ones(2), None, "bf16")
+    assert np.isinf(r[0]) and r[1] == 0
 
 
 def test_baseline_allowance_only_widens_and_never_from_a_nan_baseline():

@@ -26,7 +26,7 @@ import numpy as np
 
 from ..cases import Case, CaseInputs
 from ..ops.layouts import REPLICATED
-from ..numerics.dtypes import TINY, UNIT_ROUNDOFF, quantise
+from ..numerics.dtypes import FINITE_MAX, TINY, UNIT_ROUNDOFF, quantise
 from .error_terms import (Precisions, SetSums, batch_statistics, casting_flips, inexact_input, input_gradient_error,
                           normalised, output_error, parameter_gradient_errors, read_either, replicated_rounding_errors,
                           running_statistics, running_update_errors, saved_statistics_errors)
@@ -138,9 +138,7 @@ class Yardstick:
     def of(cls, ref: np.ndarray, bound: np.ndarray, baseline: np.ndarray | None, dtype: str,
            c: Constants = CONSTANTS) -> "Yardstick":
         allowed = allowance(ref, bound, baseline, c)
-        with np.errstate(over="ignore"):
-            overflowed = np.isinf(quantise(ref, dtype)) & np.isfinite(ref)
-        return cls(ref, allowed + TINY[dtype], overflowed if overflowed.any() else None, slack(ref, allowed))
+        return cls(ref, allowed + TINY[dtype], _overflowed(ref, dtype), slack(ref, allowed))
 
     def ratios(self, got: np.ndarray) -> np.ndarray:
         """|got − ref| / allowed per element (budget_ratio)."""
@@ -149,6 +147,16 @@ class Yardstick:
             ref = np.where(self.overflowed & (got == np.copysign(np.inf, ref)), got, ref)
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             return _abs_error(got, ref) / self.denominator
+
+
+def _overflowed(ref: np.ndarray, dtype: str) -> np.ndarray | None:
+    """Where a finite reference rounds to ±inf in `dtype` (None: nowhere)."""
+    with np.errstate(invalid="ignore"):
+        if not np.any(np.abs(ref) >= FINITE_MAX[dtype]):  # (NaN compares False; ±inf reaches it: quantised below)
+            return None
+    with np.errstate(over="ignore"):
+        overflowed = np.isinf(quantise(ref, dtype)) & np.isfinite(ref)
+    return overflowed if overflowed.any() else None
 
 
 def allowance(ref: np.ndarray, bound: np.ndarray, baseline: np.ndarray | None, c: Constants = CONSTANTS) -> np.ndarray:

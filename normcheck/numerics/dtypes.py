@@ -28,6 +28,11 @@ TINY = {"f64": float(np.finfo(np.float64).tiny), "f32": float(np.finfo(np.float3
         "f16": float(np.finfo(np.float16).tiny), "bf16": float(np.finfo(np.float32).tiny),  # bf16: f32's exponent
         "e4m3": 2.0**-6, "e5m2": 2.0**-14}
 
+# Largest finite value of each storage dtype: a value smaller in magnitude never rounds to ±inf there (rounding is
+# monotonic and this value is representable), so only arrays that reach it need quantising to find an overflow
+FINITE_MAX = {"f64": float(np.finfo(np.float64).max), "f32": float(np.finfo(np.float32).max),
+              "f16": float(np.finfo(np.float16).max), "bf16": (2 - 2.0**-7) * 2.0**127, **FP8_MAX}
+
 # The spellings accepted on the command line: plain dtypes, and mixed ones where a
 # half-precision input comes with float32 weight, bias and running statistics.
 DTYPE_CHOICES = ("f64", "f32", "f16", "bf16", "mixed-f16", "mixed-bf16")
