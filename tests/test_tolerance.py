@@ -165,3 +165,24 @@ def test_a_stage_that_rounds_what_the_norm_reads_widens_every_output_by_what_rea
     for name in ("y", "dx", "dweight", "rstd"):
         assert (either[name] >= alone[name]).all() and (either[name] > alone[name]).any(), name
     assert (element_bounds(inner, on_h, unrounded=h)["dweight"] == alone["dweight"]).all()  # nothing rounded: nothing moved
+
+
+def test_a_tensors_worst_element_and_largest_error_count_nan_as_inf_and_non_finite_ones_only_where_they_fail():
+    """Ratios and errors take a short path when every one is finite: the report is the same as the long path's."""
+    from normcheck.engine.report import tensor_report
+
+    ref = np.array([[1.0, 2.0, 3.0], [4.0, np.inf, 6.0]])
+    bound = np.full(ref.shape, 0.5)
+    finite = ref[:, [0, 2]] + np.array([[0.1, 0.4], [-0.2, 0.3]])
+    t = tensor_report("y", finite, ref[:, [0, 2]], budget_ratio(finite, ref[:, [0, 2]], bound[:, :2], None, "f64"), 2)
+    assert t.worst_index == (0, 1) and t.max_ratio == pytest.approx(0.8) and t.nonfinite_mismatches == 0
+    assert t.max_abs_error == pytest.approx(0.4) and t.unit_ratios == pytest.approx((0.4, 0.8))
+    # a NaN ratio (an inf error against an inf allowance) before an inf one: the first is the worst (NaN as inf), the
+    # largest error inf, and the elements not finite on either side whose ratio is inf counted
+    got = np.array([[1.0, np.nan, 3.0], [4.0, np.inf, -np.inf]])
+    bound[0, 1] = np.inf
+    ratio = budget_ratio(got, ref, bound, None, "f64")
+    assert np.isnan(ratio[0, 1]) and np.isinf(ratio[1, 2])
+    t = tensor_report("y", got, ref, ratio, 3)
+    assert t.worst_index == (0, 1) and np.isnan(t.max_ratio) and t.max_abs_error == np.inf
+    assert t.nonfinite_mismatches == 1 and t.unit_ratios == (0.0, np.inf, np.inf)

@@ -188,23 +188,32 @@ def unit_ratios(ratio: np.ndarray, units: int) -> np.ndarray:
     The unit axis is dim 1 of (N, C, ...) and (N, G) tensors and dim 0 of per-channel vectors; an
     axis of C channels folds into `units` consecutive blocks (GroupNorm: C/G channels per group).
     """
-    r = np.moveaxis(np.atleast_1d(np.where(np.isnan(ratio), np.inf, ratio)), 1 if ratio.ndim > 1 else 0, 0)
+    r = np.moveaxis(np.atleast_1d(nan_as_inf(ratio)), 1 if ratio.ndim > 1 else 0, 0)
     if r.shape[0] % units:  # not laid out by channel or group: one value for the whole tensor
         return np.full(units, r.max(initial=0.0))
     return r.reshape(units, -1).max(axis=1, initial=0.0)
 
 
+def nan_as_inf(ratio: np.ndarray) -> np.ndarray:
+    """Budget ratios with NaN counted as inf. Ratios are ≥ 0, inf or NaN, so their sum is NaN exactly where one of
+    them is: finite ones come back as they are, without a pass to look for NaN."""
+    return np.where(np.isnan(ratio), np.inf, ratio) if np.isnan(np.sum(ratio)) else ratio
+
+
 def tensor_report(name: str, got: np.ndarray, expected: np.ndarray, ratio: np.ndarray, units: int,
                   slack: float = 0.0) -> TensorReport:
     """`slack`: the largest error the budget lets through relative to the tensor's size (tolerance.slack)."""
-    nonfinite = int(np.count_nonzero(np.isinf(ratio) & ~(np.isfinite(got) & np.isfinite(expected))))
-    by_unit = tuple(float(v) for v in unit_ratios(ratio, units))
+    ranked = nan_as_inf(ratio)
+    by_unit = tuple(float(v) for v in unit_ratios(ranked, units))
     if ratio.size == 0:
         return TensorReport(name, 0.0, 0.0, (), 0.0, 0.0, 0, PASS, unit_ratios=by_unit, slack=slack)
-    flat = int(np.nanargmax(np.where(np.isnan(ratio), np.inf, ratio)))
+    flat = int(np.argmax(ranked))
     idx = tuple(int(i) for i in np.unravel_index(flat, ratio.shape))
-    with np.errstate(invalid="ignore"):
-        err = np.abs(got - expected)
+    # (no ratio is inf unless the worst one is: the elements not finite on either side are counted only then)
+    nonfinite = 0 if np.isfinite(ranked.flat[flat]) else int(np.count_nonzero(
+        np.isinf(ratio) & ~(np.isfinite(got) & np.isfinite(expected))))
+    with np.errstate(invalid="ignore", over="ignore"):
+        largest = float(np.max(np.abs(got - expected)))  # (NaN where any error is: counted as inf)
     max_ratio = float(ratio.flat[flat])
     verdict = PASS if max_ratio <= 1.0 else FAIL
     # Zero trust: a pass on a reference that is all but zero, or where an error as large as the tensor itself
@@ -212,7 +221,7 @@ def tensor_report(name: str, got: np.ndarray, expected: np.ndarray, ratio: np.nd
     if verdict == PASS and (np.count_nonzero(expected) < MIN_NONZERO_FRACTION * expected.size or slack >= LOOSE_SLACK):
         verdict = MISTRUSTED
     return TensorReport(
-        name, float(np.nanmax(np.where(np.isnan(err), np.inf, err))), max_ratio, idx,
+        name, np.inf if np.isnan(largest) else largest, max_ratio, idx,
         float(got.flat[flat]), float(expected.flat[flat]), nonfinite, verdict, unit_ratios=by_unit, slack=slack,
         all_zero=verdict == FAIL and not np.any(got) and bool(np.any(expected)),
     )

@@ -179,9 +179,11 @@ def slack(ref: np.ndarray, allowed: np.ndarray) -> float:
 
 
 def _abs_error(got: np.ndarray, ref: np.ndarray) -> np.ndarray:
-    both_nonfinite_equal = ~np.isfinite(ref) & (got == ref) | (np.isnan(got) & np.isnan(ref))
     with np.errstate(invalid="ignore", over="ignore"):
         err = np.abs(got - ref)
+    if np.isfinite(np.sum(err)):  # (every error finite: no non-finite pair to forgive, no NaN to count as inf)
+        return err
+    both_nonfinite_equal = ~np.isfinite(ref) & (got == ref) | (np.isnan(got) & np.isnan(ref))
     err = np.where(both_nonfinite_equal, 0.0, err)
     return np.where(np.isnan(err), np.inf, err)
 
