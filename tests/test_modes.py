@@ -103,8 +103,7 @@ def test_each_directional_output_alone_and_its_bound_are_what_the_whole_second_o
     def evaluate(values: Grouped, ar, wanted) -> dict:
         out = second_order(values.x, values.dy, values.gamma, values.ddx, values.ddweight, values.ddbias,
                            case.eps_value, ar, centred=case.record.centred, stats=values.running, wanted=wanted)
-        return {k: [np.broadcast_to(a, case.view.grouped_shape if k != "d2weight" else np.shape(a))
-                    for a in ((v.value, v.bound) if isinstance(v, Tracked) else (v,))] for k, v in out.items()}
+        return {k: (v.value, v.bound) if isinstance(v, Tracked) else (v,) for k, v in out.items()}
 
     running_error = tracked_arithmetic(case.view, u, 2.0)
     wholes = []

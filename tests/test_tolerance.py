@@ -39,7 +39,8 @@ def test_overflow_to_inf_is_the_correct_rounding():
     r = budget_ratio(np.full(4, np.inf) * np.sign(edge), edge, np.ones(4), None, "f16")
     assert np.isinf(r[0]) and np.isinf(r[1]) and r[2] == 0 and r[3] == 0
     bf16_max = (2 - 2.0**-7) * 2.0**127
-    r = budget_ratio(np.array([np.inf, np.inf]), np.array([bf16_max, bf16_max * (1 + 2.0**-8)]), np.ones(2), None, "bf16")
+    edge = np.array([bf16_max, bf16_max * (1 + 2.0**-8)])
+    r = budget_ratio(np.array([np.inf, np.inf]), edge, np.ones(2), None, "bf16")
     assert np.isinf(r[0]) and r[1] == 0
 
 

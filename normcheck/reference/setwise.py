@@ -74,8 +74,8 @@ SECOND_ORDER = ("d2x", "d2weight", "d2dy")
 
 def second_order(x, dy, gamma, ddx, ddweight, ddbias, eps: float, ar: Arithmetic, *, centred: bool = True,
                  stats: tuple | None = None, wanted=SECOND_ORDER) -> dict:
-    """The `wanted` ones of d2x, d2weight and d2dy: the gradients of ⟨ddx, dx⟩ + ⟨ddγ, dγ⟩ + ⟨ddβ, dβ⟩ (module
-    docstring). Only those are computed: forward mode's y JVP (d2dy) needs none of d2x's backward terms.
+    """The `wanted` ones of d2x, d2weight and d2dy: the gradients of ⟨ddx, dx⟩ + ⟨ddγ, dγ⟩ + ⟨ddβ, dβ⟩
+    (module docstring). Only those are computed: forward mode's y JVP (d2dy) needs none of d2x's backward terms.
 
     `stats`: None for the batch's statistics (training), or the constant (μ, σ²) of eval mode. The cotangents
     are broadcast like x, γ and β (zeros for a gradient not asked for)."""

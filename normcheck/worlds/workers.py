@@ -110,7 +110,8 @@ def _send(conn, obj) -> None:
 def _recv(conn):
     first = conn.recv_bytes()
     (count,) = _HEAD.unpack_from(first)
-    sizes = struct.unpack_from(f"<{count}Q", first, _HEAD.size)
+    sizes_format = f"<{count}Q"
+    sizes = struct.unpack_from(sizes_format, first, _HEAD.size)
     buffers = []
     for size in sizes:  # (writable buffers: the arrays unpickled on them are writable, as before)
         buffer = bytearray(size)
@@ -119,7 +120,7 @@ def _recv(conn):
         else:
             conn.recv_bytes()
         buffers.append(buffer)
-    return pickle.loads(memoryview(first)[_HEAD.size + 8 * count:], buffers=buffers)
+    return pickle.loads(memoryview(first)[_HEAD.size + struct.calcsize(sizes_format):], buffers=buffers)
 
 
 # ----------------------------------------------------------------------------- messages
