@@ -67,6 +67,11 @@ def _times(value, bound):
     return EXACT if _is_exact(bound) else np.abs(value) * bound
 
 
+def _through(reduce, bound):
+    """A bound carried through a sum or mean of what it bounds (EXACT stays EXACT)."""
+    return EXACT if _is_exact(bound) else reduce(bound)
+
+
 def exact(a, u: float) -> Tracked:
     """An input known exactly (the case's quantised values)."""
     return Tracked(np.asarray(a, dtype=np.float64), EXACT, u)
@@ -80,14 +85,12 @@ def tracked_arithmetic(view, ua: float, growth: float) -> Arithmetic:
 
     def mean(a: Tracked) -> Tracked:
         accumulated = ua * rho(view.set_size) * view.reduce(np.abs(a.value))
-        carried = EXACT if _is_exact(a.bound) else view.reduce(a.bound)
-        return a._rounded(view.reduce(a.value), _plus(carried, accumulated))
+        return a._rounded(view.reduce(a.value), _plus(_through(view.reduce, a.bound), accumulated))
 
     def total(a: Tracked) -> Tracked:
         value, count = view.channel_sum(a.value), view.channel_count
         accumulated = ua * rho(count) * view.channel_sum(np.abs(a.value))
-        carried = EXACT if _is_exact(a.bound) else view.channel_sum(a.bound)
-        return a._rounded(value, _plus(carried, accumulated))
+        return a._rounded(value, _plus(_through(view.channel_sum, a.bound), accumulated))
 
     def rsqrt(var: Tracked, eps: float) -> Tracked:
         operand = view.rsqrt_operand(var.value, eps)
