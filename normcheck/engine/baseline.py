@@ -19,7 +19,12 @@ from .expected import Grouped, arithmetic, as_output, directional_outputs, group
 _NUMPY = {"f64": np.float64, "f32": np.float32}
 
 
-def baseline_outputs(case: Case, inputs: CaseInputs) -> dict[str, np.ndarray | None]:
+def baseline_outputs(case: Case, inputs: CaseInputs, reference: dict | None = None) -> dict[str, np.ndarray | None]:
+    """Every output the op defines, in the case's accumulation precision. `reference`, the case's float64 reference
+    when at hand: in float64 accumulation the baseline's arithmetic is the reference's own, so it is that reference
+    stored in each output's dtype, not evaluated again."""
+    if reference is not None and case.dtypes.accumulation == "f64":
+        return {name: None if a is None else _stored(case, name, a) for name, a in reference.items()}
     # (the grouped inputs in the accumulation precision, for eval mode and the directional-derivative formulas)
     g = grouped(case, inputs, _NUMPY[case.dtypes.accumulation]) if not case.training or case.order != 1 else None
     out = first_order(case, inputs) if case.training else eval_outputs(case, inputs, g)
@@ -43,15 +48,15 @@ def eval_outputs(case: Case, inputs: CaseInputs, g: Grouped) -> dict[str, np.nda
 def first_order(case: Case, inputs: CaseInputs) -> dict[str, np.ndarray | None]:
     """Training mode: the op's own reference, evaluated in the accumulation precision, each output rounded to
     its storage dtype (saved statistics stay in the accumulation precision)."""
-    op = case.record
     with working_precision(_NUMPY[case.dtypes.accumulation]):
         out = reference_of(case)(inputs)
-    stored = {}
-    for name, a in out.items():
-        if name in op.saved_stats:
-            stored[name] = np.asarray(a, dtype=np.float64)
-        elif name.startswith("running_"):
-            stored[name] = quantise(a, case.param_dtype)
-        else:
-            stored[name] = quantise(a, op.output_dtype(case, name))
-    return stored
+    return {name: _stored(case, name, a) for name, a in out.items()}
+
+
+def _stored(case: Case, name: str, a: np.ndarray) -> np.ndarray:
+    """An output as a kernel stores it: rounded to its dtype (saved statistics stay in the accumulation
+    precision)."""
+    op = case.record
+    if name in op.saved_stats:
+        return np.asarray(a, dtype=np.float64)
+    return quantise(a, case.param_dtype if name.startswith("running_") else op.output_dtype(case, name))

@@ -201,11 +201,11 @@ def reference_seconds(case: Case) -> float:
 def expectations(case: Case, constants: Constants) -> tuple[dict, dict, dict]:
     """(the float64 reference of every output the case asks for, the tolerance model's element bounds, the
     same-precision baseline's outputs, or {} when the constants give it no weight)."""
-    inputs = case_inputs(case)
+    inputs, ref = case_inputs(case), reference(case)[0]
     with np.errstate(all="ignore"):  # (as the reference's)
-        baseline = baseline_outputs(case, inputs) if constants.baseline_factor else {}
+        baseline = baseline_outputs(case, inputs, ref) if constants.baseline_factor else {}
         bounds = element_bounds(case, inputs, constants)
-    return reference(case)[0], bounds, baseline
+    return ref, bounds, baseline
 
 
 @cache_by_bytes(CACHE_BYTES)
