@@ -56,7 +56,7 @@ def judged_sweep(benchmark):
     bounds and baseline computed afresh each round), timed by pytest-benchmark in `group` after one warm-up case (the
     worker or world started, the framework's first-call imports done)."""
     from normcheck.engine import judge
-    from normcheck.engine.compare import case_inputs, expectations
+    from normcheck.engine.compare import forget_cases
 
     def timed(impl, cases, group: str, rounds: int):
         judge(cases[0], impl)
@@ -64,8 +64,7 @@ def judged_sweep(benchmark):
         benchmark.extra_info["cases"] = len(cases)
 
         def sweep():
-            expectations.cache_clear()
-            case_inputs.cache_clear()
+            forget_cases()
             return [judge(case, impl) for case in cases]
 
         return benchmark.pedantic(sweep, rounds=rounds, iterations=1)

@@ -15,7 +15,7 @@ from normcheck import IMPLS, Case
 from normcheck.cases.narrowing import Narrowing
 from normcheck.cases.sweep import default_sweep
 from normcheck.engine import FAIL, judge
-from normcheck.engine.compare import case_inputs, expectations
+from normcheck.engine.compare import forget_cases
 from normcheck.impls import resolve_impl
 
 SWEEP = [c for c in default_sweep("batchnorm", narrowing=Narrowing(scans="without")) if c.dtype in ("f64", "f32")]
@@ -28,8 +28,7 @@ def test_batchnorm_sweep(benchmark, runs):
     benchmark.group = "batchnorm default sweep, torch: determinism rerun"
 
     def sweep():
-        expectations.cache_clear()  # (each round computes every case's reference afresh, as a CLI run does)
-        case_inputs.cache_clear()
+        forget_cases()  # (each round computes every case's reference afresh, as a CLI run does)
         return [judge(case, impl) for case in SWEEP]
 
     reports = benchmark(sweep)
@@ -45,8 +44,7 @@ def test_one_large_case(benchmark, order):
     benchmark.group = "layernorm 65537x6, torch: order 1 against order 2"
 
     def once():
-        expectations.cache_clear()
-        case_inputs.cache_clear()
+        forget_cases()
         return judge(case, impl)
 
     assert benchmark(once).verdict != FAIL

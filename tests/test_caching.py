@@ -6,7 +6,7 @@ import numpy as np
 
 from normcheck.cases import Case
 from normcheck.core.caching import cache_by_bytes, nbytes
-from normcheck.engine.compare import case_inputs, expectations
+from normcheck.engine.compare import case_inputs, expectations, forget_cases, reference, yardsticks
 from normcheck.engine.tolerance import CONSTANTS
 
 
@@ -47,3 +47,13 @@ def test_a_case_met_again_gets_the_same_inputs_and_expectations_back():
     inputs, expected = case_inputs(first), expectations(first, CONSTANTS)
     case_inputs(second), expectations(second, CONSTANTS)
     assert case_inputs(first) is inputs and expectations(first, CONSTANTS) is expected
+
+
+def test_forgetting_the_cases_computes_everything_afresh():
+    """After forget_cases nothing of a case is served from a cache: its inputs, reference, expectations and
+    yardsticks are new objects (a benchmark round that kept one would time less than a run does)."""
+    case = Case("layernorm", (4, 8), "f32")
+    kept = [case_inputs(case), reference(case), expectations(case, CONSTANTS), yardsticks(case, CONSTANTS)]
+    forget_cases()
+    again = [case_inputs(case), reference(case), expectations(case, CONSTANTS), yardsticks(case, CONSTANTS)]
+    assert [a is b for a, b in zip(kept, again)] == [False] * 4

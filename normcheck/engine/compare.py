@@ -218,6 +218,13 @@ def yardsticks(case: Case, constants: Constants) -> dict[str, Yardstick]:
                 for name in ref}
 
 
+def forget_cases() -> None:
+    """Drop every case's cached inputs, reference, expectations and yardsticks: the next judging of a case computes
+    them afresh, as a new run does (a benchmark's rounds)."""
+    for cached in (case_inputs, reference, expectations, yardsticks):
+        cached.cache_clear()
+
+
 def attribute(own, tensors, message: str) -> tuple[str, str]:
     """(verdict, message) of a failure. `own`: the known issues of the code that ran, applying to the case (the
     record's, and those of the torch kernels the run called: an issue of a kernel the implementation never ran
