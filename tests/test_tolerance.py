@@ -124,49 +124,50 @@ def test_the_baseline_in_float64_is_the_reference_on_every_path(op):
     sweep = [c for c in default_sweep(op) if c.dtype == "f64" and c.numel <= 20_000 and c.affine is True][:3]
     assert sweep, f"{op}: no small affine float64 case in its default sweep"
     judged = set()
-    for base in sweep:
-        for path in _paths(op):
-            try:
-                case = base.with_(**path)
-            except UsageError:  # (a path this case cannot take: eps = 0 outside eval mode)
-                continue
-            judged.add(tuple(path.values()))
-            inputs = case.make_inputs()
-            ref, got = expected_outputs(case, inputs), baseline_outputs(case, inputs)
-            for name, r in ref.items():
-                assert got.get(name) is not None, f"{case.label}: the baseline gives no {name}"
-                scale = max(1.0, float(np.max(np.abs(r), initial=0.0)))
-                err = float(np.max(np.abs(got[name] - r), initial=0.0))
-                assert err <= 1e-12 * scale, f"{case.label}: baseline {name} differs from the reference by {err:.3g}"
+    for path, case in _on_every_path(op, sweep):
+        judged.add(tuple(path.values()))
+        inputs = case.make_inputs()
+        ref, got = expected_outputs(case, inputs), baseline_outputs(case, inputs)
+        for name, r in ref.items():
+            assert got.get(name) is not None, f"{case.label}: the baseline gives no {name}"
+            scale = max(1.0, float(np.max(np.abs(r), initial=0.0)))
+            err = float(np.max(np.abs(got[name] - r), initial=0.0))
+            assert err <= 1e-12 * scale, f"{case.label}: baseline {name} differs from the reference by {err:.3g}"
     assert judged == {tuple(p.values()) for p in _paths(op)}, f"{op}: paths never judged"
 
 
-@pytest.mark.parametrize("op", list(OPS))
-def test_a_float64_baseline_taken_from_the_reference_is_the_evaluated_one_bit_for_bit(op):
-    """In float64 accumulation the baseline is the reference stored in each output's dtype (what the judge uses, with
-    the reference at hand): bit for bit what evaluating the baseline again gives, on every path, an fp8 output too."""
-    sweep = [c for c in default_sweep(op) if c.dtypes.accumulation == "f64" and c.numel <= 20_000]
-    assert sweep, f"{op}: no small case accumulated in float64 in its default sweep"
-    fp8 = [{"fp8": "e5m2"}] if "fp8" in {e.field for e in OPS[op].extensions} else []
-    for base in sweep[:2]:
+def _on_every_path(op: str, sweep, *extras: dict):
+    """(path, case) for each case of `sweep` on every path the op has (and with each of `extras` besides), those it
+    can take (not eps = 0 outside eval mode)."""
+    for base in sweep:
         for path in _paths(op):
-            for extra in [{}] + fp8:
+            for extra in ({}, *extras):
                 try:
-                    case = base.with_(**path, **extra)
-                except UsageError:  # (a path this case cannot take: eps = 0 outside eval mode)
+                    yield path, base.with_(**path, **extra)
+                except UsageError:
                     continue
-                _same_baseline_either_way(case)
 
 
-def _same_baseline_either_way(case):
-    inputs = case.make_inputs()
-    with np.errstate(all="ignore"):
-        evaluated = baseline_outputs(case, inputs)
-        taken = baseline_outputs(case, inputs, expected_outputs(case, inputs))
-    for name, a in taken.items():
-        b = evaluated.get(name)
-        assert (a is None) == (b is None), f"{case.label}: {name} given by one baseline only"
-        assert a is None or (a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True)), f"{case.label}: {name} differs"
+@pytest.mark.parametrize("op", list(OPS))
+def test_a_baseline_given_the_reference_is_the_evaluated_one_bit_for_bit(op):
+    """In float64 accumulation the baseline is the reference stored in each output's dtype (what the judge uses, with
+    the reference at hand): bit for bit what evaluating the baseline again gives, on every path, an fp8 output too.
+    In float32 accumulation the reference given changes nothing (the baseline is evaluated, and differs from it)."""
+    sweep = [c for c in default_sweep(op) if c.numel <= 20_000]
+    in_f64 = [c for c in sweep if c.dtypes.accumulation == "f64"][:1]
+    in_f32 = [c for c in sweep if c.dtypes.accumulation == "f32"][:1]
+    assert in_f64 and in_f32, f"{op}: no small case accumulated in float64 and in float32 in its default sweep"
+    fp8 = ({"fp8": "e5m2"},) if "fp8" in {e.field for e in OPS[op].extensions} else ()
+    for _, case in _on_every_path(op, in_f64 + in_f32, *fp8):
+        inputs = case.make_inputs()
+        with np.errstate(all="ignore"):
+            evaluated = baseline_outputs(case, inputs)
+            given = baseline_outputs(case, inputs, expected_outputs(case, inputs))
+        for name, a in given.items():
+            b = evaluated.get(name)
+            assert (a is None) == (b is None), f"{case.label}: {name} given by one baseline only"
+            assert a is None or (a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True)), \
+                f"{case.label}: {name} differs"
 
 
 def test_independent_term_errors_grow_like_a_root_sum_of_squares_and_equal_ones_linearly():
