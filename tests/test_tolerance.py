@@ -15,7 +15,7 @@ from normcheck.engine.expected import expected_outputs
 from normcheck.engine.error_terms import independent_errors_sum
 from normcheck.ops import OPS, get_op
 from normcheck.engine.stage_bounds import inner_case
-from normcheck.engine.tolerance import CONSTANTS, Constants, budget_ratio, element_bounds
+from normcheck.engine.tolerance import CONSTANTS, Constants, allowance, budget_ratio, element_bounds
 
 FORMULA_ONLY = Constants(CONSTANTS.growth, CONSTANTS.rounding, baseline_factor=0.0)
 
@@ -49,6 +49,9 @@ def test_baseline_allowance_only_widens_and_never_from_a_nan_baseline():
     tight = budget_ratio(got, ref, np.array([0.01, 0.01]), None, "f64")
     widened = budget_ratio(got, ref, np.array([0.01, 0.01]), np.array([1.05, np.nan]), "f64")
     assert widened[0] < 1 < tight[0] and widened[1] == tight[1]
+    bound = np.array([0.01, 0.0])
+    assert allowance(ref, bound, ref) is bound  # (the reference as its own baseline: B, without comparing them)
+    assert np.array_equal(allowance(ref, bound, ref.copy()), bound)  # (what comparing them gives)
 
 
 @pytest.mark.parametrize("op", ["batchnorm", "groupnorm"])

@@ -161,7 +161,7 @@ def _overflowed(ref: np.ndarray, dtype: str) -> np.ndarray | None:
 
 def allowance(ref: np.ndarray, bound: np.ndarray, baseline: np.ndarray | None, c: Constants = CONSTANTS) -> np.ndarray:
     """allowed_e = max(B_e, K·|baseline_e − ref_e|): the error each element may have."""
-    if baseline is None:
+    if baseline is None or baseline is ref:  # (a baseline that is the reference itself adds nothing to B)
         return bound
     base_err = _abs_error(baseline, ref)
     # A baseline that itself went non-finite earns no allowance.
