@@ -16,13 +16,15 @@ from textwrap import indent
 
 from .cases import Case
 from .cases.case import CONVENTIONS, FROZEN, MODES, OP_FIELDS, ORDERS, takers_of
-from .cases.narrowing import SCANS, Narrowing, option_fields
+from .cases.narrowing import SCANS, Narrowing, option_fields, rank_limit
 from .cases.sweep import default_sweep, field_value, order_value
 from .cases.tokens import decode_case
 from .core.errors import ImplError, Unsupported, UsageError
 from .doctor import run_doctor
 from .frameworks.torch.triton import INTERPRETER_ELEMENT_SCALE
 from .engine import FAIL, KNOWN, judge, nothing_tested, runs_per_case
+from .engine.coverage import judged_coverage, narrowing_hint, overruled
+from .impls.limits import learned
 from .impls import backend_of, check_world, list_impls, resolve_impl, support_text
 from .numerics.dtypes import COMPUTE_DTYPES, DTYPE_CHOICES, OUTPUT_DTYPES, parse_dtype
 from .numerics.formats import FORMATS
@@ -36,7 +38,7 @@ from .outputs.junit import write_junit
 from .outputs.plot import require_matplotlib, write_plot
 from .outputs.progress import Progress, wants_progress
 from .outputs.replay import report_replay
-from .outputs.table import hint_line, row, summary_line, wants_colour
+from .outputs.table import hint_line, narrowed_lines, row, summary_line, wants_colour
 from .worlds import BACKENDS, DEFAULT_TIMEOUT, CaseLimit, close_env_world, env_world, printed
 from .worlds.limits import FLOOR, MULTIPLE, STUCK_AFTER
 
@@ -44,7 +46,7 @@ from .worlds.limits import FLOOR, MULTIPLE, STUCK_AFTER
 
 # Case options beyond the path's (--mode, --frozen, --order, --eps, --momentum, --affine) and the conventions: every
 # one fixes its factor on every case of the sweep (cases.narrowing); --one-case builds one case from them instead.
-_CASE_OPTIONS = ("shape", "dtype", "memory_format", *(f for f in OP_FIELDS if f not in CONVENTIONS), "profile",
+_CASE_OPTIONS = ("shape", "rank", "dtype", "memory_format", *(f for f in OP_FIELDS if f not in CONVENTIONS), "profile",
                  "world_size", "split")
 _DEFAULT_SHAPE = (4, 6, 5, 5)
 
@@ -128,6 +130,8 @@ def _add_case_options(parser) -> None:
     the covering design covers the rest (--one-case: one case built from them instead)."""
     parser.add_argument("--shape", type=_int_list, help="N,C[,D][,H][,W]: every case has this shape (the sweep covers "
                         "dtypes, layouts, profiles, eps and paths at it)")
+    parser.add_argument("--rank", type=_int_list, metavar="R[,R...]", help="every case has an input of these ranks "
+                        "(numbers of dims: 4 for a layer written for (N, C, H, W) input); the sweep covers the rest")
     parser.add_argument("--dtype", help=f"every case in this dtype, one of {', '.join(DTYPE_CHOICES)}")
     parser.add_argument("--memory-format", help=f"X[:DY], each one of {', '.join(FORMATS)}: every case in this layout")
     for f in (CASE_FIELDS[name] for name in OP_FIELDS):  # the ops' own fields, as their records declare them
@@ -206,17 +210,18 @@ def _positive(text: str) -> int:
     return value
 
 
-def build_cases(args, impl=None) -> list[Case]:
-    """The cases to run: a --case token's, --one-case's, or the default sweep narrowed by the case options (in the layouts
-    the implementation can express, Impl.formats, and the splits, Impl.shares); all in the conventions it follows (Impl.follows) or
-    --weight-offset / --casting say."""
+def build_cases(args, impl=None) -> tuple[list[Case], Narrowing | None]:
+    """The cases to run: a --case token's, --one-case's, or the default sweep narrowed by the case options and by what
+    the implementation cannot do (impls.limits; in the layouts it can express, Impl.formats, and the splits,
+    Impl.shares); all in the conventions it follows (Impl.follows) or --weight-offset / --casting say. With the
+    narrowing of a sweep (None: the cases were named)."""
     follows = dict(impl.follows) if impl is not None else {}
     conventions = {**follows, **declared_conventions(args)}
-    cases = _build_cases(args, conventions, impl)  # (refuses what no case takes)
+    cases, narrowing = _build_cases(args, conventions, impl)  # (refuses what no case takes)
     for name, value in follows.items():
         if conventions[name] != value:
             raise UsageError(f"--{name.replace('_', '-')} {conventions[name]}: {impl.name} follows {name}={value}")
-    return cases
+    return cases, narrowing
 
 
 def declared_conventions(args) -> dict:
@@ -234,16 +239,16 @@ def _fixed(args) -> dict:
     return fixed
 
 
-def _build_cases(args, conventions: dict, impl) -> list[Case]:
+def _build_cases(args, conventions: dict, impl) -> tuple[list[Case], Narrowing | None]:
     given = [k for k in (*_CASE_OPTIONS, "cases", "seed", "one_case") if _is_given(getattr(args, k))]
     fixed = _fixed(args)
     if args.case is not None:
         return [_token_case(args, [*given, *(k for k in CONVENTIONS if getattr(args, k) is not None),
-                                   *(("no_affine" if k == "affine" and args.no_affine else k) for k in fixed)])]
+                                   *(("no_affine" if k == "affine" and args.no_affine else k) for k in fixed)])], None
     first = args.seed or 0
     seeds = range(first, first + (args.cases or 1))
     if args.one_case:
-        return _one_case(args, conventions, fixed, seeds)
+        return _one_case(args, conventions, fixed, seeds), None
     narrowing = narrowing_of(args, conventions)
     if impl is not None and impl.triton_interpret:
         narrowing = replace(narrowing, element_scale=INTERPRETER_ELEMENT_SCALE)
@@ -252,9 +257,11 @@ def _build_cases(args, conventions: dict, impl) -> list[Case]:
         if narrowing.world_size not in (None, size):
             raise UsageError(f"--world-size {narrowing.world_size}: torchrun started {size} ranks")
         narrowing = replace(narrowing, world_size=size)
+    if impl is not None:  # (what it cannot do narrows the design as an option does: impls.limits)
+        narrowing = learned(impl, narrowing)
     return [case for seed in seeds
             for case in default_sweep(args.op, seed, formats=impl and impl.formats, shares=impl and impl.shares,
-                                      narrowing=narrowing)]
+                                      narrowing=narrowing)], narrowing
 
 
 def narrowing_of(args, conventions: dict) -> Narrowing:
@@ -263,7 +270,7 @@ def narrowing_of(args, conventions: dict) -> Narrowing:
     fields = {**conventions, **_fixed(args),
               **option_fields(args.dtype, args.memory_format, args.profile, args.shape, args.split)}
     fields.update({name: getattr(args, name) for name in OP_FIELDS if getattr(args, name) is not None})
-    return Narrowing.of(fields, args.world_size, scans=args.scans)
+    return Narrowing.of(fields, args.world_size, scans=args.scans, limits=rank_limit(args.rank))
 
 
 def _one_case(args, conventions: dict, fixed: dict, seeds) -> list[Case]:
@@ -274,6 +281,9 @@ def _one_case(args, conventions: dict, fixed: dict, seeds) -> list[Case]:
     own.update({name: getattr(args, name) for name in OP_FIELDS if getattr(args, name) is not None})  # without them says so
     own.update(conventions)
     shape, split = _shape_and_split(args)
+    if args.rank is not None and len(shape) not in args.rank:
+        raise UsageError(f"--rank {','.join(map(str, args.rank))}: --one-case's shape {','.join(map(str, shape))} has "
+                         f"{len(shape)} dims (give a --shape of that rank)")
     return [Case(args.op, shape, spec.dtype, spec.param_dtype, x_format, dy_format or None, args.profile or "normal",
                  seed=seed, split=split, **own, **fixed)
             for seed in seeds]
@@ -359,7 +369,8 @@ def run_compare(args, out) -> int:
     impl = resolve_impl(args.op, args.impl, args.backend, limit, args.framework, args.device, args.triton_interpret,
                         hints=not args.no_hints)
     impl = impl.checking(args.check)
-    cases = build_cases(args, impl)
+    cases, narrowing = build_cases(args, impl)
+    narrowed = narrowed_lines(args.op, narrowing) if narrowing is not None else []
     impl = impl.declaring(declared_conventions(args))  # (checked by build_cases: a hint never judges them otherwise)
     backend = backend_of(impl)
     if backend is not None:
@@ -377,6 +388,8 @@ def run_compare(args, out) -> int:
     keep_stdout = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
     with Progress(len(cases), f"{args.op} / {impl.name}", wants_progress(quiet=args.json)) as progress, \
             _interruptible() as interrupted, keep_stdout:
+        for line in narrowed if not args.json else ():
+            progress.print(line, out)
         for case in cases:
             if limit.stuck:
                 stopped = limit.stuck
@@ -408,20 +421,26 @@ def run_compare(args, out) -> int:
     untested = "" if stopped else nothing_tested(reports)
     status = _SIGNAL_STATUS[interrupted.get("signal", "SIGINT")] if stopped.startswith("interrupted") else \
         2 if untested else 1 if failed else 0
+    covered = judged_coverage(args.op, reports, narrowing) if narrowing is not None else None
+    hint = narrowing_hint(args.op, reports)
     if args.json:
         json.dump(run_document(args.op, impl.name, backend, reports, elapsed, status, timeout, limit.describe(),
-                               stopped, impl.device, impl.triton_interpret),
+                               stopped, impl.device, impl.triton_interpret, covered, narrowed,
+                               hint.line() if hint else None),
                   out, indent=1, allow_nan=False)
         print(file=out)
     else:
-        print(summary_line(args.op, impl.name, reports, elapsed), file=out)
+        print(summary_line(args.op, impl.name, reports, elapsed, covered), file=out)
+        if hint is not None:
+            print(f"hint: {hint.line()}", file=out)
     if args.junit_xml:
         write_junit(args.junit_xml, args.op, impl.name, backend, reports, elapsed, args.strict, timeout, stopped,
                     len(cases))
     if args.plot:
         write_plot(args.plot, f"{args.op} / {impl.name}", reports)
     if untested:
-        print(f"normcheck: error: {untested}", file=sys.stderr)
+        why = overruled(narrowing) if narrowing is not None else []
+        print(f"normcheck: error: {untested}{''.join('; ' + w for w in why)}", file=sys.stderr)
     if stopped:
         print(f"normcheck: {stopped}: {len(reports)} of {len(cases)} cases ran", file=sys.stderr)
     return status

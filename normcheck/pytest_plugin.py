@@ -4,7 +4,7 @@
            [--normcheck-device cpu|cuda|cuda:N|mps|...] [--normcheck-triton-interpret]
            [--normcheck-profile ci|dev|thorough] [--normcheck-mode eval] [--normcheck-frozen x|params]
            [--normcheck-order 2|fwd|fwd-rev] [--normcheck-eps E] [--normcheck-momentum M] [--normcheck-affine WHICH]
-           [--normcheck-dtype D] [--normcheck-shape N,C,...] [--normcheck-memory-format X[:DY]]
+           [--normcheck-dtype D] [--normcheck-shape N,C,...] [--normcheck-rank R[,R]] [--normcheck-memory-format X[:DY]]
            [--normcheck-value-profile P] [--normcheck-groups G] [--normcheck-normalized-dims K]
            [--normcheck-world-size W] [--normcheck-split S,S,...]   (each fixes its factor; the sweep covers the rest)
            [--normcheck-normalized-at trailing|channels] [--normcheck-casting MODE] [--normcheck-weight-offset F] [--normcheck-output-dtype input|promote]
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import signal
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -43,6 +43,8 @@ class Options:
     profile: str            # a key of normcheck.cases.budgets.PROFILES
     timeout: float | None   # --normcheck-timeout (None: the limit follows the cases' measured times)
     narrowing: object       # cases.narrowing.Narrowing: what every case takes (the case options given, the conventions)
+    interrupted: bool = False  # a signal arrived while the implementation was probed: the first test stops the run
+    reports: list = field(default_factory=list)  # the sweep's reports, for its coverage as judged
 
 
 OPTIONS = pytest.StashKey[Options]()
@@ -64,6 +66,7 @@ _SPELLED = tuple(name.replace("-", "_") for name, _, _ in _SPELLED_OPTIONS)
 _NARROWING_OPTIONS = (
     ("dtype", "D", "f64, f32, f16, bf16, mixed-f16 or mixed-bf16"),
     ("shape", "N,C[,D][,H][,W]", "the shape: the sweep covers the rest at it"),
+    ("rank", "R[,R...]", "the input ranks (numbers of dims: 4 for a layer written for (N, C, H, W) input)"),
     ("memory-format", "X[:DY]", "the layout of x and dy"),
     ("value-profile", "P", "the value profile: normal, offset, near_constant, ..."),
     ("groups", "G", "GroupNorm: the number of groups"),
@@ -131,8 +134,8 @@ def pytest_configure(config):
             if config.getoption(f"normcheck_{name}") not in (None, False):
                 raise pytest.UsageError(f"--normcheck-{name.replace('_', '-')} needs --normcheck-op")
         return
+    config.stash[SIGNALS] = _catch_signals()  # (first: probing the implementation runs it)
     config.stash[OPTIONS] = _options(config)
-    config.stash[SIGNALS] = _catch_signals()
     config.args.append(str(SUITE_DIR))  # collected beside the user's own tests, from any rootdir
 
 
@@ -171,14 +174,34 @@ def pytest_report_header(config):
         o = config.stash[OPTIONS]
         world = f", {o.backend} world" if o.backend else f", on {o.impl.device}" if o.impl.device != "cpu" else ""
         world += ", Triton's interpreter" if o.impl.triton_interpret else ""
-        return f"normcheck: {o.op} / {o.impl.name}{world}, hypothesis profile {o.profile}"
+        from normcheck.outputs.table import narrowed_lines
+
+        return [f"normcheck: {o.op} / {o.impl.name}{world}, hypothesis profile {o.profile}",
+                *(f"normcheck: {line}" for line in narrowed_lines(o.op, o.narrowing))]
     return None
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """The sweep's coverage as judged (engine.coverage): the pairs its judged cases covered of those designed, and
+    what none covered, with why."""
+    if OPTIONS not in config.stash or not config.stash[OPTIONS].reports:
+        return
+    from normcheck.engine.coverage import judged_coverage, narrowing_hint
+
+    o = config.stash[OPTIONS]
+    covered = judged_coverage(o.op, o.reports, o.narrowing)
+    terminalreporter.write_line(f"normcheck: {o.op} / {o.impl.name}: {covered.text()} of the default sweep")
+    for line in covered.never:
+        terminalreporter.write_line(f"normcheck: never judged: {line}")
+    hint = narrowing_hint(o.op, o.reports)
+    if hint is not None:
+        terminalreporter.write_line(f"normcheck: hint: {hint.line('--normcheck-')}")
 
 
 def pytest_unconfigure(config):
     for sig, handler in config.stash.get(SIGNALS, {}).get("previous", {}).items():
         signal.signal(sig, handler)
-    if OPTIONS in config.stash and not config.option.collectonly:
+    if OPTIONS in config.stash:  # (the probes of what it cannot do started them, even to collect)
         from normcheck.worlds.workers import close_all
 
         close_all()  # stop the worker processes now rather than at interpreter exit
@@ -194,8 +217,9 @@ def _options(config) -> Options:
         raise pytest.UsageError('the normcheck suite needs hypothesis: pip install "normcheck[pytest]"') from None
     from normcheck.cases.budgets import PROFILES
     from normcheck.cases.case import CONVENTIONS, default_conventions
-    from normcheck.cases.narrowing import Narrowing
+    from normcheck.cases.narrowing import Narrowing, rank_limit
     from normcheck.frameworks.torch.triton import INTERPRETER_ELEMENT_SCALE
+    from normcheck.impls.limits import learned
     from normcheck.cases.sweep import default_sweep, field_value
     from normcheck.core.errors import UsageError
     from normcheck.impls import backend_of, resolve_impl
@@ -222,6 +246,7 @@ def _options(config) -> Options:
                                 .replace("--device ", "--normcheck-device ", 1)
                                 .replace("--triton-interpret", "--normcheck-triton-interpret", 1)) from None
     try:
+        interrupted = False
         fixed = {name: field_value(name, config.getoption(f"normcheck_{name}")) for name in _PATH
                  if config.getoption(f"normcheck_{name}") is not None}
         spelled = {name: field_value(name, text) for name, text in _conventions_given(config, CASE_FIELDS)}
@@ -234,14 +259,19 @@ def _options(config) -> Options:
         narrowing = Narrowing.of({**follows, **spelled, **fixed, **_narrowing_fields(config)},
                                  _given(config, "world_size"),
                                  INTERPRETER_ELEMENT_SCALE if impl.triton_interpret else None,
-                                 config.getoption("normcheck_scans"))
+                                 config.getoption("normcheck_scans"),
+                                 rank_limit(_given(config, "rank"), "--normcheck-rank"))
         if narrowing.world_size is not None and not OPS[op].distributed:
             raise UsageError(f"--normcheck-world-size applies to {', '.join(distributed_ops())} only, not {op}")
         default_sweep(op, narrowing=narrowing)  # what no case can take is refused now, in one line
+        try:  # (what it cannot do narrows the design as an option does: impls.limits)
+            narrowing = learned(impl, narrowing)
+        except KeyboardInterrupt:  # (Ctrl-C or SIGTERM while it ran: the run stops at its first test, reporting)
+            interrupted = True
     except UsageError as e:
         raise pytest.UsageError(str(e)) from None
     impl = impl.checking(config.getoption("normcheck_check")).declaring(declared)  # (a hint never probes them)
-    return Options(op, impl, backend_of(impl), profile, timeout, narrowing)
+    return Options(op, impl, backend_of(impl), profile, timeout, narrowing, interrupted)
 
 
 # The path's options (each a Case field of that name)

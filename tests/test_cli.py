@@ -165,7 +165,13 @@ def test_eps_zero_is_legal_where_the_op_takes_it():
     (["compare", "--op", "groupnorm", "--case", TOKEN], "is a batchnorm case, not groupnorm"),
     (["compare", "--op", "batchnorm", "--junit-xml", "/no/such/dir/r.xml"], "directory /no/such/dir does not exist"),
     (["compare", "--op", "groupnorm", "--mode", "eval"], "--mode eval applies to the ops with running statistics"),
-    (["compare", "--op", "syncbn", "--order", "2"], f"nothing was tested: all {len(default_sweep('syncbn'))} cases were skipped"),
+    (["compare", "--op", "rmsnorm", "--impl", "tests._declared_limits:f32_only_rms_norm", "--dtype", "f64", "--scans",
+      "without"], "only a float32 kernel is built (the run fixes dtype=f64: without that option the sweep narrows to "
+                  "what it takes)"),
+    (["compare", "--op", "batchnorm", "--rank", "0"], "--rank 0: an input rank is a number of dims, at least 1"),
+    (["compare", "--op", "batchnorm", "--one-case", "--rank", "4", "--shape", "4,3"], "--rank 4: --one-case's shape "
+                                                                                         "4,3 has 2 dims"),
+    (["compare", "--op", "batchnorm", "--case", TOKEN, "--rank", "4"], "--case names the whole case; drop --rank"),
     (["compare", "--op", "batchnorm", "--order", "3"], "order must be one of 1, 2, fwd, fwd-rev, got '3'"),
     (["compare", "--op", "batchnorm", "--frozen", "params", "--affine", "none"], "no parameters to freeze"),
     (["compare", "--op", "batchnorm", "--case", TOKEN, "--order", "2"], "--case names the whole case; drop --order"),

@@ -68,16 +68,21 @@ def test_every_rank_declining_under_torchrun_is_a_skip_and_the_peers_stay_quiet(
     assert "[rank1]" not in proc.stderr, proc.stderr  # (rank 1 took both declines and returned, without a traceback)
 
 
-def test_a_custom_op_whose_backward_has_no_autograd_is_a_skip_at_order_2_and_in_forward_mode():
+def test_a_custom_op_whose_backward_has_no_autograd_is_judged_at_first_order_at_order_2_and_in_forward_mode():
+    """Declined for its order alone, a case is judged as far as the implementation goes: y and every gradient at
+    order 1, and the row says what was not judged and why."""
     assert resolve_impl("rmsnorm", limits.custom_op_rms_norm).portable is not None  # (it runs in a worker process)
     report = compare("rmsnorm", limits.custom_op_rms_norm, F64)
     assert report.verdict == PASS, report.summary()
     report = compare("rmsnorm", limits.custom_op_rms_norm, F64.with_(order=2))
-    assert report.verdict == SKIP and report.message.startswith("not supported: only once differentiable")
-    assert "normcheck_tests.rms_norm_bwd.default but no autograd formula was registered" in report.message
+    assert report.verdict == PASS and report.unjudged.startswith("order 2 (only once differentiable")
+    assert "normcheck_tests.rms_norm_bwd.default but no autograd formula was registered" in report.unjudged
+    assert report.case.order == 2 and report.judged_case.order == 1
+    assert {t.name for t in report.tensors} == {"y", "dx", "dweight"}
     for order in ("fwd", "fwd-rev"):  # (no jvp: at fwd too, where no input would require grad but for the adapter)
         report = compare("rmsnorm", limits.custom_op_rms_norm, F64.with_(order=order))
-        assert report.verdict == SKIP and report.message.startswith("not supported: no forward-mode derivative")
+        assert report.verdict == PASS and report.unjudged.startswith(f"order {order} (no forward-mode derivative")
+        assert "not judged: order" in report.summary() and not any(t.name.startswith("jvp") for t in report.tensors)
 
 
 def test_a_backward_from_saved_intermediates_fails_at_fwd_rev_unless_it_is_marked_once_differentiable():
@@ -88,9 +93,9 @@ def test_a_backward_from_saved_intermediates_fails_at_fwd_rev_unless_it_is_marke
     assert "dγ carries no tangent (taken as 0)" in report.message
     assert "its backward is computed outside forward-mode AD's reach" in report.message
     report = compare("rmsnorm", limits.once_saved_stats_rms_norm, F64.with_(order="fwd-rev"))
-    assert report.verdict == SKIP, report.summary()
-    assert report.message == ("not supported: no forward-mode derivative of its backward: dweight carries no tangent, "
-                              "and OnceSavedStatsRMSNorm's backward is marked @once_differentiable")
+    assert report.verdict == PASS and report.judged_case.order == 1, report.summary()
+    assert report.unjudged == ("order fwd-rev (no forward-mode derivative of its backward: dweight carries no tangent, "
+                               "and OnceSavedStatsRMSNorm's backward is marked @once_differentiable)")
 
 
 def test_a_missing_tangent_where_the_case_freezes_the_parameters_fails_on_dx():

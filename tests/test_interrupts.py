@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from normcheck.cases.sweep import case_of, probe_rows
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -80,8 +82,9 @@ def test_a_signal_during_a_gloo_run_keeps_the_report_and_leaves_nothing(sig, sta
     assert not outlived(seen), "processes of the run outlived it"
 
 
-# A BatchNorm that hangs from its 25th call on (the sweep's 13th case: each runs twice), saying so in a file of
-# its own: the gate is interrupted while it hangs.
+# A BatchNorm that hangs from its 25th call in the sweep on (its 13th case: each runs twice; after the one call of
+# each case the run probed it on first, impls.limits), saying so in a file of its own: the gate is interrupted
+# while it hangs.
 HANGING_BN = '''
 import pathlib
 import time
@@ -91,7 +94,7 @@ CALLS = [0]
 
 def bn(x, running_mean, running_var, weight, bias, training, momentum, eps):
     CALLS[0] += 1
-    if CALLS[0] > 24:
+    if CALLS[0] > 24 + PROBES:
         pathlib.Path("hanging").touch()
         time.sleep(600)
     return F.batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps)
@@ -101,7 +104,8 @@ def bn(x, running_mean, running_var, weight, bias, training, momentum, eps):
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc to find the run's worker processes")
 @pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_during_a_gated_pytest_run_keeps_the_junit_report_and_leaves_nothing(sig, status, tmp_path):
-    (tmp_path / "mybn.py").write_text(HANGING_BN)
+    probes = len({case_of("batchnorm", row) for _, _, row in probe_rows("batchnorm") if row is not None})
+    (tmp_path / "mybn.py").write_text(HANGING_BN.replace("PROBES", str(probes)))
     junit = tmp_path / "gate.xml"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_ADDOPTS")}
     proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--normcheck-op", "batchnorm",

@@ -219,7 +219,7 @@ def test_the_suite_fails_the_cases_after_a_stuck_implementation_without_running_
             impl.limit.run(F32, _times_out)
     start = time.monotonic()
     with pytest.raises(pytest.fail.Exception, match="not run: stopped: 10 cases timed out"):
-        check(SimpleNamespace(impl=impl, backend=None, timeout=None), F32)
+        check(SimpleNamespace(impl=impl, backend=None, timeout=None, interrupted=False), F32)
     assert time.monotonic() - start < 1
 
 

@@ -144,12 +144,18 @@ def test_distributed_ops_take_functions_only():
 
 
 def test_the_cli_sweeps_a_layer_class(capsys):
-    """The default sweep of torch's own LayerNorm class, as a user would run it: no FAIL (what it cannot express is
-    SKIP); known issues of torch's kernels follow into it as for any code that calls them."""
+    """The default sweep of torch's own LayerNorm class, as a user would run it: no FAIL, and no SKIP: what its
+    constructor cannot express (a bias without a weight) narrows the design, and the run says so first; known issues
+    of torch's kernels follow into it as for any code that calls them."""
     status = main(["compare", "--op", "layernorm", "--impl", "torch.nn:LayerNorm", "--order", "1"])
     out = capsys.readouterr().out
     assert status == 0, out[-3000:]
-    assert "SKIP" in out and "passed" in out.splitlines()[-1]
+    lines = out.splitlines()
+    assert lines[0].startswith("narrowed: path (not bias only") and "cannot give a bias without a weight" in lines[0]
+    assert "SKIP" not in out and "passed" in lines[-1]
+    pairs = lines[-1].split("; ")[1]
+    judged, designed = (int(n) for n in pairs.split(" pairs judged")[0].split(" of "))
+    assert 0 < judged < designed and "path=bias only: narrowed away" in lines[-1]
 
 
 def test_promote_counts_a_bias_only_layer():

@@ -14,7 +14,7 @@ from torch.autograd.function import once_differentiable
 from normcheck import Case, Impl, compare
 from normcheck.cases.tokens import decode_case, encode_case
 from normcheck.core.errors import UsageError
-from normcheck.engine import FAIL, PASS, SKIP
+from normcheck.engine import FAIL, PASS
 from normcheck.engine.expected import Grouped, arithmetic, expected_outputs, grouped
 from normcheck.engine.running_error import EXACT, Tracked, tracked_arithmetic
 from normcheck.ops import get_op
@@ -188,11 +188,12 @@ def once_differentiable_layer_norm(input, normalized_shape, weight=None, bias=No
     return _OnceDifferentiable.apply(input, weight, bias, eps)
 
 
-def test_an_implementation_only_once_differentiable_is_a_skip_at_order_2_not_a_crash():
+def test_an_implementation_only_once_differentiable_is_judged_at_first_order_at_order_2_not_skipped():
     case = Case("layernorm", (4, 8), "f64", normalized_dims=1)
     assert compare("layernorm", once_differentiable_layer_norm, case).verdict == PASS
     report = compare("layernorm", once_differentiable_layer_norm, case.with_(order=2))
-    assert report.verdict == SKIP and "only once differentiable" in report.message
+    assert report.verdict == PASS and report.unjudged.startswith("order 2 (only once differentiable")
+    assert {t.name for t in report.tensors} == {"y", "dx", "dweight", "dbias"}
 
 
 class _FromSavedStatistics(torch.autograd.Function):
@@ -228,10 +229,11 @@ def test_a_double_backward_that_never_reaches_x_says_why_and_names_the_remedy():
     assert "mark it @once_differentiable" in report.message and report.tensor("d2x").all_zero
 
 
-def test_a_record_that_says_it_is_once_differentiable_skips_order_2_with_the_reason():
+def test_a_record_that_says_it_is_once_differentiable_is_judged_at_first_order_at_order_2_with_the_reason():
     impl = Impl("mine", "layernorm", "test code", F.layer_norm, orders=(1,))
     report = compare("layernorm", impl, Case("layernorm", (4, 8), normalized_dims=1, order=2))
-    assert report.verdict == SKIP and "mine is only once differentiable" in report.message
+    assert report.verdict == PASS and "mine is only once differentiable" in report.unjudged
+    assert report.judged_case.order == 1 and "dx" in {t.name for t in report.tensors}
 
 
 def noisy_layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
@@ -264,8 +266,9 @@ def test_a_backward_that_writes_into_dy_fails_naming_dy():
     assert report.verdict == FAIL and report.message == "modified its input dy in place"
 
 
-def test_the_double_backward_of_syncbn_is_a_skip_saying_why():
+def test_the_double_backward_of_syncbn_is_not_judged_and_its_first_order_is():
     from normcheck import resolve_impl
 
     report = compare("syncbn", resolve_impl("syncbn", "torch19"), Case("syncbn", (4, 3, 5), split=(3, 1), order=2))
-    assert report.verdict == SKIP and "torch's SyncBatchNorm Function is only once differentiable" in report.message
+    assert report.verdict == PASS and "torch's SyncBatchNorm Function is only once differentiable" in report.unjudged
+    assert "not judged: order 2" in report.summary() and report.judged_case.order == 1

@@ -215,3 +215,34 @@ def test_the_batch_invariance_check_reaches_the_gate(pytester):
                                           "--normcheck-impl", "tests._batch_variant:split_k_below_16_rows",
                                           "--normcheck-check", "batch-invariance", "-k", "sweep and f64 and contiguous")
     assert result.ret == 1 and "not batch invariant" in result.stdout.str(), result.stdout.str()[-2000:]
+
+
+# A user's kernels, as tests/_limited_impls.py writes them: a once-differentiable LayerNorm without a jvp, and a
+# BatchNorm for 4-D input only (it raises on any other rank)
+LIMITED = (Path(__file__).parent / "_limited_impls.py").read_text()
+
+
+def test_the_gate_narrows_to_what_the_kernel_takes_and_reports_the_pairs_it_judged(tmp_path):
+    (tmp_path / "mynorms.py").write_text(LIMITED)
+    proc = pytest_in(tmp_path, "--normcheck-op", "layernorm", "--normcheck-impl", "mynorms:once_differentiable_layer_norm",
+                     "--normcheck-scans", "without", "--normcheck-dtype", "f32")
+    header = [line for line in proc.stdout.splitlines() if line.startswith("normcheck: narrowed: ")]
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert len(header) == 1 and header[0].startswith("normcheck: narrowed: order 1 only (not 2: only once differ")
+    assert "SKIPPED" not in proc.stdout and " skipped" not in proc.stdout.splitlines()[-1]
+    judged = next(line for line in proc.stdout.splitlines() if line.endswith("pairs judged of the default sweep"))
+    judged, designed = (int(n) for n in judged.split(": ")[-1].split(" pairs")[0].split(" of "))
+    assert 0 < judged < designed
+    never = [line for line in proc.stdout.splitlines() if line.startswith("normcheck: never judged: ")]
+    assert [line.split(": ")[2] for line in never] == ["order=2", "order=fwd", "order=fwd-rev"]
+
+
+def test_a_kernel_written_for_4d_input_is_hinted_to_the_rank_option_which_passes_it(tmp_path):
+    (tmp_path / "mynorms.py").write_text(LIMITED)
+    options = ["--normcheck-op", "batchnorm", "--normcheck-impl", "mynorms:batch_norm_4d_only", "--normcheck-scans", "without",
+               "--normcheck-dtype", "f64", "--normcheck-memory-format", "contiguous"]
+    proc = pytest_in(tmp_path, *options)
+    assert proc.returncode == 1 and ("normcheck: hint: every rank 2, 3, 5 case raised ValueError: expected 4D input "
+                                     "(got 2D input); rank 4 runs without it: --normcheck-rank 4") in proc.stdout
+    proc = pytest_in(tmp_path, *options, "--normcheck-rank", "4")
+    assert proc.returncode == 0 and "normcheck: hint" not in proc.stdout, proc.stdout[-3000:]

@@ -94,15 +94,15 @@ class Case:
             object.__setattr__(self, "param_dtype", self.dtype)
         if self.dy_format is None:
             object.__setattr__(self, "dy_format", self.x_format)
-        if not self.affine and self.op in OPS and not OPS[self.op].running_stats:
-            # No parameter tensor at all: nothing is in the parameter dtype, so "mixed" means nothing
-            # (torch keeps such a case's saved statistics in the input dtype, as for a plain one).
-            object.__setattr__(self, "param_dtype", self.dtype)
         own = dict(self.own)
         for name in DEFAULTED:
             if own.get(name) is None and self.op in OPS and name in OPS[self.op].case_fields:
                 own[name] = OPS[self.op].case_fields[name]
         object.__setattr__(self, "own", tuple((name, own[name]) for name in OP_FIELDS if own.get(name) is not None))
+        if not self.affine and self.op in OPS and not OPS[self.op].tracks(self):
+            # No parameter tensor at all: nothing is in the parameter dtype, so "mixed" means nothing
+            # (torch keeps such a case's saved statistics in the input dtype, as for a plain one).
+            object.__setattr__(self, "param_dtype", self.dtype)
         if self.split is not None:
             object.__setattr__(self, "split", tuple(int(s) for s in self.split))
         elif self.op in OPS and OPS[self.op].distributed and self.shape:
@@ -178,6 +178,9 @@ class Case:
         if self.mode == "eval" and not op.running_stats:
             takers = [o.name for o in OPS.values() if o.running_stats]
             raise UsageError(f"--mode eval applies to the ops with running statistics ({', '.join(takers)}), not {self.op}")
+        if self.mode == "eval" and self.running_stats == "none":
+            raise UsageError("--mode eval normalises with the running statistics: a layer that keeps none "
+                             "(--running-stats none) normalises with the batch's in every mode")
         if self.frozen not in FROZEN:
             raise UsageError(f"unknown frozen {self.frozen!r}; choose one of {', '.join(FROZEN)}")
         if self.frozen == "params" and not self.affine:
@@ -366,8 +369,8 @@ class CaseInputs:
     dy: np.ndarray
     weight: np.ndarray | None
     bias: np.ndarray | None
-    running_mean: np.ndarray
-    running_var: np.ndarray
+    running_mean: np.ndarray | None  # (None: the case keeps no running statistics, Op.tracks)
+    running_var: np.ndarray | None
     # The directions of the directional derivatives (shaped like x, γ and β; None for an input that does not require
     # grad): order 2, the cotangents of the first-order gradients; forward mode, the tangents of x, γ and β
     ddx: np.ndarray | None = None
@@ -409,8 +412,8 @@ class CaseInputs:
             dy=quantise(view.from_sets(dy_sets), q),
             weight=quantise(weight, qp) if case.has_weight else None,
             bias=quantise(bias, qp) if case.has_bias else None,
-            running_mean=quantise(running_mean, qp),
-            running_var=quantise(running_var, qp),
+            running_mean=quantise(running_mean, qp) if case.running_stats != "none" else None,
+            running_var=quantise(running_var, qp) if case.running_stats != "none" else None,
             ddx=ddx, ddweight=ddweight, ddbias=ddbias,
         ))
 

@@ -11,6 +11,11 @@ level back. `--dtype f32` keeps the (f32, f32) level; `--frozen x` keeps the pat
 keeps one normalised dim and the ranks that leave rows; `--memory-format channels_last` keeps 4-D inputs; a value
 no level has (`--eps 3e-4`, the rows of a `--shape`) becomes the factor's one level. A run no case can take is the
 trial case's one-line UsageError, which names the clash.
+
+What an implementation cannot do narrows the same way (`Limit`: the values of a factor or case field it takes, or
+those it declines, and why: a backward that is only once differentiable, a layer with no bias, a layer written for
+4-D input): its levels go from the design, so the covering array covers every pair again inside what it takes. The
+run's own fields win over a limit (an --order 2 run of a once-differentiable kernel is judged as far as it goes).
 """
 from __future__ import annotations
 
@@ -25,7 +30,31 @@ from ..ops.design import Exclusion, Factor, Level
 # alone (without: a quicker run), or the scans alone (only: chasing a size path)
 SCANS = ("with", "without", "only")
 GIVEN = "fixed by the run"  # the why of a level the run gave that the design does not declare
+OPTION = "--"               # a Limit whose why starts so is the run's own option (--rank 4), not the implementation's
 SPLIT = "split"             # the factor a world size narrows (ops.design.split_factor)
+
+
+@dataclass(frozen=True)
+class Limit:
+    """What an implementation (or a run's option that keeps several levels, --rank) takes of one factor or case field
+    (`name`: order, rank, affine, ...): only the values `takes` (None: any) and never those `declines`; `why`: one line
+    saying so."""
+    name: str
+    takes: tuple | None = None
+    declines: tuple = ()
+    why: str = ""
+
+    def allows(self, value) -> bool:
+        return (self.takes is None or value in self.takes) and value not in self.declines
+
+    def allows_level(self, f: Factor, value) -> bool:
+        """Whether the factor's level `value` is one it takes (a level of a factor it does not name: yes)."""
+        if f.name == self.name:
+            return self.allows(value)
+        if f.fields is not None:
+            fields = f.fields(value)
+            return self.name not in fields or self.allows(fields[self.name])
+        return True
 
 
 @dataclass(frozen=True)
@@ -33,18 +62,28 @@ class Narrowing:
     """`fields`: (Case field, value) pairs every case of the sweep takes; `world_size`: the number of ranks every
     case of a distributed op has; `element_scale`: how much smaller than the design's own bounds a case's elements
     must stay where it runs (Triton's interpreter: every level and pair kept, with smaller companions); `scans`: which
-    part of the sweep runs (SCANS)."""
+    part of the sweep runs (SCANS); `limits`: what the implementation takes (Limit), a field the run fixes winning."""
     fields: tuple[tuple[str, Any], ...] = ()
     world_size: int | None = None
     element_scale: float | None = None
     scans: str = "with"
+    limits: tuple[Limit, ...] = ()
 
     @classmethod
     def of(cls, fields: dict | None = None, world_size: int | None = None,
-           element_scale: float | None = None, scans: str = "with") -> "Narrowing":
+           element_scale: float | None = None, scans: str = "with", limits=()) -> "Narrowing":
         if scans not in SCANS:
             raise UsageError(f"scans must be one of {', '.join(SCANS)}, got {scans!r}")
-        return cls(tuple(sorted((fields or {}).items())), world_size, element_scale, scans)
+        return cls(tuple(sorted((fields or {}).items())), world_size, element_scale, scans, tuple(limits))
+
+    def with_limits(self, limits) -> "Narrowing":
+        """This narrowing with more limits (each once)."""
+        return replace(self, limits=tuple(dict.fromkeys(self.limits + tuple(limits))))
+
+    @property
+    def unlimited(self) -> "Narrowing":
+        """The run's own narrowing, without what the implementation's limits took away: the design it asked for."""
+        return replace(self, limits=tuple(lim for lim in self.limits if lim.why.startswith(OPTION)))
 
     @property
     def fixed(self) -> dict:
@@ -55,7 +94,7 @@ class Narrowing:
         return replace(self, fields=Narrowing.of({**dict(pairs), **self.fixed}).fields)
 
     def __bool__(self) -> bool:  # (whether it narrows the factors' levels: `scans` picks cases, not levels)
-        return bool(self.fields) or self.world_size is not None or self.element_scale is not None
+        return bool(self.fields) or self.world_size is not None or self.element_scale is not None or bool(self.limits)
 
     def apply(self, case):
         """`case` with the run's fields, or None when it cannot take them (a generated case): its world size too."""
@@ -83,6 +122,15 @@ def option_fields(dtype: str | None = None, memory_format: str | None = None, pr
     return fields
 
 
+def rank_limit(ranks: tuple[int, ...] | None, option: str = "--rank") -> tuple[Limit, ...]:
+    """The run's input ranks (a layer written for 4-D input) as a Limit of the rank factor, named by its option."""
+    if ranks is None:
+        return ()
+    if any(r < 1 for r in ranks):
+        raise UsageError(f"{option} {','.join(map(str, ranks))}: an input rank is a number of dims, at least 1")
+    return (Limit("rank", takes=tuple(ranks), why=f"{option} {','.join(map(str, ranks))}"),)
+
+
 Build = Callable[[dict], Any]  # a row {factor: value} -> a Case with the run's fields (UsageError: none)
 
 
@@ -103,6 +151,17 @@ def narrowed(factors: tuple[Factor, ...], exclusions: tuple[Exclusion, ...], nar
             given.add(f.name)
         elif f.fields is None and "shape" in fixed:
             given.add(f.name)  # geometry, which the run's shape fixes
+    # What the implementation takes narrows the levels the run left open (its own fields win)
+    for lim in (lim for lim in narrowing.limits if lim.name not in fixed):
+        for f in factors:
+            if f.name in given:
+                continue
+            kept = [lv for lv in levels[f.name] if lim.allows_level(f, lv.value)]
+            if not kept and f.name == lim.name and lim.takes is not None and len(lim.takes) == 1:
+                kept = [Level(lim.takes[0], lim.why)]  # (a value no level has, as a run's --eps 3e-4 is)
+            if not kept:
+                raise UsageError(f"no level of {f.name} is left: {lim.why}")
+            levels[f.name] = kept
     # The run asked for the values of factors it fixes together; a factor whose field it fixes (groups) has levels
     # that were labels of the values it replaced: the trial cases' validity says what meets them
     replaced = {f.name for f in factors if f.field is not None and f.field in fixed}

@@ -24,7 +24,7 @@ from ..ops.design import (SCAN_DTYPES, SCAN_ELEMENTS, SCAN_LAYOUT, SCAN_PROFILE,
                           scan_sizes, shared_anchors, shared_exclusions, shared_factors)
 from .case import ORDERS, Case
 from .covering import covering_array
-from .narrowing import Narrowing, fits, narrowed
+from .narrowing import OPTION, SPLIT, Narrowing, fits, narrowed
 
 
 @lru_cache(maxsize=None)
@@ -84,10 +84,11 @@ def anchor_rows(op: str, narrowing: Narrowing = Narrowing()) -> tuple[dict, ...]
     return tuple(rows)
 
 
-def filled(op: str, row: dict, fs, excluded, smaller: bool = False) -> dict | None:
+def filled(op: str, row: dict, fs, excluded, smaller: bool = False, prefer: dict | None = None) -> dict | None:
     """`row` with every other factor at its usual level, or where that meets an exclusion at its first level that
-    does not (the op's geometry first; `smaller`: every size at the nearest level below its usual one instead); None
-    when a factor has no such level or the row's own values clash."""
+    does not (the op's geometry first; `smaller`: every size at the nearest level below its usual one instead;
+    `prefer`: a row whose values come before those); None when a factor has no such level or the row's own values
+    clash."""
     row = dict(row)
     given = list(row.items())
     if any(not fits(excluded, dict(given[:i]), name, v) for i, (name, v) in enumerate(given)):
@@ -98,6 +99,7 @@ def filled(op: str, row: dict, fs, excluded, smaller: bool = False) -> dict | No
             if smaller and all(type(v) is int for v in f.values):
                 usual = f.values[f.usual]
                 order = tuple(sorted((v for v in f.values if v < usual), reverse=True)) or order
+            order = ((prefer[f.name],) if prefer and f.name in prefer else ()) + order
             fitting = [v for v in order if fits(excluded, row, f.name, v)]
             if not fitting:
                 return None
@@ -138,6 +140,63 @@ def scan_rows(op: str, narrowing: Narrowing = Narrowing()) -> tuple[tuple[str, i
     return tuple(rows)
 
 
+def probe_rows(op: str, narrowing: Narrowing = Narrowing(), base: dict | None = None
+               ) -> tuple[tuple[str | None, object, dict | None], ...]:
+    """(factor, value, row) of the cases an implementation's limits are probed on: the base row (factor None: `base`,
+    or every factor at its usual level), then each other level of each factor with the others as in the base (or,
+    where that meets an exclusion, at their usual levels), each size at the level just below its usual one (a probe
+    needs the answer, not the work). The sizes' own levels (scanned factors) and a world's split are not probed: what a
+    kernel declines there it declines by size, which no level of a design stands for, and each split would start a
+    world."""
+    fs, excluded = narrowed_design(op, narrowing)
+
+    def row_of(given):
+        return filled(op, given, fs, excluded, smaller=True) or filled(op, given, fs, excluded)
+
+    base = base or row_of({})
+    rows, seen = [(None, None, base)], [base]
+    for f in fs:
+        for value in (() if f.name == SPLIT or scan_of(f) is not None else f.values):
+            row = (filled(op, {f.name: value}, fs, excluded, prefer=base) if base is not None else None) \
+                or row_of({f.name: value})  # (the base's other levels wherever they meet this one)
+            if row is not None and row not in seen:
+                seen.append(row)
+                rows.append((f.name, value, row))
+    return tuple(rows)
+
+
+def narrowed_away(op: str, narrowing: Narrowing) -> list[tuple[str, tuple, dict]]:
+    """(factor, levels kept, {level gone: why}) of each factor whose levels the narrowing's limits took away from the
+    design the run asked for (Narrowing.unlimited); a level's why is the first limit's that declines it."""
+    if narrowing.limits == narrowing.unlimited.limits:
+        return []
+    asked = {f.name: f.values for f in narrowed_design(op, narrowing.unlimited)[0]}
+    own = [lim for lim in narrowing.limits if not lim.why.startswith(OPTION)]
+
+    def cause(f: Factor, v) -> str:
+        """The why of the limit that takes `v` away: one that declines it, else the one without which it stays (a
+        level no case takes under another's: eval mode without running statistics, NDHWC without 5-D input)."""
+        direct = next((lim.why for lim in own if not lim.allows_level(f, v)), None)
+        if direct is not None:
+            return direct
+        for lim in own:
+            try:
+                kept = {g.name: g.values for g in narrowed_design(op, replace(
+                    narrowing, limits=tuple(x for x in narrowing.limits if x != lim)))[0]}
+            except UsageError:
+                continue
+            if v in kept[f.name]:
+                return lim.why
+        return "no case takes it under the implementation's limits"
+
+    out = []
+    for f in narrowed_design(op, narrowing)[0]:
+        gone = {v: cause(f, v) for v in asked[f.name] if v not in f.values}
+        if gone:
+            out.append((f.name, f.values, gone))
+    return out
+
+
 def _fixed_by_run(f: Factor, fixed: dict) -> bool:
     """The run's fields decide the factor's value: a shape (every size), its field (groups), all its case fields (a
     split)."""
@@ -158,14 +217,25 @@ def _fits_scan(op: str, row: dict | None, narrowing: Narrowing, read, n: int, li
 
 
 def case_of(op: str, row: dict, seed: int = 0, narrowing: Narrowing = Narrowing()) -> Case:
-    """The case of a design's row, with the fields the run fixes set over it (they win)."""
-    fields = {}
+    """The case of a design's row, with the fields the run fixes set over it (they win), and those the
+    implementation's limits give (limit_fields)."""
+    fields = {name: value for name, (value, _) in limit_fields(op, narrowing).items()}
     for f in factors(op):
         if f.fields is not None and f.name in row:
             fields.update(f.fields(row[f.name]))
     fixed = narrowing.fixed
     geometry = get_op(op).sweep.shape({**fixed, **row})  # (a shape may follow a convention)
     return Case(op, seed=seed, **{**fields, **geometry, **fixed})
+
+
+def limit_fields(op: str, narrowing: Narrowing) -> dict:
+    """{field: (value, why)} of each limit that takes one value of a case field of the op's that no factor covers
+    (a layer without running statistics: running_stats none) and the run does not fix: every case takes it."""
+    covered = {f.name for f in factors(op)} | {name for f in factors(op) if f.fields is not None
+                                                for name in f.fields(f.values[0])}
+    return {lim.name: (lim.takes[0], lim.why) for lim in narrowing.limits
+            if lim.takes is not None and len(lim.takes) == 1 and lim.name in get_op(op).case_fields
+            and lim.name not in covered and lim.name not in narrowing.fixed}
 
 
 def sweep_levels(narrowing: Narrowing = Narrowing()) -> Narrowing:
@@ -213,12 +283,17 @@ def coverage(op: str, cases=None, narrowing: Narrowing = Narrowing()) -> tuple[d
     return values, pairs
 
 
+def admits(op: str, case: Case, narrowing: Narrowing) -> bool:
+    """Whether `case` (a generated one) has only levels the narrowing's limits take, each factor read off it."""
+    return all(lim.allows_level(f, f.read(case)) for lim in narrowing.limits for f in factors(op))
+
+
 def field_value(name: str, text: str):
     """The Case value of a fixable field or convention given as text (a pytest option): eps "none" is None,
     affine both/none are True/False, a shape or split a comma-separated list of integers, a world size one >= 1;
     UsageError for a number that is not one."""
     option = name.replace("_", "-")
-    if name in ("shape", "split"):
+    if name in ("shape", "split", "rank"):
         try:
             return tuple(int(v) for v in text.split(","))
         except ValueError:

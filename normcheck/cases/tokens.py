@@ -28,6 +28,7 @@ _ABSENT = {f.name for f in dataclass_fields(Case) if f.default is None} | set(OP
 _QUIET = {name: f.default for f in dataclass_fields(Case) if (name := f.name) in ("mode", "frozen", "order", "output_dtype",
                                                                                  "compute_dtype")}
 _QUIET["normalized_at"] = "trailing"  # (an op field: None for the ops without it, "trailing" by default for the rest)
+_QUIET["running_stats"] = "yes"
 _V2 = ("op", "shape", "dtype", "param_dtype", "x_format", "dy_format", "profile", "eps", "momentum", "affine",
        "groups", "seed", "split", "gamma_scale", "normalized_dims")
 _LISTS = {"v1": _V2[:-1], "v2": _V2}  # the field order of each older, list-shaped version

@@ -37,7 +37,19 @@ class RaisedElsewhere(ImplError):
 class Unsupported(Exception):
     """Raised by an implementation to decline a case it does not take (public as `normcheck.Unsupported`): the
     engine reports the case as a SKIP row with this message, never as a failure. A layer built by class raises it
-    for a case its constructor cannot express."""
+    for a case its constructor cannot express.
+
+    It may say what it takes, so that a sweep narrows its design to that (cases.narrowing.Limit) instead of losing
+    the pairs its skipped cases carried: `takes` {name: the values it takes, only those}, `declines` {name: values
+    it never takes}, each name a sweep factor's (order, rank, ...) or a case field's (affine, eps, ...)."""
+
+    def __init__(self, message: str = "", takes: dict | None = None, declines: dict | None = None):
+        super().__init__(message)
+        self.takes = {k: tuple(v) for k, v in (takes or {}).items()}
+        self.declines = {k: tuple(v) for k, v in (declines or {}).items()}
+
+    def __reduce__(self):  # (what it takes travels with it from a worker process)
+        return type(self), (str(self), self.takes, self.declines)
 
 
 class NotDifferentiable(Unsupported, ImplError):

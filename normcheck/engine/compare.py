@@ -36,7 +36,9 @@ def judge(case: Case, impl: Impl, constants: Constants = CONSTANTS) -> Report:
     return report
 
 
-def _judged(case: Case, impl: Impl, constants: Constants) -> Report:
+def _judged(case: Case, impl: Impl, constants: Constants, against: Case | None = None) -> Report:
+    """`against`: the case whose inputs and expectations `case` is judged on (an order-2 case judged at order 1: the same
+    x, dy and parameters, and its first-order references and bounds, computed once for both)."""
     if impl.runner is None:
         raise UsageError(f"implementation {impl.name} is not bound to a world: pass it through normcheck.resolve_impl")
     op = case.record
@@ -54,11 +56,20 @@ def _judged(case: Case, impl: Impl, constants: Constants) -> Report:
         return Report(op.name, impl.name, case, verdict, list(tensors), message, time.perf_counter() - start, path,
                       stack, time_limit, impl.framework, impl.device, impl.triton_interpret)
 
+    def as_far_as_it_goes(why: str) -> Report:  # (its first order judged, and the row says what was not)
+        judged = _judged(case.with_(order=1), impl, constants, against=case)
+        return replace(judged, case=case, judged_as=judged.case, seconds=time.perf_counter() - start,
+                       unjudged=f"order {case.order} ({why})")
+
     reason = impl.unsupported(case)
+    if reason and case.order != 1 and impl.unsupported(case.with_(order=1)) is None:
+        return as_far_as_it_goes(reason)
     if reason:
         return report(SKIP, message=f"not supported: {reason}")
 
-    inputs = case_inputs(case)
+    inputs = case_inputs(against or case)
+    if against is not None and impl.limit is not None:  # (its yardstick is the case it is judged against's)
+        impl.limit.expect(case, reference_seconds(against))
     time_limit = impl.limit.seconds(case) if impl.limit is not None else None  # before the run adds to it
     outputs = {}
     try:
@@ -71,6 +82,8 @@ def _judged(case: Case, impl: Impl, constants: Constants) -> Report:
         # Run again on identical inputs: outputs that differ bitwise are a finding of their own (judged below)
         again = impl.runner(case, inputs)[0] if runs_per_case(impl) == 2 else outputs
     except Unsupported as e:  # (declined by the implementation, or NotDifferentiable: before ImplError)
+        if case.order != 1 and case.order in e.declines.get("order", ()):  # (declined for its order alone)
+            return as_far_as_it_goes(str(e))
         return report(SKIP, message=f"not supported: {str(e) or 'the implementation declined the case'}")
     except ImplError as e:
         stack = getattr(e, "stack", "")  # RaisedElsewhere: an exception in the implementation's worker
@@ -84,7 +97,7 @@ def _judged(case: Case, impl: Impl, constants: Constants) -> Report:
         ops = getattr(e, "ops_called", ops)
         return report(FAIL, message=exception_text(e) + raised_at(e))
 
-    tensors = tensor_reports(case, outputs, constants)
+    tensors = tensor_reports(against or case, outputs, constants)
     verdicts = {t.verdict for t in tensors}
     verdict = FAIL if FAIL in verdicts else MISTRUSTED if MISTRUSTED in verdicts else PASS
     differ = [name for name in outputs if not _same_bits(outputs[name], again.get(name))]
@@ -93,7 +106,7 @@ def _judged(case: Case, impl: Impl, constants: Constants) -> Report:
                                      f"{', '.join(differ)} (an Impl record may declare deterministic=False)")
     if BATCH_INVARIANCE in impl.checks and verdict != FAIL:
         try:
-            found = invariance.check(case, impl, inputs, outputs, reference_seconds(case))
+            found = invariance.check(case, impl, inputs, outputs, reference_seconds(against or case))
         except Exception as e:  # (a larger batch it cannot run is a finding too)
             found = f"not batch invariant: a larger batch raised {exception_text(e)}"
         if found:

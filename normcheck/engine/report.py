@@ -95,6 +95,15 @@ class Report:
     # A FAIL's hint (engine.hints.Hint): the conventions under which the case passes, had the implementation
     # declared them; never a verdict (None: none found, or none searched)
     hint: Any = None
+    # A case judged as far as the implementation goes: what it could not judge, and why (an order-2 case of a kernel
+    # only once differentiable: its first-order outputs judged, its second-order ones not), and the case whose
+    # outputs were judged (None: the case itself)
+    unjudged: str = ""
+    judged_as: Any = None
+
+    @property
+    def judged_case(self) -> Case:
+        return self.case if self.judged_as is None else self.judged_as
 
     @property
     def passed(self) -> bool:
@@ -108,8 +117,8 @@ class Report:
         return next(t for t in self.tensors if t.name == name)
 
     def summary(self) -> str:
-        """One line: what went wrong first, else the worst tensor and its budget ratio."""
-        text = self._summary()
+        """One line: what went wrong first, else the worst tensor and its budget ratio; what was not judged."""
+        text = self._summary() + (f"; not judged: {self.unjudged}" if self.unjudged else "")
         return f"[{self.path}] {text}" if self.path else text
 
     def _summary(self) -> str:
@@ -136,6 +145,7 @@ class Report:
             "op": self.op, "impl": self.impl, "case": self.case.label, "verdict": self.verdict,
             "message": self.message, "seconds": round(self.seconds, 4), "path": self.path,
             "tensors": [t.to_dict() for t in self.tensors], "hint": None if self.hint is None else str(self.hint),
+            "unjudged": self.unjudged,
         }
 
 

@@ -85,7 +85,7 @@ def element_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS, *, 
         extra = replicated_rounding_errors(case, sums, norm, dy, u, rounding)
         bounds.update({name: bounds[name] + e for name, e in extra.items()})
     bounds.update(saved_statistics_errors(stats, norm, u, rounding, view.stats_shape))
-    if op.running_stats:
+    if op.tracks(case):
         bounds.update(running_update_errors(case, inputs, sums, stats, u, rounding))
     if case.order != 1:
         bounds.update(directional_bounds(case, inputs, c))

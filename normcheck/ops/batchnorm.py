@@ -6,7 +6,7 @@ import numpy as np
 from .. import reference
 from ..numerics.formats import base_format, standard_channels_last
 from ..numerics.sets import SetView
-from .core import Impl, KnownIssue, Op, Signature, native_output_mask
+from .core import CaseField, Impl, KnownIssue, Op, Signature, native_output_mask
 from .forward_ad import forward_ad_issues
 from .design import (MOMENTUM, Design, Factor, at_most, channel_factor,
                      eps_factor, levels, nc_spatial)
@@ -175,6 +175,16 @@ JVP_MIXED_DTYPE, HALF_FORWARD_AD = forward_ad_issues(
     "bn", "BatchNorm", "batch_norm_jvp", "aten.native_batch_norm",
     "2x8x1x1 f16, near-constant channels: jvp_y NaN for −238.1")
 
+# A layer built with track_running_stats=False keeps none: no running_mean and running_var are passed or returned, and
+# it normalises with the batch's statistics in every mode (so it has no eval mode of its own). A promise about its
+# interface, as add + norm's `returns` is: a case takes the implementation's (its record's follows, --running-stats, or
+# what its layer class says it has)
+RUNNING_STATS_FIELD = CaseField(
+    "running_stats", "yes", "whether the layer keeps running statistics: yes (the default) or none "
+    "(track_running_stats=False: none are passed or returned, and it has no eval mode)", choices=("yes", "none"),
+    label="running-stats={}", quiet="yes", probes=(),
+    meanings={"yes": "keeps running statistics", "none": "keeps no running statistics"})
+
 TORCH_ISSUES = (MIXED_SLOW_PATH, F16_INTERMEDIATES, CHANNELS_LAST_F32_CANCELLATION, SIZE1_STRIDES,
                 HALF_DOUBLE_BACKWARD, DOUBLE_BACKWARD_BIAS_WITHOUT_WEIGHT, JVP_MIXED_DTYPE, HALF_FORWARD_AD)
 
@@ -183,7 +193,7 @@ OP = Op(
     description="BatchNorm, one process: per-channel statistics over (N, spatial); running ones in eval mode",
     signature=SIGNATURE, call=call, reference=reference_outputs, view=view, unit="channel",
     outputs=OUTPUTS, required=REQUIRED, saved_stats=("mean", "invstd"), running_stats=True, sweep=SWEEP,
-    eps_zero=EPS_ZERO_MODES,
+    eps_zero=EPS_ZERO_MODES, fields=(RUNNING_STATS_FIELD,),
     rows_depend=lambda c: ("training BatchNorm normalises by the batch's own statistics: each row's output depends "
                            "on every row" if c.training else None),
     array_signature=ARRAY_SIGNATURE, array_call=array_call,

@@ -40,6 +40,7 @@ FORWARD_ORDERS = ("fwd", "fwd-rev")
 X_SHAPED = ("y", "dx", "d2x", "d2dy", "jvp_y", "jvp_dx")  # outputs shaped like x, in its dtype (a tangent: its primal's)
 # The first-order gradients every op with those inputs defines, and the input each is taken with respect to
 GRADIENTS = {"dx": "x", "dweight": "weight", "dbias": "bias"}
+RUNNING = ("running_mean", "running_var")  # the running statistics a training step updates in place
 OPERAND_ROLES = ("input", "cotangent")
 
 
@@ -531,12 +532,22 @@ class Op:
                 + tuple(o.gradient for o in self.operands_of(case) if o.gradient and o.shape == "x"))
 
     def outputs_of(self, case) -> tuple[str, ...]:
-        """Every output `case` may compare: all_outputs, and its extensions' results."""
-        return self.all_outputs + tuple(r.name for r in self.results_of(case) if r.name not in self.all_outputs)
+        """Every output `case` may compare: all_outputs, and its extensions' results (no running statistics where the
+        case keeps none)."""
+        return tuple(name for name in self.all_outputs + tuple(r.name for r in self.results_of(case)
+                                                               if r.name not in self.all_outputs)
+                     if self.tracks(case) or name not in RUNNING)
 
     def required_of(self, case) -> tuple[str, ...]:
-        """What every implementation must produce on `case`: `required`, and its extensions' results."""
-        return self.required + tuple(r.name for r in self.results_of(case) if r.name not in self.required)
+        """What every implementation must produce on `case`: `required`, and its extensions' results (no running
+        statistics where the case keeps none)."""
+        return tuple(name for name in self.required + tuple(r.name for r in self.results_of(case)
+                                                            if r.name not in self.required)
+                     if self.tracks(case) or name not in RUNNING)
+
+    def tracks(self, case) -> bool:
+        """`case` keeps running statistics: the op has them and the case does not say it keeps none."""
+        return self.running_stats and case.running_stats != "none"
 
     def _declared_dtype(self, name: str) -> str | None:
         """The dtype role of a declared result, or of a declared operand's gradient (None: not declared)."""

@@ -7,7 +7,7 @@ import numpy as np
 from .. import reference
 from ..numerics.formats import CHANNELS_LAST, base_format
 from ..numerics.sets import SetView
-from .batchnorm import (DOUBLE_BACKWARD_BIAS_WITHOUT_WEIGHT, HALF_DOUBLE_BACKWARD, HALF_FORWARD_AD, JVP_MIXED_DTYPE,
+from .batchnorm import (RUNNING_STATS_FIELD, DOUBLE_BACKWARD_BIAS_WITHOUT_WEIGHT, HALF_DOUBLE_BACKWARD, HALF_FORWARD_AD, JVP_MIXED_DTYPE,
                         call, drop_none)  # F.instance_norm's arguments are F.batch_norm's (use_input_stats: True)
 from .core import Impl, KnownIssue, Op, Signature
 from .design import BATCH_SCAN, MOMENTUM, Design, Factor, at_most, channel_factor, eps_factor, levels, nc_spatial
@@ -134,6 +134,7 @@ OP = Op(
     description="InstanceNorm: statistics per (sample, channel) over the spatial dims, running stats batch-averaged",
     signature=SIGNATURE, call=call, reference=reference_outputs, view=view, unit="channel",
     outputs=OUTPUTS, required=REQUIRED, sweep=SWEEP, running_stats=True, set_dim=-1, ranks=(3, 4, 5),
+    fields=(RUNNING_STATS_FIELD,),
     impls=(
         Impl("torch", "instancenorm", "torch.nn.functional.instance_norm through autograd",
              "torch.nn.functional:instance_norm", known_issues=TORCH_ISSUES),

@@ -14,6 +14,7 @@ from ..cases import Case
 from ..cases.case import FIELD_NAMES
 from ..cases.tokens import encode_case
 from ..engine import VERDICTS, Report, TensorReport
+from ..engine.coverage import JudgedCoverage
 from ..engine.report import never_checked
 from .replay import report_replay
 
@@ -23,8 +24,13 @@ SCHEMA_VERSION = 1
 
 def run_document(op: str, impl: str, backend: str | None, reports: list[Report], seconds: float,
                  exit_status: int, timeout: float | None = None, time_limit: dict | None = None,
-                 stopped: str = "", device: str = "cpu", triton_interpret: bool = False) -> dict:
+                 stopped: str = "", device: str = "cpu", triton_interpret: bool = False,
+                 covered: JudgedCoverage | None = None, narrowed: list[str] = (), hint: str | None = None) -> dict:
+    """`covered`: a sweep's coverage as judged (engine.coverage; None: the run named its cases); `narrowed`: what the
+    implementation's limits narrowed of the design (outputs.table.narrowed_lines); `hint`: the option that would make
+    the rows that raised pass (engine.coverage.narrowing_hint)."""
     counts = {v.lower(): sum(r.verdict == v for r in reports) for v in VERDICTS}
+    pairs = None if covered is None else {"designed": covered.designed, "judged": covered.judged}
     return {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
@@ -37,7 +43,10 @@ def run_document(op: str, impl: str, backend: str | None, reports: list[Report],
         "triton_interpret": triton_interpret,
         "seconds": round(seconds, 3),
         "exit_status": exit_status,
-        "summary": {"total": len(reports), **counts, "never_checked": never_checked(reports)},
+        "summary": {"total": len(reports), **counts,
+                    "never_checked": never_checked(reports) + list(covered.never if covered else ()), "pairs": pairs,
+                    "hint": hint},
+        "narrowed": list(narrowed),
         "time_limit": time_limit,
         "stopped": stopped or None,
         "cases": [case_document(r, backend, timeout) for r in reports],
@@ -62,6 +71,7 @@ def case_document(r: Report, backend: str | None = None, timeout: float | None =
         "unit": r.unit,
         "tensors": [_tensor(t) for t in r.tensors],
         "hint": None if r.hint is None else str(r.hint),
+        "unjudged": r.unjudged,
     }
 
 

@@ -5,6 +5,9 @@ import os
 from typing import TextIO
 
 from ..engine import FAIL, KNOWN, MISTRUSTED, PASS, Report, tally, tested_count
+from ..cases.narrowing import Narrowing
+from ..cases.sweep import factors, limit_fields, narrowed_away
+from ..engine.coverage import JudgedCoverage
 from ..engine.report import never_checked
 
 _COLOURS = {PASS: "32", FAIL: "31", KNOWN: "33", MISTRUSTED: "33"}  # green, red, yellow (ANSI)
@@ -33,11 +36,34 @@ def hint_line(r: Report) -> str | None:
     return None if r.hint is None else f"    hint: {r.hint}"
 
 
-def summary_line(op: str, impl: str, reports: list[Report], seconds: float) -> str:
-    """'... 108 cases: 54 passed, 0 failed, 54 skipped in 4.1 s (54 of 108 cases tested)'."""
+def summary_line(op: str, impl: str, reports: list[Report], seconds: float, covered: JudgedCoverage | None = None) -> str:
+    """'... 108 cases: 54 passed, 0 failed, 54 skipped in 4.1 s (54 of 108 cases tested); 1790 of 1857 pairs judged
+    (...)': with a sweep's coverage as judged (engine.coverage), what no judged case covered, the first of it named."""
     tested = tested_count(reports)
     coverage = f" ({tested} of {len(reports)} cases tested)" if tested < len(reports) else ""
     blind = never_checked(reports)
     unchecked = (f"; never checked: {', '.join(blind)} (a budget as large as the tensor itself wherever compared)"
                  if blind else "")
-    return f"{op} / {impl}: {len(reports)} cases: {tally(reports)} in {seconds:.1f} s{coverage}{unchecked}"
+    pairs = ""
+    if covered is not None:
+        never = (f" (never judged: {covered.never[0]}" + (f"; and {len(covered.never) - 1} more" if len(covered.never) > 1
+                                                          else "") + ")") if covered.never else ""
+        pairs = f"; {covered.text()}{never}"
+    return f"{op} / {impl}: {len(reports)} cases: {tally(reports)} in {seconds:.1f} s{coverage}{pairs}{unchecked}"
+
+
+def narrowed_lines(op: str, narrowing: Narrowing) -> list[str]:
+    """One line per factor whose levels the implementation's limits took away from the design the run asked for
+    (cases.sweep.narrowed_away), with why: 'narrowed: order 1 and fwd only (not 2, fwd-rev: ...)'."""
+    show = {f.name: f.show for f in factors(op)}
+    lines = [f"narrowed: {name} {value} only: {why}" for name, (value, why) in limit_fields(op, narrowing).items()]
+    for name, kept, gone in narrowed_away(op, narrowing):
+        by_why = {}
+        for v, why in gone.items():
+            by_why.setdefault(why, []).append(show[name](v))
+        whys = "; ".join(f"not {(' | ' if any(',' in v for v in values) else ', ').join(values)}: {why}"
+                         for why, values in by_why.items())
+        shown = [show[name](v) for v in kept]
+        lines.append(f"narrowed: {name} {(' | ' if any(',' in v for v in shown) else ', ').join(shown)} only ({whys})"
+                     if len(kept) <= 3 else f"narrowed: {name} ({whys})")
+    return lines

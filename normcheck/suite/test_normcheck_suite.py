@@ -14,7 +14,7 @@ from hypothesis import assume, given
 
 from normcheck.cases.budgets import PROFILES
 from normcheck.cases.strategies import cases
-from normcheck.cases.sweep import default_sweep
+from normcheck.cases.sweep import admits, default_sweep
 from normcheck.engine import FAIL, KNOWN, SKIP, judge
 from normcheck.pytest_plugin import OPTIONS, failure_message
 from normcheck.worlds import printed
@@ -33,22 +33,28 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("sweep_case", sweep, ids=[f"{c.label} seed={c.seed}" for c in sweep])
 
 
-# How many sweep cases ran, and how many of them were tested rather than skipped.
+# How many sweep cases ran, and how many of them were tested rather than skipped (their reports are kept in the run's
+# options: the plugin's summary reads its coverage as judged off them).
 SWEEP = {"ran": 0, "tested": 0}
 
 
-def check(options, case):
+def check(options, case, reports: list | None = None):
+    """Judge `case`; a FAIL fails the test with its replay line. `reports`: where its report is kept, failing or not."""
+    if options.interrupted:  # (a signal while the implementation was probed: the run stops here, reporting)
+        raise KeyboardInterrupt
     if options.impl.limit is not None and options.impl.limit.stuck:  # the rest of the sweep would only time out
         pytest.fail(f"not run: {options.impl.limit.stuck}", pytrace=False)
     printed.start()
     report = judge(case, options.impl)
+    if reports is not None:
+        reports.append(report)
     if report.verdict == FAIL:
         pytest.fail(failure_message(report, options.backend, timeout=options.timeout), pytrace=False)
     return report
 
 
 def test_default_sweep(normcheck_options, sweep_case):
-    report = check(normcheck_options, sweep_case)
+    report = check(normcheck_options, sweep_case, normcheck_options.reports)
     SWEEP["ran"] += 1
     SWEEP["tested"] += report.verdict != SKIP
     if report.verdict == SKIP:
@@ -64,7 +70,8 @@ def test_generated_cases(normcheck_options):
     @given(cases(o.op, **_GENERATED.get(o.backend, {})))
     def property_(case):
         case = o.narrowing.apply(case)
-        assume(case is not None)  # (a generated case the run's fields do not fit)
+        assume(case is not None and admits(o.op, case, o.narrowing))  # (a generated case the run's fields do not fit,
+        # or with a level the implementation does not take)
         check(o, case)
 
     property_()

@@ -49,8 +49,8 @@ def run_isolated(impl, case, inputs, limit: CaseLimit):
     if kind == "usage":
         raise UsageError(details[0])
     if kind == "unsupported":  # (it declined the case: its message is the SKIP row's reason)
-        message, not_differentiable = details
-        raise (NotDifferentiable if not_differentiable else Unsupported)(message)
+        message, not_differentiable, takes, declines = details
+        raise (NotDifferentiable if not_differentiable else Unsupported)(message, takes, declines)
     if kind in ("raised", "impl"):  # (an ImplError of the interface checks keeps its message as it is)
         raise RaisedElsewhere(*details)
     raise ImplError(details[0])

@@ -18,6 +18,8 @@ so, and a run stops there rather than spend a limit on every case.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 from math import prod
 from time import perf_counter
 from typing import Callable, TypeVar
@@ -61,6 +63,16 @@ class CaseLimit:
         self.finished = 0
         self.timed_out = 0
         self._expected: tuple[object, float] | None = None  # (case, seconds): expect()'s
+
+    @contextmanager
+    def aside(self):
+        """Cases run inside leave the run's measurements as they were: a run's probes of what an implementation takes
+        (impls.limits) say nothing of how long its cases take, and a hung probe is not one of its cases."""
+        saved = (self.longest, self._largest, self.finished, self.timed_out, self._expected)
+        try:
+            yield
+        finally:
+            self.longest, self._largest, self.finished, self.timed_out, self._expected = saved
 
     def expect(self, case, seconds: float) -> None:
         """Take `seconds` as `case`'s yardstick instead of measuring it: a case derived from a judged one, whose own

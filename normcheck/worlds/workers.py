@@ -210,7 +210,7 @@ def _run_job(job, case, rank: int, group, size: int, fns: dict):
     except UsageError as e:
         return ("usage", str(e))
     except Unsupported as e:  # a SKIP, not a failure (NotDifferentiable is an ImplError too)
-        return ("unsupported", str(e), isinstance(e, NotDifferentiable))
+        return ("unsupported", str(e), isinstance(e, NotDifferentiable), e.takes, e.declines)
     except ImplError as e:
         return ("impl", str(e), "", _ops_called(e))
     except BaseException as e:  # noqa: BLE001 - SystemExit from an implementation is a failure too

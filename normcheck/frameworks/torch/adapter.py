@@ -59,7 +59,7 @@ def differentiate(op, fn, case, t: TorchInputs, group=None, world_size: int = 1)
             out = forward_mode(op, fn, case, t, group, world_size)
     else:
         out = reverse_mode(op, fn, case, t, group, world_size)
-    if op.running_stats:  # updated in place by the implementation
+    if op.tracks(case):  # updated in place by the implementation
         out["running_mean"], out["running_var"] = t.running_mean, t.running_var
     return {k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in out.items()}
 
@@ -120,7 +120,8 @@ def forward_mode(op, fn, case, t: TorchInputs, group=None, world_size: int = 1) 
             op, fn, case, dual, group, world_size)
     except (NotImplementedError, RuntimeError) as e:
         if _NO_FORWARD.search(str(e)):
-            raise NotDifferentiable(f"no forward-mode derivative: {exception_text(e)}") from None
+            raise NotDifferentiable(f"no forward-mode derivative: {exception_text(e)}",
+                                    declines={"order": ("fwd", "fwd-rev")}) from None
         raise
     for name, primal in case.tangents.items():
         tangent = fwAD.unpack_dual(out[primal]).tangent
@@ -141,7 +142,7 @@ def missing_tangent(out: Outputs, primal: str) -> torch.Tensor:
     once = once_differentiable_function(out["y"])
     if once:
         raise NotDifferentiable(f"no forward-mode derivative of its backward: {primal} carries no tangent, and "
-                                f"{once}'s backward is marked @once_differentiable")
+                                f"{once}'s backward is marked @once_differentiable", declines={"order": (2, "fwd-rev")})
     return torch.zeros_like(out[primal])
 
 
@@ -187,12 +188,12 @@ def double_backward(case, t: TorchInputs, leaves: dict[str, torch.Tensor], grads
     cotangents = {"dx": t.ddx, "dweight": t.ddweight, "dbias": t.ddbias}
     if not all(g is not None and g.requires_grad for g in grads):
         raise NotDifferentiable("only once differentiable: its first-order gradients do not require grad "
-                                "under create_graph (a detached backward)")
+                                "under create_graph (a detached backward)", declines=_TWICE_DECLINED)
     refusing = {type(g.grad_fn).__name__ for g in grads} & _REFUSING_NODES
     if refusing:  # (differentiating through them raises, or silently reaches nothing: dy is not behind them)
         raise NotDifferentiable(f"only once differentiable: its first-order gradients come from autograd's "
                                 f"{' and '.join(sorted(refusing))} node (a once_differentiable backward, or an op "
-                                f"without a derivative)")
+                                f"without a derivative)", declines=_TWICE_DECLINED)
     wanted = {"d2x": t.x, "d2weight": t.weight, "d2dy": dy}
     wrt = {name: wanted[name] for name in case.directional}
     try:
@@ -200,11 +201,14 @@ def double_backward(case, t: TorchInputs, leaves: dict[str, torch.Tensor], grads
                                      allow_unused=True)
     except RuntimeError as e:
         if _NOT_TWICE.search(str(e)):
-            raise NotDifferentiable(f"only once differentiable: {exception_text(e)}") from None
+            raise NotDifferentiable(f"only once differentiable: {exception_text(e)}", declines=_TWICE_DECLINED) from None
         raise
     return {name: torch.zeros_like(v) if g is None else g for (name, v), g in zip(wrt.items(), second)}
 
 
+# What a backward that cannot be differentiated again declines: order 2 (forward-over-reverse may still run: the
+# forward-mode derivatives of the backward are formulas of their own, probed apart)
+_TWICE_DECLINED = {"order": (2,)}
 # The nodes autograd puts behind a gradient it cannot differentiate again (once_differentiable's DelayedError,
 # an op whose derivative is not implemented)
 _REFUSING_NODES = {"Error", "DelayedError", "NotImplemented"}

@@ -190,7 +190,7 @@ class Layer:
             if given["eps"] is None and p.default is not None:  # (its default may not mean "the dtype's")
                 if eps_none is None:
                     raise Unsupported(f"{self.name}'s {self.kind} takes a number for {p.name}; the case leaves eps "
-                                      "to the dtype (eps=None)")
+                                      "to the dtype (eps=None)", declines={"eps": (None,)})
                 return eps_none
             return given["eps"]
         if name in MOMENTUM_NAMES and "momentum" in given:
@@ -202,10 +202,10 @@ class Layer:
         if name in AFFINE_NAMES:
             if "bias" in self.parameters and not has_bias_switch and wants_weight != wants_bias:
                 raise Unsupported(f"{self.name}'s {self.kind} gives weight and bias together ({p.name}); the case has "
-                                  f"only the {'weight' if wants_weight else 'bias'}")
+                                  f"only the {'weight' if wants_weight else 'bias'}", declines={"affine": ("weight", "bias")})
             if wants_bias and not wants_weight:
                 raise Unsupported(f"{self.name}'s {self.kind} cannot give a bias without a weight ({p.name}); the case "
-                                  "has only the bias")
+                                  "has only the bias", declines={"affine": ("bias",)})
             return wants_weight or wants_bias
         return _LEAVE
 
@@ -219,22 +219,29 @@ class Layer:
             return shape
         if len(shape) != 1:
             raise Unsupported(f"{self.name}'s {self.kind} takes one size ({p.name}): it normalises one dim, the case "
-                              f"{len(shape)} dims {shape}")
+                              f"{len(shape)} dims {shape}", takes={"normalized_dims": (1,)})
         return shape[0]
 
     def _check_input_rank(self, module, x: torch.Tensor) -> None:
         """torch's BatchNorm and InstanceNorm classes each take inputs of some ranks (BatchNorm2d: 4-D): another is
-        a case the layer does not take, not its bug."""
-        check = getattr(module, "_check_input_dim", None)
-        if check is None:
+        a case the layer does not take, not its bug. A module that holds one such class (a block's norm) takes what
+        it takes."""
+        checking = module if hasattr(module, "_check_input_dim") else None
+        if checking is None:
+            held = [m for m in module.modules() if m is not module and hasattr(m, "_check_input_dim")]
+            checking = held[0] if len(held) == 1 else None
+        if checking is None:
             return
+        who = self.name if checking is module else f"{self.name}'s {type(checking).__name__}"
+        check, unbatched = checking._check_input_dim, getattr(checking, "_get_no_batch_dim", lambda: None)()
         try:
             check(x)
         except ValueError as e:
-            raise Unsupported(f"{self.name} takes other input ranks ({e})") from None
-        unbatched = getattr(module, "_get_no_batch_dim", lambda: None)()
+            raise Unsupported(f"{who} takes other input ranks ({e})",
+                              takes={"rank": _ranks_taken(check, x, unbatched)}) from None
         if x.dim() == unbatched:  # (InstanceNorm2d reads 3-D input as one (C, H, W) sample, not (N, C, L))
-            raise Unsupported(f"{self.name} reads {x.dim()}-D input as one unbatched sample, not (N, C, ...)")
+            raise Unsupported(f"{who} reads {x.dim()}-D input as one unbatched sample, not (N, C, ...)",
+                              declines={"rank": (unbatched,)})
 
     def _check_fixed(self, module, given: dict, named: set[str]) -> None:
         """A value the case sets that the constructor could not (eps, momentum) and the module holds otherwise."""
@@ -245,7 +252,7 @@ class Layer:
                         None)
             if held is not None and held != given[role]:
                 raise Unsupported(f"{self.name} fixes {role} at {held:g} (its {self.kind} takes no {role}); the case has "
-                                  f"{role}={given[role]}")
+                                  f"{role}={given[role]}", takes={role: (held,)})
 
     def bind(self, module: torch.nn.Module, given: dict) -> dict[str, tuple[torch.nn.Module, str]]:
         """The case's weight, bias and running statistics put in place of the module's tensors of those roles;
@@ -259,10 +266,12 @@ class Layer:
             if value is None and found is None:
                 continue
             if value is None:
-                raise Unsupported(f"{self.name} always has a {role} ({found[2]}); the case has none")
+                raise Unsupported(f"{self.name} always has a {role} ({found[2]}); the case has none",
+                                  takes=_TAKES_WITH.get(role, {}), declines=_WITHOUT.get(role, {}))
             if found is None:
                 raise Unsupported(f"{self.name} has no {role} (no parameter or buffer named "
-                                  f"{' or '.join(names)}); the case has one")
+                                  f"{' or '.join(names)}); the case has one", takes=_TAKES_WITHOUT.get(role, {}),
+                                  declines=_WITH.get(role, {}))
             owner, attribute, _ = found
             held = getattr(owner, attribute)
             if tuple(held.shape) != tuple(value.shape):
@@ -300,6 +309,27 @@ class Layer:
 
 
 _LEAVE = object()  # a constructor argument left to its default
+# The cases (Case.affine) that give a parameter, and those that do not: what a layer that never (always) has it declines
+_WITH = {"weight": {"affine": (True, "weight")}, "bias": {"affine": (True, "bias")}}
+_WITHOUT = {"weight": {"affine": (False, "bias")}, "bias": {"affine": (False, "weight")}}
+# What a layer that has (has not) running statistics takes: cases that keep them (keep none)
+_TAKES_WITH = {"running_mean": {"running_stats": ("yes",)}, "running_var": {"running_stats": ("yes",)}}
+_TAKES_WITHOUT = {"running_mean": {"running_stats": ("none",)}, "running_var": {"running_stats": ("none",)}}
+# The input ranks a sweep has (ops.design.rank_factor's)
+RANKS = (2, 3, 4, 5)
+
+
+def _ranks_taken(check: Callable, x: torch.Tensor, unbatched: int | None) -> tuple[int, ...]:
+    """The input ranks a torch norm class's `_check_input_dim` takes, batched ones only (x's first sizes, ones after)."""
+    taken = []
+    for rank in RANKS:
+        try:
+            check(x.new_empty(tuple(x.shape[:2]) + (1,) * (rank - 2)) if rank >= 2 else x)
+        except ValueError:
+            continue
+        if rank != unbatched:
+            taken.append(rank)
+    return tuple(taken)
 
 
 def _find(module: torch.nn.Module, names: tuple[str, ...]):
