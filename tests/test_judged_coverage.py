@@ -83,7 +83,7 @@ def test_what_it_says_it_takes_travels_from_a_worker_process():
 
 def test_a_once_differentiable_kernel_without_a_jvp_is_narrowed_to_order_1_and_every_other_pair_is_judged():
     code, out = run("compare", "--op", "layernorm", "--impl", f"{HERE}:once_differentiable_layer_norm", "--scans",
-                    "without", "--json")
+                    "without", "--profile", "normal", "--json")
     doc = json.loads(out)
     assert code == 0 and doc["summary"]["skip"] == 0 and doc["summary"]["fail"] == 0
     assert {c["case"]["order"] for c in doc["cases"]} == {1}
@@ -102,9 +102,10 @@ def test_a_bug_on_a_pair_that_only_higher_order_cases_carried_fails_the_sweep():
     rows and the kernel passed; now the design narrows to order 1 and covers the pair again."""
     bugged = [c for c in default_sweep("layernorm") if c.dtype == "bf16" and c.view.set_size == 2]
     assert bugged and all(c.order != 1 for c in bugged)
-    code, out = run("compare", "--op", "layernorm", "--impl", f"{HERE}:bf16_pair_row_layer_norm", "--scans", "without")
+    code, out = run("compare", "--op", "layernorm", "--impl", f"{HERE}:bf16_pair_row_layer_norm", "--scans", "without",
+                    "--dtype", "bf16")
     failing = [line for line in out.splitlines() if line.startswith("FAIL")]
-    assert code == 1 and failing and all(" bf16" in line and " y: ratio" in line for line in failing)
+    assert code == 1 and any(" y: ratio" in line and "x2 D=1 bf16" in line for line in failing), failing
 
 
 def test_a_layer_class_narrows_to_the_sizes_and_parameters_its_constructor_takes():
@@ -148,13 +149,13 @@ def test_a_module_holding_batchnorm2d_narrows_to_the_rank_that_class_checks_for(
 
 def test_a_module_holding_instancenorm2d_as_it_defaults_is_judged_without_parameters_and_running_statistics():
     code, out = run("compare", "--op", "instancenorm", "--impl", f"{HERE}:WrapsInstanceNorm2d", "--scans", "without",
-                    "--json")
+                    "--profile", "normal", "--json")
     doc = json.loads(out)
     narrowed = "\n".join(doc["narrowed"])
     assert "narrowed: running_stats none only: " in narrowed and "narrowed: rank 4 only (not 3: " in narrowed
     assert "narrowed: path no parameters only" in narrowed and "narrowed: mode train only" in narrowed
     cases = doc["cases"]
-    assert doc["summary"]["skip"] == 0 and len(cases) > 40
+    assert doc["summary"]["skip"] == 0 and len(cases) > 20
     assert {(c["case"]["running_stats"], c["case"]["affine"], len(c["case"]["shape"])) for c in cases} == {
         ("none", False, 4)}
     # what fails is torch's own recorded issue (a batch of one with a channels-last dy), met through a class

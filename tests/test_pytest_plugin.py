@@ -225,7 +225,7 @@ LIMITED = (Path(__file__).parent / "_limited_impls.py").read_text()
 def test_the_gate_narrows_to_what_the_kernel_takes_and_reports_the_pairs_it_judged(tmp_path):
     (tmp_path / "mynorms.py").write_text(LIMITED)
     proc = pytest_in(tmp_path, "--normcheck-op", "layernorm", "--normcheck-impl", "mynorms:once_differentiable_layer_norm",
-                     "--normcheck-scans", "without", "--normcheck-dtype", "f32")
+                     "--normcheck-scans", "without", "--normcheck-dtype", "f32", "--normcheck-value-profile", "normal")
     header = [line for line in proc.stdout.splitlines() if line.startswith("normcheck: narrowed: ")]
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert len(header) == 1 and header[0].startswith("normcheck: narrowed: order 1 only (not 2: only once differ")
@@ -240,7 +240,7 @@ def test_the_gate_narrows_to_what_the_kernel_takes_and_reports_the_pairs_it_judg
 def test_a_kernel_written_for_4d_input_is_hinted_to_the_rank_option_which_passes_it(tmp_path):
     (tmp_path / "mynorms.py").write_text(LIMITED)
     options = ["--normcheck-op", "batchnorm", "--normcheck-impl", "mynorms:batch_norm_4d_only", "--normcheck-scans", "without",
-               "--normcheck-dtype", "f64", "--normcheck-memory-format", "contiguous"]
+               "--normcheck-dtype", "f64", "--normcheck-memory-format", "contiguous", "--normcheck-value-profile", "normal"]
     proc = pytest_in(tmp_path, *options)
     assert proc.returncode == 1 and ("normcheck: hint: every rank 2, 3, 5 case raised ValueError: expected 4D input "
                                      "(got 2D input); rank 4 runs without it: --normcheck-rank 4") in proc.stdout
