@@ -180,3 +180,17 @@ def test_a_case_may_keep_no_running_statistics_and_then_has_no_eval_mode():
         running_stats="yes")).tensors}
     with pytest.raises(ValueError, match="a layer that keeps none .--running-stats none. normalises with the batch"):
         case.with_(mode="eval")
+
+
+def test_what_a_record_declares_narrows_even_once_the_probes_budget_is_spent(monkeypatch):
+    """A slow implementation (a compiled one) spends the probes' seconds on its first cases; what its record declares
+    costs no run and is read anyway: torch.compile's records declare order 1 only."""
+    from normcheck.impls import limits
+    from normcheck.ops import Impl
+    import torch.nn.functional as F
+
+    monkeypatch.setattr(limits, "PROBE_SECONDS", 0.0)
+    impl = resolve_impl("layernorm", Impl("once", "layernorm", "order 1 only, by its record", F.layer_norm, orders=(1,)))
+    narrowing = learned(impl, DESIGN)
+    assert {v for lim in narrowing.limits for v in lim.declines} == {2, "fwd", "fwd-rev"}
+    assert all(lim.why == "once is only once differentiable (as recorded)" for lim in narrowing.limits)

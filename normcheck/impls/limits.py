@@ -13,7 +13,8 @@ Each probe case is the usual case with one factor at another level (cases.sweep.
 that level, unless the exception says what it takes (Unsupported.takes / declines), which wins. An arbitrary
 exception is never a signal: a kernel that crashes on 3-D input FAILs those cases in the sweep. A distributed op's
 implementation is probed by its record alone (each run would start a world of ranks); probing is measured apart
-from the run's time limit and stops after PROBE_SECONDS or FAILING_PROBES failed probes.
+from the run's time limit and runs the implementation for PROBE_SECONDS at most, or until FAILING_PROBES probes
+failed; past that, what its record declares is still read (it costs no run).
 """
 from __future__ import annotations
 
@@ -89,9 +90,7 @@ def probe(impl: Impl, narrowing: Narrowing, said: dict, budget: Budget) -> list[
     if base is not None and base != rows[0][2]:
         rows = probe_rows(impl.op, narrowing, base)
     found = []
-    for name, value, row in rows:
-        if budget.spent:
-            break
+    for name, value, row in rows:  # (past the budget, what its record declares is still read: it costs no run)
         try:
             declines = _said(impl, row, narrowing, said, budget)
         except CaseTimeout:
@@ -115,6 +114,9 @@ def _said(impl: Impl, row: dict | None, narrowing: Narrowing, said: dict, budget
         case = case_of(impl.op, row, 0, narrowing)
     except UsageError:
         return None
+    if case not in said and budget.spent:
+        reason = impl.unsupported(case)
+        return (reason, {}, {}) if reason else None
     if case not in said:
         try:
             said[case] = declined(impl, case)
