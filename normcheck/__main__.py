@@ -15,6 +15,7 @@ def run(argv: list[str] | None = None) -> int:
     # SIGTERM outside the cases (the CLI reports one that arrives among them) ends the run as an exit does, so
     # what it started is stopped (core.forkserver.stop), rather than killing this process alone
     signal.signal(signal.SIGTERM, _terminated)
+    signal.signal(signal.SIGINT, _interrupt)
     try:
         if argv[:1] == ["compare"] and not any(b.startswith(_NO_WORKERS) for b in _option_values(argv, "--backend")):
             start_early()
@@ -22,6 +23,11 @@ def run(argv: list[str] | None = None) -> int:
 
         status = main(argv)
     except KeyboardInterrupt:  # Ctrl-C while torch is still importing: one line, as the CLI says it later
+        print("normcheck: interrupted before any case ran", file=sys.stderr)
+        status = 130
+    except Exception:  # (a Ctrl-C that landed inside an extension's import can come out as another exception)
+        if not _INTERRUPTED:
+            raise
         print("normcheck: interrupted before any case ran", file=sys.stderr)
         status = 130
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the run is over: nothing may interrupt its exit
@@ -34,6 +40,16 @@ def run(argv: list[str] | None = None) -> int:
         sys.stderr.flush()
         os._exit(status)
     return status
+
+
+_INTERRUPTED: list[int] = []  # the SIGINTs that arrived
+
+
+def _interrupt(signum, frame):
+    """Ctrl-C as Python's own handler takes it (a KeyboardInterrupt here), remembered: one that lands inside a C
+    extension's import (torch's) may come out of it as another exception, which is then the interrupt's."""
+    _INTERRUPTED.append(signum)
+    raise KeyboardInterrupt
 
 
 def _terminated(signum, frame):
