@@ -5,17 +5,13 @@ with `pytest --hypothesis-profile=dev` (random, more examples) or `thorough` (ma
 """
 import os
 
-# Two gate workers (pytest -n 2) share two cores with the isolated worker processes they start; OpenMP's threads
-# (torch's intra-op pool) spin for a while after each parallel region by default, taking the cores the other
-# processes need: the same tests took 49 s side by side against 20 s alone, 26 s with passive waits. Waiting
-# passively changes no thread count and so no kernel path. (Set before anything loads torch, here and in every
-# process started from here.)
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-# NumPy's OpenBLAS (the float64 reference's and the tolerance model's dot products) starts a thread per core too,
-# and two processes' pools on two cores contend the same way: one thread each, 57-63 s -> 48 s for four ops' template
-# sweeps judged in two processes side by side. (The reference's sums are float64: how many threads split a dot
-# product moves its last bits only, far inside every budget, as on a machine with another number of cores.)
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+# Two gate workers (pytest -n 2) share two cores with the isolated worker processes they start: OpenMP's passive waits
+# and one OpenBLAS thread (normcheck.core.forkserver.QUIET_THREADS: the same tests took 49 s side by side against 20 s
+# alone, 26 s with passive waits; four ops' template sweeps in two processes 57-63 s -> 48 s with one BLAS thread).
+# Set before anything loads torch or NumPy, here and in every process started from here.
+from normcheck.core.forkserver import quiet_threads  # noqa: E402  (a leaf: imports neither torch nor NumPy)
+
+quiet_threads()
 
 from hypothesis import settings  # noqa: E402
 

@@ -52,20 +52,23 @@ def record_median(request):
 
 @pytest.fixture
 def judged_sweep(benchmark):
-    """``judged_sweep(impl, cases, group, rounds)``: the reports of `cases` judged as a CLI run judges them (reference,
-    bounds and baseline computed afresh each round), timed by pytest-benchmark in `group` after one warm-up case (the
-    worker or world started, the framework's first-call imports done)."""
+    """``judged_sweep(impl, cases, group, rounds[, prepared])``: the reports of `cases` judged as a CLI run judges them
+    (reference, bounds and baseline computed afresh each round), timed by pytest-benchmark in `group` after one warm-up
+    case (the worker or world started, the framework's first-call imports done)."""
     from normcheck.engine import judge
     from normcheck.engine.compare import forget_cases
 
-    def timed(impl, cases, group: str, rounds: int):
+    from normcheck.engine.compare import ahead
+
+    def timed(impl, cases, group: str, rounds: int, prepared: bool = False):
+        """`prepared`: each case's inputs and expectations computed while the case before it runs (as the CLI does)."""
         judge(cases[0], impl)
         benchmark.group = group
         benchmark.extra_info["cases"] = len(cases)
 
         def sweep():
             forget_cases()
-            return [judge(case, impl) for case in cases]
+            return [judge(case, impl) for case in (ahead(cases) if prepared else cases)]
 
         return benchmark.pedantic(sweep, rounds=rounds, iterations=1)
 

@@ -5,13 +5,14 @@ import os
 import signal
 import sys
 
-from .core.forkserver import start_early
+from .core.forkserver import quiet_threads, start_early
 
 _NO_WORKERS = ("lockstep", "env")  # --backend values whose ranks are threads or a launcher's processes
 
 
 def run(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    quiet_threads()  # (before this process loads NumPy or torch)
     # SIGTERM outside the cases (the CLI reports one that arrives among them) ends the run as an exit does, so
     # what it started is stopped (core.forkserver.stop), rather than killing this process alone
     signal.signal(signal.SIGTERM, _terminated)

@@ -17,13 +17,16 @@ from textwrap import indent
 from .cases import Case
 from .cases.case import CONVENTIONS, FROZEN, MODES, OP_FIELDS, ORDERS, takers_of
 from .cases.narrowing import SCANS, Narrowing, option_fields, rank_limit
+from .cases.search_space import search_cases
 from .cases.sweep import default_sweep, field_value, order_value
 from .cases.tokens import decode_case
+from .core.disk_cache import cache_root
 from .core.errors import ImplError, Unsupported, UsageError
 from .doctor import run_doctor
 from .frameworks.torch.triton import INTERPRETER_ELEMENT_SCALE
-from .engine import FAIL, KNOWN, judge, nothing_tested, runs_per_case
+from .engine import FAIL, KNOWN, ahead, judge, nothing_tested, runs_per_case
 from .engine.coverage import judged_coverage, narrowing_hint, overruled
+from .engine.search import budget_seconds, database_folder, require_hypothesis, search
 from .impls.limits import learned
 from .impls import backend_of, check_world, list_impls, resolve_impl, support_text
 from .numerics.dtypes import COMPUTE_DTYPES, DTYPE_CHOICES, OUTPUT_DTYPES, parse_dtype
@@ -38,7 +41,7 @@ from .outputs.junit import write_junit
 from .outputs.plot import require_matplotlib, write_plot
 from .outputs.progress import Progress, wants_progress
 from .outputs.replay import report_replay
-from .outputs.table import hint_line, narrowed_lines, row, summary_line, wants_colour
+from .outputs.table import hint_line, narrowed_lines, row, search_lines, search_summary_line, summary_line, wants_colour
 from .worlds import BACKENDS, DEFAULT_TIMEOUT, CaseLimit, close_env_world, env_world, printed
 from .worlds.limits import FLOOR, MULTIPLE, STUCK_AFTER
 
@@ -94,7 +97,13 @@ def build_parser() -> argparse.ArgumentParser:
                           f"the case and the longest finished case, at least {FLOOR:g} s; {DEFAULT_TIMEOUT:g} s for the "
                           f"first case; the run stops when {STUCK_AFTER} cases timed out and none finished)")
     cmp.add_argument("--cases", type=_positive, help="seeds per case (default 1)")
-    cmp.add_argument("--seed", type=_non_negative, help="first seed (default 0)")
+    cmp.add_argument("--seed", type=_non_negative, help="first seed (default 0); with --budget, the search's (default: "
+                     "a fresh one, printed: the same seed draws the same cases)")
+    cmp.add_argument("--budget", type=_budget, metavar="DURATION", help="search instead of the default sweep: judge "
+                     "fresh cases (sizes k·2^j − 1, k·2^j, k·2^j + 1 for odd k up to 31, and any other; fresh "
+                     "combinations of the other factors; fresh seeds), narrowed as the sweep by the case options, for "
+                     "this long (300, 300s, 5m, 1h); shrink a failing case to the smallest that fails, and print it "
+                     "with its replay line and where its errors sit")
     cmp.add_argument("--case", metavar="TOKEN", help="run exactly the case of a replay line's token")
     cmp.add_argument("--strict", action="store_true", help="known upstream issues fail the run too")
     cmp.add_argument("--no-hints", action="store_true", help="judge no failing case again under the conventions the "
@@ -203,6 +212,13 @@ def _non_negative(text: str) -> int:
     return value
 
 
+def _budget(text: str) -> float:
+    try:
+        return budget_seconds(text)
+    except UsageError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("--budget ")) from None
+
+
 def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -218,10 +234,15 @@ def build_cases(args, impl=None) -> tuple[list[Case], Narrowing | None]:
     follows = dict(impl.follows) if impl is not None else {}
     conventions = {**follows, **declared_conventions(args)}
     cases, narrowing = _build_cases(args, conventions, impl)  # (refuses what no case takes)
-    for name, value in follows.items():
+    _check_follows(impl, conventions)
+    return cases, narrowing
+
+
+def _check_follows(impl, conventions: dict) -> None:
+    """A convention the run declares is the one the implementation follows, where it follows one."""
+    for name, value in (impl.follows if impl is not None else ()):
         if conventions[name] != value:
             raise UsageError(f"--{name.replace('_', '-')} {conventions[name]}: {impl.name} follows {name}={value}")
-    return cases, narrowing
 
 
 def declared_conventions(args) -> dict:
@@ -249,6 +270,14 @@ def _build_cases(args, conventions: dict, impl) -> tuple[list[Case], Narrowing |
     seeds = range(first, first + (args.cases or 1))
     if args.one_case:
         return _one_case(args, conventions, fixed, seeds), None
+    narrowing = run_narrowing(args, conventions, impl)
+    return [case for seed in seeds
+            for case in default_sweep(args.op, seed, formats=impl and impl.formats, shares=impl and impl.shares,
+                                      narrowing=narrowing)], narrowing
+
+
+def run_narrowing(args, conventions: dict, impl) -> Narrowing:
+    """What the run's options and the implementation's limits narrow of the design: a sweep's, or a search's."""
     narrowing = narrowing_of(args, conventions)
     if impl is not None and impl.triton_interpret:
         narrowing = replace(narrowing, element_scale=INTERPRETER_ELEMENT_SCALE)
@@ -259,9 +288,7 @@ def _build_cases(args, conventions: dict, impl) -> tuple[list[Case], Narrowing |
         narrowing = replace(narrowing, world_size=size)
     if impl is not None:  # (what it cannot do narrows the design as an option does: impls.limits)
         narrowing = learned(impl, narrowing)
-    return [case for seed in seeds
-            for case in default_sweep(args.op, seed, formats=impl and impl.formats, shares=impl and impl.shares,
-                                      narrowing=narrowing)], narrowing
+    return narrowing
 
 
 def narrowing_of(args, conventions: dict) -> Narrowing:
@@ -358,6 +385,8 @@ def run_compare(args, out) -> int:
     if args.backend is not None and not get_op(args.op).distributed:
         raise UsageError(f"--backend applies to {', '.join(distributed_ops())} only, not {args.op}")
     # Report problems found before the run, not after it.
+    if args.budget is not None:
+        _check_search_options(args)
     limit = CaseLimit(args.timeout, "--timeout")
     if args.plot:
         require_matplotlib()
@@ -369,6 +398,8 @@ def run_compare(args, out) -> int:
     impl = resolve_impl(args.op, args.impl, args.backend, limit, args.framework, args.device, args.triton_interpret,
                         hints=not args.no_hints)
     impl = impl.checking(args.check)
+    if args.budget is not None:
+        return run_search(args, impl, out)
     cases, narrowing = build_cases(args, impl)
     narrowed = narrowed_lines(args.op, narrowing) if narrowing is not None else []
     impl = impl.declaring(declared_conventions(args))  # (checked by build_cases: a hint never judges them otherwise)
@@ -390,7 +421,7 @@ def run_compare(args, out) -> int:
             _interruptible() as interrupted, keep_stdout:
         for line in narrowed if not args.json else ():
             progress.print(line, out)
-        for case in cases:
+        for case in ahead(cases, lambda c: impl.unsupported(c.with_(order=1)) is None):
             if limit.stuck:
                 stopped = limit.stuck
                 break
@@ -444,6 +475,71 @@ def run_compare(args, out) -> int:
     if stopped:
         print(f"normcheck: {stopped}: {len(reports)} of {len(cases)} cases ran", file=sys.stderr)
     return status
+
+
+# What names its cases, or reports on the whole sweep: none of it is a search's
+_NOT_SEARCHED = ("case", "one_case", "cases", "junit_xml", "plot", "maxfail")
+
+
+def _check_search_options(args) -> None:
+    given = [name for name in _NOT_SEARCHED if _is_given(getattr(args, name))]
+    if given:
+        raise UsageError(f"--budget searches for fresh cases; --{given[0].replace('_', '-')} applies to the sweep or named "
+                         "cases: drop one of them")
+    if args.backend == "env":
+        raise UsageError("--budget draws cases as it goes, which torchrun's other ranks cannot follow: search in the "
+                         "gloo or lockstep world (--backend gloo)")
+
+
+def run_search(args, impl, out) -> int:
+    """--budget: judge fresh cases (engine.search) under the narrowing the run's sweep would have, instead of the sweep;
+    print the smallest failing case found (its row, replay line, where its errors sit) and the search's summary. Exit
+    status as a sweep's: 1 when a case failed, 2 when none was tested."""
+    require_hypothesis()
+    conventions = {**dict(impl.follows), **declared_conventions(args)}
+    narrowing = run_narrowing(args, conventions, impl)
+    _check_follows(impl, conventions)
+    narrowed = narrowed_lines(args.op, narrowing)
+    impl = impl.declaring(declared_conventions(args))
+    backend = backend_of(impl)
+    strategy = search_cases(args.op, narrowing, impl.formats, impl.shares)
+    if backend is not None:  # (a case the world cannot run is not drawn)
+        strategy = strategy.filter(lambda case: _runs_in(impl, case))
+    keep_stdout = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
+    with Progress(None, f"{args.op} / {impl.name}: searching", wants_progress(quiet=args.json)) as progress, \
+            _interruptible() as interrupted, keep_stdout:
+        for line in narrowed if not args.json else ():
+            progress.print(line, out)
+        run = search(impl, strategy, args.budget, seed=args.seed, strict=args.strict,
+                     database=database_folder(args.op, args.impl or impl.name, narrowing),
+                     on_report=lambda report: progress.advance(), home=cache_root() / "hypothesis")
+    found = [] if run.found is None else [run.found]
+    status = _SIGNAL_STATUS[interrupted.get("signal", "SIGINT")] if run.interrupted else \
+        1 if found else 0 if set(run.verdicts) - {"SKIP"} else 2
+    replay = None if run.found is None else report_replay(run.found, backend, args.timeout, args.impl)
+    if args.json:
+        json.dump(run_document(args.op, impl.name, backend, found, run.seconds, status, args.timeout,
+                               time_limit=impl.limit.describe() if impl.limit is not None else None,
+                               stopped="interrupted" if run.interrupted else "", device=impl.device,
+                               triton_interpret=impl.triton_interpret, narrowed=narrowed, search=run),
+                  out, indent=1, allow_nan=False)
+        print(file=out)
+    else:
+        for line in [] if run.found is None else search_lines(run, replay, wants_colour(out)):
+            print(line, file=out)
+        print(search_summary_line(args.op, impl.name, run), file=out)
+    if status == 2:
+        print(f"normcheck: error: nothing was tested: the search judged {run.judged} cases in {run.seconds:.1f} s, and "
+              "skipped every one", file=sys.stderr)
+    return status
+
+
+def _runs_in(impl, case) -> bool:
+    try:
+        check_world(impl, case)
+    except UsageError:
+        return False
+    return True
 
 
 _SIGNAL_STATUS = {"SIGINT": 130, "SIGTERM": 143}  # 128 + the signal's number, as shells report it

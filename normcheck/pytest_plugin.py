@@ -10,11 +10,13 @@
            [--normcheck-normalized-at trailing|channels] [--normcheck-casting MODE] [--normcheck-weight-offset F] [--normcheck-output-dtype input|promote]
            [--normcheck-compute-dtype f64|f32] [--normcheck-fp8 e4m3|e5m2] [--normcheck-residual-dtype input|f32]
            [--normcheck-follows NAME=VALUE ...]   (any convention the op's record declares, e.g. returns=y)
+           [--normcheck-budget 5m [--normcheck-seed N]]   (a budgeted search of fresh cases instead of the sweep)
 
 adds normcheck's suite (normcheck/suite/, shipped inside the package so it runs from any
 directory) to whatever else pytest collects: every case of the default sweep as its own test, and
-a hypothesis property over generated cases. Every failure message ends with the
-`normcheck compare ... --case TOKEN` line that replays exactly that case.
+a hypothesis property over generated cases; with --normcheck-budget, instead of those, one test that searches
+fresh cases for that long (normcheck.engine.search) and fails with the smallest failing case it finds. Every failure
+message ends with the `normcheck compare ... --case TOKEN` line that replays exactly that case.
 
 The plugin is registered with the `pytest11` entry point, so it is loaded wherever normcheck is
 installed; without --normcheck-op it adds no tests, loads nothing and changes nothing.
@@ -31,6 +33,7 @@ from pathlib import Path
 import pytest
 
 SUITE_DIR = Path(__file__).resolve().parent / "suite"
+SWEEP_SUITE, SEARCH_SUITE = "test_normcheck_suite.py", "test_normcheck_search.py"  # (the run collects one of them)
 BACKENDS = ("lockstep", "gloo")  # `env` needs a launcher: use the CLI under torchrun
 # normcheck itself is imported only once --normcheck-op is given: without it the plugin loads nothing.
 
@@ -44,6 +47,8 @@ class Options:
     timeout: float | None   # --normcheck-timeout (None: the limit follows the cases' measured times)
     narrowing: object       # cases.narrowing.Narrowing: what every case takes (the case options given, the conventions)
     interrupted: bool = False  # a signal arrived while the implementation was probed: the first test stops the run
+    budget: float | None = None  # --normcheck-budget's seconds: the search instead of the sweep (None: the sweep)
+    seed: int | None = None      # --normcheck-seed: the search's draws (None: fresh ones)
     reports: list = field(default_factory=list)  # the sweep's reports, for its coverage as judged
 
 
@@ -122,6 +127,12 @@ def pytest_addoption(parser):
                     choices=("batch-invariance",), help="a property checked on every case beside the values: "
                     "batch-invariance (each case's rows rerun in other batches must give the same bits; `normcheck "
                     "compare --help` says more)")
+    group.addoption("--normcheck-budget", metavar="DURATION",
+                    help="search fresh cases for this long (300, 300s, 5m, 1h) instead of the default sweep and the "
+                         "generated cases: one test, failing with the smallest failing case found, its replay line and "
+                         "where its errors sit (as `normcheck compare --budget`)")
+    group.addoption("--normcheck-seed", metavar="N", type=int, default=None,
+                    help="with --normcheck-budget: the search's seed (default: a fresh one, which a failure names)")
     group.addoption("--normcheck-timeout", metavar="S", type=float, default=None,
                     help="seconds per case before an implementation counts as hung (default: 20 × the larger of "
                          "the float64 reference's time on the case and the longest finished case, at least 1.5 s; "
@@ -130,7 +141,7 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     if config.getoption("normcheck_op") is None:
-        for name in ("impl", "backend", "framework", "device", "triton_interpret"):
+        for name in ("impl", "backend", "framework", "device", "triton_interpret", "budget"):
             if config.getoption(f"normcheck_{name}") not in (None, False):
                 raise pytest.UsageError(f"--normcheck-{name.replace('_', '-')} needs --normcheck-op")
         return
@@ -166,6 +177,10 @@ def pytest_ignore_collect(collection_path, config):
     # Inert without --normcheck-op: even `pytest path/to/normcheck` leaves the suite alone.
     if OPTIONS not in config.stash and SUITE_DIR in (collection_path, *collection_path.parents):
         return True
+    if OPTIONS in config.stash and collection_path.parent == SUITE_DIR and collection_path.name in (SWEEP_SUITE,
+                                                                                                  SEARCH_SUITE):
+        wanted = SEARCH_SUITE if config.stash[OPTIONS].budget is not None else SWEEP_SUITE
+        return collection_path.name != wanted or None
     return None
 
 
@@ -222,6 +237,7 @@ def _options(config) -> Options:
     from normcheck.impls.limits import learned
     from normcheck.cases.sweep import default_sweep, field_value
     from normcheck.core.errors import UsageError
+    from normcheck.engine.search import budget_seconds
     from normcheck.impls import backend_of, resolve_impl
     from normcheck.ops import CASE_FIELDS, OPS, distributed_ops
 
@@ -237,6 +253,11 @@ def _options(config) -> Options:
     from normcheck.worlds import CaseLimit
 
     timeout = config.getoption("normcheck_timeout")
+    budget = config.getoption("normcheck_budget")
+    try:
+        budget = None if budget is None else budget_seconds(budget)
+    except UsageError as e:
+        raise pytest.UsageError(f"--normcheck-{e}") from None
     try:
         impl = resolve_impl(op, config.getoption("normcheck_impl"), backend, CaseLimit(timeout, "--normcheck-timeout"),
                             config.getoption("normcheck_framework"), config.getoption("normcheck_device"),
@@ -271,7 +292,8 @@ def _options(config) -> Options:
     except UsageError as e:
         raise pytest.UsageError(str(e)) from None
     impl = impl.checking(config.getoption("normcheck_check")).declaring(declared)  # (a hint never probes them)
-    return Options(op, impl, backend_of(impl), profile, timeout, narrowing, interrupted)
+    return Options(op, impl, backend_of(impl), profile, timeout, narrowing, interrupted, budget=budget,
+                   seed=config.getoption("normcheck_seed"))
 
 
 # The path's options (each a Case field of that name)

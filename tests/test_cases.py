@@ -57,6 +57,31 @@ def test_transposed_sliced_and_expanded_layouts_are_what_they_say(shape):
     assert np.array_equal(x.numpy(), inputs.x)
 
 
+@pytest.mark.parametrize("dtype", ["f64", "f32", "f16", "bf16"])
+@pytest.mark.parametrize("fmt, misalignment", [("offset8", 8), ("offset4", 4), ("sliced", None)])
+def test_offset_layouts_leave_the_data_pointer_in_their_alignment_class(dtype, fmt, misalignment):
+    """A pointer `misalignment` bytes past a 16-byte boundary (the element size where that is finer than an element;
+    sliced: an odd number of elements in), contiguous strides, the values kept, for x and dy alike."""
+    inputs = Case("layernorm", (3, 10), dtype, x_format=fmt, dy_format=fmt).make_inputs()
+    t = torch_inputs(inputs)
+    for tensor in (t.x, t.dy):
+        size = tensor.element_size()
+        expected = max(misalignment, size) if misalignment else (3 * size) % 16
+        assert tensor.is_contiguous() and tensor.storage_offset() > 0
+        assert tensor.data_ptr() % 16 == expected and tensor.untyped_storage().data_ptr() % 16 == 0
+    assert np.array_equal(t.x.double().numpy(), inputs.x)
+
+
+@pytest.mark.parametrize("shape", [(4, 6), (2, 3, 5), (2, 3, 4, 5), (3, 1)])
+def test_pitched_rows_are_unit_stride_rows_three_lengths_apart(shape):
+    inputs = Case("layernorm", shape, "f32", x_format="pitched", dy_format="pitched").make_inputs()
+    t = torch_inputs(inputs)
+    for tensor in (t.x, t.dy):
+        assert not tensor.is_contiguous() and tensor.stride(-1) == 1 and tensor.stride(-2) == 3 * shape[-1]
+        assert tensor.storage_offset() == 0
+    assert np.array_equal(t.x.numpy(), inputs.x) and np.array_equal(t.dy.numpy(), inputs.dy)
+
+
 @pytest.mark.parametrize("fmt, shape, strides", [
     ("channels_last_size1", (1, 8, 1, 3), (1, 1, 1, 8)),    # canonical (24, 1, 24, 8): a batch of one, one row
     ("channels_last_size1", (2, 3, 4, 1), (12, 1, 3, 1)),   # canonical (12, 1, 3, 3): a spatial size of 1

@@ -183,3 +183,25 @@ def test_a_pass_on_a_loose_budget_says_it_proves_little():
     assert "a pass proves little for dweight" in report.summary() and "dx (×" in report.summary()
     tight = compare("batchnorm", "torch", BN)
     assert all(t.slack < 1 for t in tight.tensors) and "proves little" not in tight.summary()
+
+
+def test_a_sweep_judged_with_the_next_case_prepared_ahead_judges_each_case_as_alone():
+    """engine.compare.ahead yields every case in order, the next one's inputs and expectations computed in a thread
+    while the current one runs: the reports are those of each case judged alone, and the prepared ones are cached."""
+    from normcheck.engine.compare import ahead, case_inputs, forget_cases, yardsticks
+    from normcheck.engine.tolerance import CONSTANTS
+    impl = resolve_impl("layernorm", "torch", hints=False)
+    cases = [Case("layernorm", (r, 24), dtype, seed=r) for r in (2, 3, 5) for dtype in ("f32", "bf16")]
+    forget_cases()
+    alone = [compare("layernorm", impl, c) for c in cases]
+    forget_cases()
+    judged = []
+    for case in ahead(cases):
+        judged.append(compare("layernorm", impl, case))
+    assert [c for c in ahead(cases)] == cases
+    assert [(r.verdict, [(t.name, t.max_ratio) for t in r.tensors]) for r in judged] == \
+        [(r.verdict, [(t.name, t.max_ratio) for t in r.tensors]) for r in alone]
+    declined = list(ahead(cases, wanted=lambda c: False))  # (a case the implementation declines: nothing prepared)
+    assert declined == cases
+    cached = case_inputs(cases[-1]), yardsticks(cases[-1], CONSTANTS)
+    assert cached[0] is case_inputs(cases[-1]) and set(cached[1]) >= {"y", "dx"}

@@ -33,11 +33,27 @@ def verdicts(op: str, spec: str, follows: dict, keep=lambda case: True, first_fa
     return {"failed": failed, "ran": ran}
 
 
+# Forward-over-reverse of a half-precision input with x frozen: the directional bounds (engine.tolerance's
+# directional_bounds) do not model a casting chain's rounding of x̂ before the weight; the new class triples and
+# layouts put one such case in the design (below, pinned as an expected failure until the bound models it)
+def _not_the_open_jvp_gap(case) -> bool:
+    return not (case.order == "fwd-rev" and case.frozen == "x" and case.dtypes.is_mixed)
+
+
 def test_a_llama_style_rms_norm_passes_its_sweep_as_declared_and_fails_it_declared_otherwise():
     spec = f"{LAYERS}:llama_rms_norm"
-    assert verdicts("rmsnorm", spec, LLAMA)["failed"] == []
+    assert verdicts("rmsnorm", spec, LLAMA, _not_the_open_jvp_gap)["failed"] == []
     for wrong in ({"casting": "end"}, {"output_dtype": "input"}, {"compute_dtype": "f64"}):
         assert verdicts("rmsnorm", spec, {**LLAMA, **wrong}, first_failure=True)["failed"], wrong
+
+
+@pytest.mark.xfail(strict=True, reason="open: the forward-over-reverse bound lacks the before-weight casting chain's "
+                   "rounding of x̂ (jvp_y 2.02 budgets on a correct layer); strict, so a fixed bound shows here")
+def test_a_llama_style_rms_norm_passes_forward_over_reverse_with_x_frozen_in_mixed_precision():
+    case = Case("rmsnorm", (1, 65537, 17), "f16", "f32", "sliced", "expanded", "big", eps=0.01, frozen="x",
+                order="fwd-rev", normalized_dims=1, **LLAMA)
+    assert not _not_the_open_jvp_gap(case)
+    assert judge(case, resolve_impl("rmsnorm", f"{LAYERS}:llama_rms_norm")).verdict != FAIL
 
 
 def test_an_f32_compute_layers_f64_rows_pass_only_under_compute_f32():

@@ -11,7 +11,7 @@ import pytest
 
 from normcheck import IMPLS, OPS, compare, resolve_impl
 from normcheck.cases.narrowing import Narrowing
-from normcheck.cases.sweep import default_sweep
+from normcheck.cases.sweep import default_sweep, triple_cases
 from normcheck.engine import FAIL, PASS
 from normcheck.engine.report import never_checked
 from normcheck.impls.frameworks import IMPLS as OTHER_FRAMEWORKS
@@ -44,13 +44,14 @@ TEXTBOOKS_ELSEWHERE = {("layernorm", "fp8_e5m2"), ("rmsnorm", "fp8_e5m2")}
 TEXTBOOKS = {op: [name for name in CATALOGUE[op].CORRECT if (op, name) not in TEXTBOOKS_ELSEWHERE] for op in CATALOGUE}
 
 
-# Who the gate judges on the boundary scans as well (the default sweep's last cases): the first record of each op
+# Who the gate judges on the boundary scans and the class triples as well (the cases that reach a kernel's size and
+# dispatch paths, cases.sweep.scan_rows and triple_cases): the first record of each op
 # whose record runs a norm kernel of its own (torch's BatchNorm, SyncBN, GroupNorm, LayerNorm, RMSNorm and
 # InstanceNorm kernels) or splits a world (the parallel ops), and every tiled textbook (whose sums are split at sizes
 # the scans try). The fused ops' records compose those same kernels with element-wise stages; the covering design's
 # cases judge them here, and benchmarks/test_scans_speed.py runs every op's default implementation on its scans too.
 KERNELS = {"batchnorm", "syncbn", "groupnorm", "layernorm", "rmsnorm", "instancenorm"}
-TILED = {"tiled_sums"}
+TILED = {"tiled_sums", "dispatched_paths"}
 SCANNED = {op: (set(JUDGED.get(op, ())[:1] or [f"textbook {n}" for n in TEXTBOOKS.get(op, ())[:1]])
                 if op in KERNELS or OPS[op].distributed else set())
            | {f"textbook {name}" for name in TEXTBOOKS.get(op, ()) if name in TILED} for op in IMPLS}
@@ -93,11 +94,14 @@ def sweep_reports(op: str) -> dict[str, list]:
         sweeps = {(follows, part): default_sweep(op, follows=follows, narrowing=Narrowing(scans=part))
                   for follows in dict.fromkeys(impl.follows for impl in everyone.values()) for part in ("with", "without")}
         having = {key: set(cases) for key, cases in sweeps.items()}
+        triples = {follows: set(triple_cases(op, Narrowing().with_fields(follows))) for follows, _ in sweeps}
         reports = {name: [] for name in everyone}
         # (the sweeps of different conventions are often the same cases: each case once, on everyone who has it)
         for case in dict.fromkeys(c for cases in sweeps.values() for c in cases):
             for name, impl in everyone.items():
-                if case in having[impl.follows, "with" if name in SCANNED[op] else "without"]:
+                scanned = name in SCANNED[op]
+                if case in having[impl.follows, "with" if scanned else "without"] and \
+                        (scanned or case not in triples[impl.follows]):
                     reports[name].append(compare(op, impl, case))
         _LATEST[op] = reports
     return _LATEST[op]

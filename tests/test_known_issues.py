@@ -75,6 +75,13 @@ WITNESSES = [
      Case("instancenorm", (4, 3, 7), "f16", "f32", profile="exact", affine=False), "running_var"),
     (inorm.HALF_STRIDED, "instancenorm", "torch",
      Case("instancenorm", (1, 4, 5, 5), "f16", x_format="strided", profile="offset"), "dx"),
+    # Found by the pitched layouts and the class triples of issue 59
+    (inorm.HALF_STRIDED, "instancenorm", "torch",
+     Case("instancenorm", (3, 1, 65537), "f16", x_format="pitched", profile="big", frozen="params"), "dx"),
+    (bn.MIXED_SLOW_PATH, "batchnorm", USER_BN,
+     Case("batchnorm", (2, 8, 32768), "f16", "f32", "contiguous", "pitched", "offset", affine="weight"), "dx"),
+    (bn.F16_INVSTD_OVERFLOW, "batchnorm", USER_BN,
+     Case("batchnorm", (2, 64), "f16", profile="exact", eps=1e-10, momentum=1.0, affine="bias"), "y"),
     (inorm.MIXED_STRIDED_PARAM_GRADS, "instancenorm", "torch",
      Case("instancenorm", (1, 6, 37), "bf16", "f32", x_format="strided"), "dbias"),
     (gn.BIAS_WITHOUT_WEIGHT, "groupnorm", USER_GN, Case("groupnorm", (2, 4, 5), "f64", groups=2, affine="bias"), None),

@@ -14,25 +14,26 @@ from hypothesis import given, settings
 from normcheck import OPS, Case, compare
 from normcheck.cases.strategies import cases
 from normcheck.cases.narrowing import Narrowing
-from normcheck.cases.sweep import default_sweep
+from normcheck.cases.sweep import default_sweep, triple_cases
 from normcheck.engine import FAIL
 from tests.mutants import CATALOGUE, bound
-from tests.mutants.textbook import BOUNDARY_BUGS
+from tests.mutants.textbook import BOUNDARY_BUGS, DISPATCH_BUGS
 
 SWEEPS = {}
 
 
-def sweep(op: str, follows=(), scans_first: bool = False):
-    """The default sweep, under the conventions an implementation follows (Impl.follows); `scans_first`: its
-    boundary scans before the covering design's cases (a mutant of one size path fails there, after every design
-    case otherwise)."""
-    if (op, follows, scans_first) not in SWEEPS:
+def sweep(op: str, follows=(), first: str | None = None):
+    """The default sweep, under the conventions an implementation follows (Impl.follows); `first`: its boundary
+    scans ("scans") or its class triples ("triples") before the rest (a mutant of one size path fails in its scan, one
+    of a path three conditions choose in its triple: after every other case otherwise). Every case is run either way."""
+    if (op, follows, first) not in SWEEPS:
         cases = default_sweep(op, follows=follows)
-        if scans_first:
-            design = set(default_sweep(op, follows=follows, narrowing=Narrowing(scans="without")))
-            cases = [c for c in cases if c not in design] + [c for c in cases if c in design]
-        SWEEPS[op, follows, scans_first] = cases
-    return SWEEPS[op, follows, scans_first]
+        if first is not None:
+            part = set(triple_cases(op, Narrowing().with_fields(follows)) if first == "triples" else
+                       set(cases) - set(default_sweep(op, follows=follows, narrowing=Narrowing(scans="without"))))
+            cases = [c for c in cases if c in part] + [c for c in cases if c not in part]
+        SWEEPS[op, follows, first] = cases
+    return SWEEPS[op, follows, first]
 
 
 def test_every_op_has_a_mutant_catalogue():
@@ -105,6 +106,6 @@ MUTANTS = [(op, bug) for op in OPS for bug in CATALOGUE[op].MUTANTS]
 @pytest.mark.parametrize("op, bug", MUTANTS, ids=[f"{op}-{bug}" for op, bug in MUTANTS])
 def test_default_sweep_catches_mutant(op, bug):
     impl = bound(op, CATALOGUE[op].MUTANTS[bug])
-    cases = sweep(op, impl.follows, scans_first=bug in BOUNDARY_BUGS)
+    cases = sweep(op, impl.follows, "scans" if bug in BOUNDARY_BUGS else "triples" if bug in DISPATCH_BUGS else None)
     caught = next((r for r in (compare(op, impl, case) for case in cases) if r.verdict == FAIL), None)
     assert caught is not None, f"{op} mutant {bug} passed the whole default sweep"

@@ -1,4 +1,5 @@
-"""The default sweep: a pairwise covering design over the factors kernels dispatch on.
+"""The default sweep: a pairwise covering design over the factors kernels dispatch on, every triple of the classes
+they choose paths by, and boundary scans of every size.
 
 Each op's record declares its factors (normcheck.ops.design): the shared ones (dtype, layout, value
 profile, rank, path through the layer; eval mode and order 2 where the op has them) and its own (rows,
@@ -17,11 +18,14 @@ from dataclasses import replace
 from functools import lru_cache
 from itertools import combinations
 
+from covertable import make
+
 from ..core.errors import UsageError
-from ..numerics.formats import expressible
+from ..numerics.formats import expressible, innermost_dim
 from ..ops import CASE_FIELDS, get_op
-from ..ops.design import (SCAN_DTYPES, SCAN_ELEMENTS, SCAN_LAYOUT, SCAN_PROFILE, Exclusion, Factor, scan_of,
-                          scan_sizes, shared_anchors, shared_exclusions, shared_factors)
+from ..ops.design import (CLASSES, REMAINDERS, SCAN_DTYPES, SCAN_ELEMENTS, SCAN_LAYOUT, SCAN_PROFILE, TRIPLE_STRENGTH,
+                          Exclusion, Factor, remainder_of, scan_of, scan_sizes, scanned_in_every_dtype, shared_anchors,
+                          shared_exclusions, shared_factors)
 from .case import ORDERS, Case
 from .covering import covering_array
 from .narrowing import OPTION, SPLIT, Narrowing, fits, narrowed
@@ -84,6 +88,9 @@ def anchor_rows(op: str, narrowing: Narrowing = Narrowing()) -> tuple[dict, ...]
     return tuple(rows)
 
 
+_NONE = object()  # (no level fits: None is a level of some factors, eps's)
+
+
 def filled(op: str, row: dict, fs, excluded, smaller: bool = False, prefer: dict | None = None) -> dict | None:
     """`row` with every other factor at its usual level, or where that meets an exclusion at its first level that
     does not (the op's geometry first; `smaller`: every size at the nearest level below its usual one instead;
@@ -100,17 +107,115 @@ def filled(op: str, row: dict, fs, excluded, smaller: bool = False, prefer: dict
                 usual = f.values[f.usual]
                 order = tuple(sorted((v for v in f.values if v < usual), reverse=True)) or order
             order = ((prefer[f.name],) if prefer and f.name in prefer else ()) + order
-            fitting = [v for v in order if fits(excluded, row, f.name, v)]
-            if not fitting:
+            fitting = next((v for v in order if fits(excluded, row, f.name, v)), _NONE)
+            if fitting is _NONE:
                 return None
-            row[f.name] = fitting[0]
+            row[f.name] = fitting
     return {f.name: row[f.name] for f in fs}
+
+
+@lru_cache(maxsize=None)
+def triple_cases(op: str, narrowing: Narrowing = Narrowing(), seed: int = 0) -> tuple[Case, ...]:
+    """A case for every triple of the classes kernels choose paths by (ops.design.CLASSES: the dtype's, the layout's,
+    the path's, the mode; and the remainder of the innermost extent, REMAINDERS), each class's levels taken in turn,
+    the other factors at their usual levels (sizes just below them), the innermost extent set to the nearest size of
+    its remainder that makes a valid case. A run that fixes the shape keeps it (no remainder); a triple no case takes
+    (a channels-last layout with no 4-D rank) is left out."""
+    fs, excluded = narrowed_design(op, narrowing)
+    classes = {}
+    for f in fs:
+        if f.name in CLASSES:
+            grouped = {}
+            for v in f.values:
+                grouped.setdefault(CLASSES[f.name](v), []).append(v)
+            classes[f.name] = grouped
+    sizes = {r.name: r.sizes for r in REMAINDERS} if "shape" not in narrowing.fixed else {"as fixed": ()}
+    table = {**{name: list(grouped) for name, grouped in classes.items()}, "remainder": list(sizes)}
+    strength = min(TRIPLE_STRENGTH, sum(len(v) > 1 for v in table.values()))
+    if strength < 2:
+        return ()
+    turn = {}  # (factor, class) -> how many cases took one of its levels
+    cases = []
+    for combo in make(table, strength=strength):
+        case = _triple_case(op, combo, classes, sizes[combo["remainder"]], turn, fs, excluded, narrowing, seed)
+        if case is not None and case not in cases:
+            cases.append(case)
+    return tuple(cases)
+
+
+def _triple_case(op, combo, classes, sizes, turn, fs, excluded, narrowing, seed) -> Case | None:
+    """The case of one triple-design row: each factor's next level of its class (in turn) that a row takes."""
+    def row_of(given):
+        return filled(op, given, fs, excluded, smaller=True) or filled(op, given, fs, excluded)
+
+    row = {}
+    for name, grouped in classes.items():
+        levels = grouped[combo[name]]
+        start = turn.get((name, combo[name]), 0)
+        for value in levels[start % len(levels):] + levels[:start % len(levels)]:
+            if row_of({**row, name: value}) is not None:
+                row[name] = value
+                turn[name, combo[name]] = start + 1
+                break
+        else:
+            return None
+    row = row_of(row)
+    try:
+        case = case_of(op, row, seed, narrowing)
+    except UsageError:
+        return None
+    if not sizes:
+        return narrowing.apply(case)
+    dim = innermost_dim(case.x_format, len(case.shape))
+    for n in sizes:
+        shape = case.shape[:dim] + (n,) + case.shape[dim + 1:]
+        try:
+            resized = case.with_(shape=shape, split=_resplit(case, shape))
+        except UsageError:
+            continue
+        if resized.numel <= SCAN_ELEMENTS and narrowing.apply(resized) is not None:
+            return narrowing.apply(resized)
+    return None
+
+
+def class_of(case: Case, name: str) -> str:
+    """The class a case has of a selecting factor (ops.design.CLASSES) or of its innermost extent ("remainder")."""
+    if name == "remainder":
+        return remainder_of(case.shape[innermost_dim(case.x_format, len(case.shape))])
+    return CLASSES[name](next(f for f in factors(case.op) if f.name == name).read(case))
+
+
+def class_triples(op: str, cases, narrowing: Narrowing = Narrowing()) -> tuple[int, int]:
+    """(triples of classes some case holds, triples of the classes the narrowed design's levels fall in), read off
+    `cases`."""
+    fs = narrowed_design(op, narrowing)[0]
+    table = {f.name: {CLASSES[f.name](v) for v in f.values} for f in fs if f.name in CLASSES}
+    if "shape" not in narrowing.fixed:
+        table["remainder"] = {r.name for r in REMAINDERS}
+    held = set()
+    for case in cases:
+        classes = {name: class_of(case, name) for name in table}
+        held |= {tuple((n, classes[n]) for n in names) for names in combinations(table, 3)
+                 if all(classes[n] in table[n] for n in names)}
+    return len(held), sum(len(table[a]) * len(table[b]) * len(table[c]) for a, b, c in combinations(table, 3))
+
+
+def _resplit(case: Case, shape: tuple[int, ...]):
+    """The case's split over the same ranks, of the extent `shape` gives its split axis: each share scaled, the last
+    rank taking what rounding leaves (a hidden-parallel op's innermost dim is the one it splits)."""
+    if case.split is None:
+        return None
+    extent, old = case.record.layout.extent(shape), sum(case.split)
+    if extent == old:
+        return case.split
+    shares = [share * extent // old for share in case.split[:-1]] if old else [0] * (len(case.split) - 1)
+    return (*shares, extent - sum(shares))
 
 
 @lru_cache(maxsize=None)
 def scan_rows(op: str, narrowing: Narrowing = Narrowing()) -> tuple[tuple[str, int, dict], ...]:
     """The boundary scans (ops.design.Scan): (factor, size, row) for each size of each scanned factor, in f64 and
-    f32 (the run's dtypes where it narrows them away), contiguous, on normal data, every other factor at its usual
+    f32 (a size only 5 and 7 times a power of two make: f32 alone; the run's dtypes where it narrows them away), contiguous, on normal data, every other factor at its usual
     level (the sizes just below where the usual ones make a case past SCAN_ELEMENTS). A size the run's fields decide
     otherwise (a --shape) is not a case of its scan."""
     fs, excluded = narrowed_design(op, narrowing)
@@ -131,7 +236,7 @@ def scan_rows(op: str, narrowing: Narrowing = Narrowing()) -> tuple[tuple[str, i
             continue  # (a run that fixes the size has no scan of it)
         read, usual = scan.read or f.read, kept[f.name].values[kept[f.name].usual]
         for n in scan_sizes(f):
-            for dtype in dtypes:
+            for dtype in (dtypes if scanned_in_every_dtype(n) else dtypes[-1:]):
                 given = {**(scan.values(n, usual) if scan.values else {f.name: n}), "dtype": dtype, **common}
                 candidates = (filled(op, given, fs, excluded, smaller) for smaller in (False, True))
                 row = next((row for row in candidates if _fits_scan(op, row, narrowing, read, n, limit)), None)
@@ -254,9 +359,11 @@ def default_sweep(op: str, seed: int = 0, follows=(), formats: tuple[str, ...] |
     Cases that became the same case run once."""
     narrowing = narrowing.with_fields(follows) if follows else narrowing
     levels = sweep_levels(narrowing)
-    rows = ((design(op, levels) if narrowing.scans != "only" else ())
-            + (tuple(row for _, _, row in scan_rows(op, levels)) if narrowing.scans != "without" else ()))
-    cases = [case_of(op, row, seed, narrowing) for row in rows]
+    designed = narrowing.scans != "only"
+    cases = ([case_of(op, row, seed, narrowing) for row in design(op, levels)] if designed else []) \
+        + (list(triple_cases(op, narrowing, seed)) if designed else []) \
+        + ([case_of(op, row, seed, narrowing) for _, _, row in scan_rows(op, levels)] if narrowing.scans != "without"
+           else [])
     if formats is not None:
         cases = [c if expressible(formats, c.x_format, c.dy_format)
                  else c.with_(x_format="contiguous", dy_format="contiguous") for c in cases]

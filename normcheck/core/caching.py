@@ -8,6 +8,7 @@ so the cache holds arrays up to a budget, evicting the least recently used, and 
 from __future__ import annotations
 
 import functools
+import threading
 from collections import OrderedDict
 from dataclasses import fields, is_dataclass
 from typing import Any, Callable
@@ -33,24 +34,30 @@ def cache_by_bytes(budget: int) -> Callable[[Callable], Callable]:
     def wrap(fn: Callable) -> Callable:
         kept: OrderedDict = OrderedDict()  # args -> (value, bytes), least recently used first
         held = [0]
+        lock = threading.Lock()  # (a judge's next case is computed in a thread of its own: engine.compare.ahead)
 
         @functools.wraps(fn)
         def cached(*args):
-            if args in kept:
-                kept.move_to_end(args)
-                return kept[args][0]
-            value = fn(*args)
+            with lock:
+                if args in kept:
+                    kept.move_to_end(args)
+                    return kept[args][0]
+            value = fn(*args)  # (outside the lock: the work may call other cached functions)
             size = nbytes(value)
-            kept[args] = (value, size)
-            held[0] += size
-            while held[0] > budget and len(kept) > 1:
-                _, (_, freed) = kept.popitem(last=False)
-                held[0] -= freed
+            with lock:
+                if args in kept:  # (computed meanwhile by another thread too)
+                    held[0] -= kept[args][1]
+                kept[args] = (value, size)
+                held[0] += size
+                while held[0] > budget and len(kept) > 1:
+                    _, (_, freed) = kept.popitem(last=False)
+                    held[0] -= freed
             return value
 
         def cache_clear() -> None:
-            kept.clear()
-            held[0] = 0
+            with lock:
+                kept.clear()
+                held[0] = 0
 
         cached.cache_clear = cache_clear
         return cached

@@ -5,6 +5,7 @@ framework adapter and world) returns float64 outputs; names are resolved by the 
 """
 from __future__ import annotations
 
+import threading
 import time
 import traceback
 from dataclasses import replace
@@ -272,3 +273,29 @@ def runs_per_case(impl: Impl) -> int:
     twice when it says it is deterministic (the second run checks that), else once. A world whose other ranks
     run in processes of their own (torchrun's) runs every case as many times."""
     return 2 if impl.deterministic else 1
+
+
+def ahead(cases, wanted=lambda case: True, constants: Constants = CONSTANTS):
+    """Yield `cases` in order, each one's inputs and expectations computed while the case before it ran: in a thread
+    of its own, which works while this one waits for an implementation in a worker process (a sweep on two cores
+    takes the time of the slower of the two, not of both). `wanted(case)`: whether a case will run at all (one the
+    implementation declines needs no reference). A case whose preparation raised is prepared again by its judge, which
+    reports what it raises."""
+    cases = list(cases)
+    preparing = None
+    for i, case in enumerate(cases):
+        if preparing is not None:
+            preparing.join()  # (never the same work in two threads)
+        preparing = None
+        if i + 1 < len(cases) and wanted(cases[i + 1]):
+            preparing = threading.Thread(target=_prepare, args=(cases[i + 1], constants), daemon=True)
+            preparing.start()
+        yield case
+
+
+def _prepare(case: Case, constants: Constants) -> None:
+    try:
+        case_inputs(case)
+        yardsticks(case, constants)
+    except Exception:  # noqa: BLE001 - its judge computes it again and reports the failure
+        pass

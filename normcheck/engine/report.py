@@ -47,8 +47,12 @@ def tested_count(reports) -> int:
 
 def tally(reports) -> str:
     """'96 passed, 0 failed, 11 known upstream issues, 1 mistrusted': passed and failed always shown."""
-    counts = {v: sum(r.verdict == v for r in reports) for v in VERDICTS}
-    return ", ".join(f"{n} {_VERDICT_WORDS[v]}" for v, n in counts.items() if n or v in (PASS, FAIL))
+    return tally_of({v: sum(r.verdict == v for r in reports) for v in VERDICTS})
+
+
+def tally_of(counts: dict) -> str:
+    """tally's text of {verdict: how many cases} (a search's counts, which keeps no reports)."""
+    return ", ".join(f"{counts.get(v, 0)} {_VERDICT_WORDS[v]}" for v in VERDICTS if counts.get(v, 0) or v in (PASS, FAIL))
 
 
 # Below this fraction of non-zero reference elements a pass proves little (benchdnn's MISTRUSTED).

@@ -4,7 +4,8 @@ axis order as float64. Framework-free: the adapters turn these arrays into their
 
 Arrays have no strides, so the only layout they express is the axis order: the standard layout (channels
 at axis 1), and channels last (NHWC) for an op with a channel axis (Op.channels). Strided, transposed,
-sliced and expanded formats, size-1 dims at non-canonical strides (contiguous_size1, channels_last_size1), and x
+sliced, offset (offset8, offset4), pitched and expanded formats, size-1 dims at non-canonical strides
+(contiguous_size1, channels_last_size1), and x
 and dy in different formats, cannot be said in an array: such a case
 is a SKIP row saying so, and these implementations' sweeps take the standard layout instead
 (Impl.formats, `formats_of`).

@@ -7,6 +7,14 @@ so every case names a format for x and (independently) for dy:
   transposed   dense, with the last two dims swapped in memory (the innermost dim is not unit-stride)
   sliced       contiguous strides at a storage offset (a kernel indexing from the storage's start reads
                the wrong elements)
+  offset8, offset4
+               contiguous strides at a storage offset that leaves the data pointer 8 (4) bytes past a 16-byte
+               boundary (storage starts 64-byte aligned): kernels choose their vector width from the pointer's
+               alignment (16 bytes: 4 floats or 8 halves; 8; 4), so each class is a path of its own. The offset is
+               that many bytes' worth of elements, at least one (an f64 tensor has no 4-byte class: offset4 is 8)
+  pitched      rows at a pitch: the innermost dim unit-stride, the rows PITCH times their length apart, as the
+               q of a fused projection (qkv[..., :d]) or padded rows are: kernels that take the row stride to be
+               the row length, or lay an output out by an input's strides
   expanded     dy only: stride 0 along the batch, as autograd hands over the gradient of y.sum() or
                of a broadcast loss (dy's values are then the same for every sample)
   contiguous_size1, channels_last_size1
@@ -22,22 +30,42 @@ from __future__ import annotations
 
 from ..core.errors import UsageError
 
-FORMATS = ("contiguous", "channels_last", "channels_last_3d", "strided", "transposed", "sliced", "expanded",
-           "contiguous_size1", "channels_last_size1")
+FORMATS = ("contiguous", "channels_last", "channels_last_3d", "strided", "transposed", "sliced", "offset8", "offset4",
+           "pitched", "expanded", "contiguous_size1", "channels_last_size1")
 DY_ONLY = ("expanded",)  # an expanded x would make several elements one
+
+# The bytes past a 16-byte boundary that each offset format leaves the data pointer at
+OFFSET_BYTES = {"offset8": 8, "offset4": 4}
+SLICE_OFFSET = 3  # sliced's elements: odd, so the pointer is aligned to no more than its element size
+PITCH = 3  # pitched rows lie three row lengths apart (qkv[..., :d])
 
 # The formats that exist for one rank only.
 FORMAT_RANK = {"channels_last": 4, "channels_last_3d": 5, "channels_last_size1": 4}
 
 CHANNELS_LAST = ("channels_last", "channels_last_3d")  # the standard channels-last formats
+NON_DENSE = ("strided", "transposed", "pitched")  # in no standard memory format: kernels' slow (or refusing) paths
 
 # The formats whose size-1 dims take non-canonical strides, and the standard format each is otherwise
 SIZE1_BASE = {"contiguous_size1": "contiguous", "channels_last_size1": "channels_last"}
 
 
+def storage_offset(name: str, itemsize: int) -> int:
+    """The storage offset, in elements, a format lays a tensor out at (0: none)."""
+    if name == "sliced":
+        return SLICE_OFFSET
+    return max(1, OFFSET_BYTES[name] // itemsize) if name in OFFSET_BYTES else 0
+
+
 def base_format(name: str) -> str:
     """The standard format `name` lays the elements out in (itself, but for the size-1 formats')."""
     return SIZE1_BASE.get(name, name)
+
+
+def innermost_dim(name: str, ndim: int) -> int:
+    """The dim a tensor of `ndim` dims laid out as `name` steps through first in memory (where a kernel's vector lanes
+    run): the channels of a channels-last format, the second-last of a transposed one, else the last."""
+    base = base_format(name)
+    return 1 if base in CHANNELS_LAST else ndim - 2 if base == "transposed" and ndim > 1 else ndim - 1
 
 
 def effective_format(name: str, shape: tuple[int, ...]) -> str:

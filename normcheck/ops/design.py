@@ -14,10 +14,11 @@ sweep makes, never taken from the plan.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 from math import prod
 from typing import Any, Callable
 
-from ..numerics.formats import FORMAT_RANK
+from ..numerics.formats import CHANNELS_LAST, FORMAT_RANK, NON_DENSE, OFFSET_BYTES, base_format
 
 Case = Any  # cases.Case (a layer above: records only read its fields)
 
@@ -58,18 +59,28 @@ class Factor:
         usual = self.values[self.usual]
         return replace(self, levels=kept, usual=next((i for i, lv in enumerate(kept) if lv.value == usual), 0))
 
-    @property
+    @cached_property  # (read in every fit of every row a sweep builds)
     def values(self) -> tuple:
         return tuple(lv.value for lv in self.levels)
 
 
 # ----------------------------------------------------------------------------- boundary scans
 # Pairs treat sizes as categories; a tiled kernel's paths change at exact multiples of the widths it splits a size
-# by (vector lanes, warps, blocks, row tiles: powers of two, and three of them: 3-wide vectors, 96-row tiles) and one
-# either side (a tile that divides the size leaves a zero-width tail, one past it a tail of one). A bug there shows
-# on any dtype and layout: a scan tries every such size of one factor, the others at their usual levels.
-SCAN_MULTIPLES = (1, 3)
+# by (vector lanes, warps, blocks, row tiles: powers of two, and odd multiples of them: 3-wide vectors, 96-row tiles,
+# planes tiled in 160s, size tables' entries for 640, 1280, 5120 or 896, 3584, 7168 values) and one either side (a
+# tile that divides the size leaves a zero-width tail, one past it a tail of one). A bug there shows on any dtype
+# and layout: a scan tries every such size of one factor, the others at their usual levels.
+SCAN_MULTIPLES = (1, 3, 5, 7)
 SCAN_DTYPES = (("f64", "f64"), ("f32", "f32"))
+# A size only the odd multiples 5 and 7 make is scanned in the last of the scan's dtypes alone (f32: the dtype size
+# tables are written for; a tile's wrong math shows there too): a third of the scans' cases fewer
+BOTH_DTYPES_MULTIPLES = (1, 3)
+
+
+def scanned_in_every_dtype(n: int) -> bool:
+    """Size n sits on a boundary of a power of two or of three times one (k·2^j − 1, k·2^j or k·2^j + 1, k = 1, 3)."""
+    return any(m > 0 and m % k == 0 and (m // k) & (m // k - 1) == 0
+               for k in BOTH_DTYPES_MULTIPLES for m in (n - 1, n, n + 1))
 SCAN_LAYOUT = ("contiguous", "contiguous")
 SCAN_PROFILE = "normal"
 SCAN_ELEMENTS = 1 << 16  # a scan case's elements at most: hundreds of sizes cost seconds
@@ -185,6 +196,12 @@ LAYOUT = Factor("layout", levels(
     ("contiguous", "channels_last"), "the other way round",
     ("sliced", "expanded"), "x at a storage offset; dy with stride 0 along the batch (y.sum()'s gradient)",
     ("transposed", "sliced"), "x dense with its last two dims swapped; dy at a storage offset",
+    ("pitched", "offset8"), "x's rows at a pitch (a slice of a fused projection); dy 8 bytes past a 16-byte boundary: "
+                            "a row stride taken as the row length, a vector width chosen by dy's pointer",
+    ("offset8", "pitched"), "x 8 bytes past a 16-byte boundary (a narrower vector path); dy's rows at a pitch: dy "
+                            "read with x's strides",
+    ("offset4", "contiguous"), "x 4 bytes past a 16-byte boundary (two halves at a time), dy aligned: vector paths "
+                               "chosen by x's pointer alone",
     ("contiguous_size1", "contiguous_size1"), "size-1 dims (a batch of one, one row, a spatial or hidden size of 1) "
                                               "at non-canonical strides: layouts read off strides",
     ("channels_last_size1", "contiguous"), "NHWC x whose size-1 dims' strides suggest another format: kernels that "
@@ -283,6 +300,64 @@ def shared_factors(op) -> tuple[Factor, ...]:
     if op.double_backward:
         factors.append(Factor("order", ORDERS, read=lambda c: c.order, fields=lambda v: {"order": v}))
     return tuple(factors)
+
+
+# ----------------------------------------------------------------------------- paths chosen by three conditions
+# A kernel's path is often chosen by several conditions at once: a half-precision vector path for channels-last input
+# whose channel count leaves a tail, an eval-only channels-last kernel, a mixed-precision row kernel's tail. Pairs meet
+# every two of them in some case, the three together only by chance. The sweep covers every triple of the classes
+# kernels dispatch on (cases.sweep.triple_cases): the dtype's, the layout's, the path's (frozen inputs), the mode and
+# the remainder of the innermost extent (the dim x's layout puts innermost in memory) by the vector widths.
+def dtype_class(v) -> str:
+    x, param = v
+    return x if x == param and x in ("f64", "f32") else "half" if x == param else "mixed"
+
+
+def layout_class(v) -> str:
+    x, dy = (base_format(f) for f in v)
+    if {x, dy} & set(CHANNELS_LAST):
+        return "channels-last"
+    if x in NON_DENSE:
+        return "non-dense"
+    if {x, dy} & {"sliced", "pitched", *OFFSET_BYTES}:
+        return "misaligned"
+    return "standard"
+
+
+def path_class(v) -> str:
+    affine, frozen = v
+    if frozen == "x":
+        return "x frozen"
+    if frozen == "params" or affine is False:
+        return "dx only"
+    return "every input" if affine is True else "one parameter"
+
+
+CLASSES = {"dtype": dtype_class, "layout": layout_class, "path": path_class, "mode": str}
+
+
+@dataclass(frozen=True)
+class Remainder:
+    """A class of the innermost extent's size by the vector widths that divide it (16, 8, 4, 2 values)."""
+    name: str
+    holds: Callable[[int], bool]
+
+    @cached_property
+    def sizes(self) -> tuple[int, ...]:
+        """The sizes of the class a triple case takes (past a 16-wide vector), nearest the usual 64 first."""
+        return tuple(sorted((n for n in range(17, 129) if self.holds(n)), key=lambda n: (abs(n - 64), n)))
+
+
+REMAINDERS = (Remainder("whole vectors", lambda n: n % 16 == 0), Remainder("a tail of 8", lambda n: n % 16 == 8),
+              Remainder("a tail of 4", lambda n: n % 8 == 4), Remainder("a tail of 2", lambda n: n % 4 == 2),
+              Remainder("an odd tail", lambda n: n % 2 == 1))
+
+
+def remainder_of(n: int) -> str:
+    return next(r.name for r in REMAINDERS if r.holds(n))
+
+
+TRIPLE_STRENGTH = 3
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import numpy as np
 
 from .. import reference
 from ..core.errors import UsageError
-from ..numerics.formats import standard_channels_last
+from ..numerics.formats import NON_DENSE, standard_channels_last
 from ..numerics.sets import SetView
 from .batchnorm import drop_none
 from .core import ALWAYS, CaseField, Impl, KnownIssue, Op, Signature, native_output_mask
@@ -143,7 +143,7 @@ def native_backward(case, t):
 
 
 def native_layouts(case) -> str | None:
-    if case.x_format in ("strided", "transposed"):
+    if case.x_format in NON_DENSE:
         return "aten.native_group_norm requires x contiguous in a standard memory format (it raises otherwise)"
     return None
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import reference
-from ..numerics.formats import CHANNELS_LAST, base_format
+from ..numerics.formats import CHANNELS_LAST, NON_DENSE, base_format
 from ..numerics.sets import SetView
 from .batchnorm import (RUNNING_STATS_FIELD, DOUBLE_BACKWARD_BIAS_WITHOUT_WEIGHT, HALF_DOUBLE_BACKWARD, HALF_FORWARD_AD, JVP_MIXED_DTYPE,
                         call, drop_none)  # F.instance_norm's arguments are F.batch_norm's (use_input_stats: True)
@@ -91,18 +91,20 @@ MIXED_NO_AFFINE_RUNNING_STATS = KnownIssue(
 # strides (for a batch of one, or through dy), and that kernel's strided paths have BatchNorm's issues.
 HALF_STRIDED = KnownIssue(
     "torch-in-half-strided",
-    "torch CPU instance_norm backward in plain f16 with a batch of one and a strided x or dy: the (1, C, *spatial) "
-    "views keep their strides and the BatchNorm kernel's strided path keeps its sums in f16 "
-    "(torch-bn-f16-intermediates): dx overflows to inf/NaN for |x| ~ 1e3 although it is representable",
-    lambda c: c.dtype == "f16" and not c.dtypes.is_mixed and c.shape[0] == 1 and "strided" in (c.x_format, c.dy_format),
+    "torch CPU instance_norm backward in plain f16 with a batch of one or one channel and a strided or pitched x or "
+    "dy: the (1, N·C, *spatial) views keep their strides and the BatchNorm kernel's strided path keeps its sums in f16 "
+    "(torch-bn-f16-intermediates): dx overflows to inf/NaN for |x| ~ 1e3 although it is representable (3x1x65537 "
+    "strided or pitched, 1x3x65537 pitched: dx NaN for 0.002; 3x2x65537 is right)",
+    lambda c: (c.dtype == "f16" and not c.dtypes.is_mixed and 1 in c.shape[:2]
+               and bool({"strided", "pitched"} & {c.x_format, c.dy_format})),
     Signature(("dx", "dweight", "dbias"), nonfinite=True),
 )
 
 MIXED_STRIDED_PARAM_GRADS = KnownIssue(
     "torch-in-mixed-strided-param-grads",
-    "torch CPU instance_norm with bf16/f16 input, f32 parameters and a strided or transposed x or dy: the BatchNorm kernel's "
+    "torch CPU instance_norm with bf16/f16 input, f32 parameters and a strided, transposed or pitched x or dy: the BatchNorm kernel's "
     "mixed-layout path (torch-bn-mixed-slow-path) rounds dweight and dbias to the input dtype (ratios up to 1e4)",
-    lambda c: c.dtypes.is_mixed and bool({"strided", "transposed"} & {c.x_format, c.dy_format}),
+    lambda c: c.dtypes.is_mixed and bool(set(NON_DENSE) & {c.x_format, c.dy_format}),
     Signature(("dweight", "dbias")),
 )
 

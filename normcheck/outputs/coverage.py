@@ -1,12 +1,14 @@
 """What a default sweep covers (`normcheck list --op OP --coverage`): every factor value and every pair of
 values of two factors, with how many of the covering design's cases cover it, read off the cases; the excluded pairs
-with why; then the boundary scans, a block of their own (each scanned size factor's sizes)."""
+with why; the triples of the classes kernels choose paths by that the cases hold; then the boundary scans, a block of
+their own (each scanned size factor's sizes)."""
 from __future__ import annotations
 
 from dataclasses import replace
 
 from ..cases.narrowing import Narrowing
-from ..cases.sweep import case_of, coverage, default_sweep, narrowed_design, scan_rows
+from ..cases.sweep import case_of, class_triples, coverage, default_sweep, narrowed_design, scan_rows, triple_cases
+from ..ops.design import SCAN_MULTIPLES
 
 
 def coverage_document(op: str, narrowing: Narrowing = Narrowing()) -> dict:
@@ -28,8 +30,15 @@ def coverage_document(op: str, narrowing: Narrowing = Narrowing()) -> dict:
                   for (a, b), counts in pairs.items()],
         "excluded": [{"factors": list(e.factors), "why": e.why} for e in excluded],
         "missing": missing,
+        "triples": triples_document(op, narrowing, cases),
         "scans": scans_document(op, narrowing, cases) if narrowing.scans != "without" else [],
     }
+
+
+def triples_document(op: str, narrowing: Narrowing, cases) -> dict:
+    """How many cases the class triples add, and the triples of classes the cases hold of those there are."""
+    held, total = class_triples(op, cases, narrowing)
+    return {"cases": len(triple_cases(op, narrowing)) if cases else 0, "held": held, "triples": total}
 
 
 def scans_document(op: str, narrowing: Narrowing, design) -> list[dict]:
@@ -69,11 +78,15 @@ def coverage_text(doc: dict) -> str:
         lines.append("    " + ", ".join(f"{k} {n}" for k, n in p["counts"].items()))
     lines.append("excluded pairs:")
     lines += [f"  {' × '.join(e['factors'])}: {e['why']}" for e in doc["excluded"]]
+    triples = doc["triples"]
+    lines.append(f"class triples ({triples['cases']} of the cases: the classes of dtype, layout, path and mode, and the "
+                 f"innermost extent's remainder by 16, 8, 4, 2): {triples['held']} of {triples['triples']} triples held")
     if not doc["scans"]:
         lines.append("boundary scans: none")
     else:
+        multiples = ", ".join(map(str, SCAN_MULTIPLES))
         lines.append(f"boundary scans ({scanned} cases: one size factor at a time through k·2^j − 1, k·2^j, "
-                     "k·2^j + 1 for k = 1 and 3, each other factor at its usual level; contiguous, normal data):")
+                     f"k·2^j + 1 for k = {multiples}, each other factor at its usual level; contiguous, normal data):")
     for scan in doc["scans"]:
         lines.append(f"  {scan['factor']}: {len(scan['sizes'])} sizes in {', '.join(scan['dtypes'])} "
                      f"({scan['cases']} cases)")

@@ -16,6 +16,7 @@ from ..cases.tokens import encode_case
 from ..engine import VERDICTS, Report, TensorReport
 from ..engine.coverage import JudgedCoverage
 from ..engine.report import never_checked
+from ..engine.search import Search
 from .replay import report_replay
 
 SCHEMA = "normcheck-report"
@@ -25,10 +26,12 @@ SCHEMA_VERSION = 1
 def run_document(op: str, impl: str, backend: str | None, reports: list[Report], seconds: float,
                  exit_status: int, timeout: float | None = None, time_limit: dict | None = None,
                  stopped: str = "", device: str = "cpu", triton_interpret: bool = False,
-                 covered: JudgedCoverage | None = None, narrowed: list[str] = (), hint: str | None = None) -> dict:
+                 covered: JudgedCoverage | None = None, narrowed: list[str] = (), hint: str | None = None,
+                 search: Search | None = None) -> dict:
     """`covered`: a sweep's coverage as judged (engine.coverage; None: the run named its cases); `narrowed`: what the
     implementation's limits narrowed of the design (outputs.table.narrowed_lines); `hint`: the option that would make
-    the rows that raised pass (engine.coverage.narrowing_hint)."""
+    the rows that raised pass (engine.coverage.narrowing_hint); `search`: a budgeted search's (engine.search), whose
+    smallest failing case is `reports`' one."""
     counts = {v.lower(): sum(r.verdict == v for r in reports) for v in VERDICTS}
     pairs = None if covered is None else {"designed": covered.designed, "judged": covered.judged}
     return {
@@ -50,6 +53,25 @@ def run_document(op: str, impl: str, backend: str | None, reports: list[Report],
         "time_limit": time_limit,
         "stopped": stopped or None,
         "cases": [case_document(r, backend, timeout) for r in reports],
+        "search": None if search is None else search_document(search),
+    }
+
+
+def search_document(run: Search) -> dict:
+    return {
+        "seed": run.seed,
+        "budget_s": run.budget,
+        "judged": run.judged,
+        "verdicts": {v.lower(): run.verdicts.get(v, 0) for v in VERDICTS},
+        "seconds": round(run.searched, 3),
+        "first_failure_s": None if run.first_failure is None else round(run.first_failure, 3),
+        "first_found": None if run.first_found is None else run.first_found.case.label,
+        "shrink_s": None if run.found is None else round(run.shrink_seconds, 3),
+        "shrink_cases": run.shrink_cases,
+        "shrunk": run.shrunk,
+        "elements": None if run.found is None else run.found.case.numel,
+        "sites": list(run.sites),
+        "note": run.note or None,
     }
 
 

@@ -22,7 +22,7 @@ def wants_progress(quiet: bool = False, stream: TextIO | None = None) -> bool:
 
 
 class Progress:
-    def __init__(self, total: int, desc: str, enabled: bool):
+    def __init__(self, total: int | None, desc: str, enabled: bool):  # (None: a count, no bar: a search's cases)
         self._bar = (tqdm(total=total, desc=desc, unit="case", file=sys.stderr, delay=DELAY_S, leave=False,
                           dynamic_ncols=True) if enabled else None)
 

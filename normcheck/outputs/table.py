@@ -8,7 +8,8 @@ from ..engine import FAIL, KNOWN, MISTRUSTED, PASS, Report, tally, tested_count
 from ..cases.narrowing import Narrowing
 from ..cases.sweep import factors, limit_fields, narrowed_away
 from ..engine.coverage import JudgedCoverage
-from ..engine.report import never_checked
+from ..engine.report import never_checked, tally_of
+from ..engine.search import Search
 
 _COLOURS = {PASS: "32", FAIL: "31", KNOWN: "33", MISTRUSTED: "33"}  # green, red, yellow (ANSI)
 
@@ -50,6 +51,38 @@ def summary_line(op: str, impl: str, reports: list[Report], seconds: float, cove
                                                           else "") + ")") if covered.never else ""
         pairs = f"; {covered.text()}{never}"
     return f"{op} / {impl}: {len(reports)} cases: {tally(reports)} in {seconds:.1f} s{coverage}{pairs}{unchecked}"
+
+
+def search_lines(run: Search, replay: str, colour: bool = False) -> list[str]:
+    """A search's smallest failing case: its row, replay line and hint (as a sweep prints a failing row), how far it
+    was shrunk, and where its errors sit (engine.locate)."""
+    found = run.found
+    lines = [row(found, colour), f"    replay: {replay}"]
+    if found.hint is not None:
+        lines.append(hint_line(found))
+    return lines + [f"    {line}" for line in search_details(run)]
+
+
+def search_details(run: Search) -> list[str]:
+    """'shrunk to 88 elements (1x88) from 45056 (1x1x2x22528 ...) in 6.4 s, 50 cases', then a line per output whose
+    elements are over budget, where they sit."""
+    found, first = run.found, run.first_found or run.found
+    cut = "" if run.shrunk else "; the shrink's time ran out: the smallest failing case judged"
+    shrunk = (f"shrunk to {found.case.numel} elements ({_shape(found)}) from {first.case.numel} ({first.case.label}) in "
+              f"{run.shrink_seconds:.1f} s, {run.shrink_cases} cases{cut}")
+    return [shrunk, *run.sites] + ([run.note] if run.note else [])
+
+
+def _shape(r: Report) -> str:
+    return "x".join(map(str, r.case.shape))
+
+
+def search_summary_line(op: str, impl: str, run: Search) -> str:
+    """'layernorm / torch: searched 812 cases in 300.0 s (--seed 7): 700 passed, 0 failed, ...', or until the first
+    failure: '... searched 14 cases in 1.8 s (--seed 7): 9 passed, 1 failed, 4 mistrusted, then shrank it in 6.4 s'."""
+    shrink = "" if run.found is None else f", then shrank it in {run.shrink_seconds:.1f} s"
+    return (f"{op} / {impl}: searched {run.judged} cases in {run.searched:.1f} s (--seed {run.seed}): "
+            f"{tally_of(run.verdicts)}{shrink}")
 
 
 def narrowed_lines(op: str, narrowing: Narrowing) -> list[str]:

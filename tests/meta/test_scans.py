@@ -1,5 +1,5 @@
 """The boundary scans (normcheck.ops.design.Scan, normcheck.cases.sweep.scan_rows): every size factor of every op is
-scanned through the sizes around each power of two and three times one, one case per size and dtype, every other
+scanned through the sizes around each power of two and three, five and seven times one, one case per size and dtype, every other
 factor at its usual level; read back off the built cases, part of the default sweep, narrowed by the run's options."""
 import io
 import json
@@ -11,16 +11,19 @@ from normcheck.cases.sweep import case_of, default_sweep, factors, scan_rows
 from normcheck.cli import main
 from normcheck.core.errors import UsageError
 from normcheck.ops import OPS
-from normcheck.ops.design import SCAN_DTYPES, SCAN_ELEMENTS, boundary_sizes, scan_of, scan_sizes
+from normcheck.ops.design import (SCAN_DTYPES, SCAN_ELEMENTS, boundary_sizes, scan_of, scan_sizes,
+                                   scanned_in_every_dtype)
 
 
-def test_the_shared_rule_is_every_power_of_two_and_three_times_one_with_their_neighbours():
+def test_the_shared_rule_is_every_power_of_two_and_three_five_and_seven_times_one_with_their_neighbours():
     sizes = boundary_sizes(1024)
-    for width in [2 ** j for j in range(1, 11)] + [3 * 2 ** j for j in range(1, 9)]:
+    for width in ([2 ** j for j in range(1, 11)] + [3 * 2 ** j for j in range(1, 9)] + [5 * 2 ** j for j in range(1, 8)]
+                  + [7 * 2 ** j for j in range(1, 8)]):
         assert {width - 1, width, width + 1} <= set(sizes), width
-    assert 2049 not in sizes and 1536 not in sizes  # (past the limit)
+    assert 2049 not in sizes and 1536 not in sizes and 1280 not in sizes and 1792 not in sizes  # (past the limit)
     assert sizes == tuple(sorted(set(sizes))) and min(sizes) == 1 and boundary_sizes(1024, start=3)[0] == 3
-    assert {10, 14, 100, 1000} & set(sizes) == set()  # (sizes on no boundary are the covering design's)
+    # (sizes on no boundary are the covering design's: 9·2^j, 11·2^j and primes between the boundaries)
+    assert {18, 22, 100, 1000, 2 * 9 * 32} & set(sizes) == set()
 
 
 @pytest.mark.parametrize("op", list(OPS))
@@ -41,7 +44,10 @@ def test_every_size_factor_is_scanned_and_each_case_reads_its_size_back(op):
         got = {size for n, size, _ in rows if n == name}
         # most of the rule's sizes make a case: the others are past SCAN_ELEMENTS even with small companions
         assert len(got) >= 0.6 * len(scan_sizes(by_name[name])), (name, sorted(got))
-        assert all(sum(1 for n, s, _ in rows if (n, s) == (name, size)) == len(SCAN_DTYPES) for size in got)
+        # (in f64 and f32 on the boundaries of 2^j and 3·2^j; in f32 alone on those only 5·2^j and 7·2^j make)
+        assert all([row["dtype"] for n, s, row in rows if (n, s) == (name, size)]
+                   == (list(SCAN_DTYPES) if scanned_in_every_dtype(size) else [SCAN_DTYPES[-1]]) for size in got)
+        assert any(not scanned_in_every_dtype(size) for size in got) or max(got) < 10
 
 
 def test_the_scans_follow_the_declared_limits():

@@ -2,17 +2,17 @@
 and every pair of values that is not excluded occurs, read off the cases themselves."""
 import subprocess
 import sys
-from itertools import combinations
+from itertools import combinations, product
 
 import pytest
 
 from normcheck.cases.case import FROZEN
 from normcheck.cases.narrowing import Narrowing
-from normcheck.cases.sweep import coverage, default_sweep, design, exclusions, factors
+from normcheck.cases.sweep import coverage, default_sweep, design, exclusions, factors, narrowed_design, triple_cases
 from normcheck.cases.tokens import encode_case
-from normcheck.numerics.formats import SIZE1_BASE
+from normcheck.numerics.formats import SIZE1_BASE, innermost_dim
 from normcheck.ops import OPS, get_op
-from normcheck.ops.design import shared_anchors
+from normcheck.ops.design import CLASSES, REMAINDERS, shared_anchors
 
 LARGEST_CASE = 1_200_000  # elements: a case stays well under a second
 
@@ -34,6 +34,44 @@ def test_coverage_is_read_off_the_cases_and_can_fail():
     assert values["layout"][("contiguous", "contiguous")] == len(cases)
     assert values["layout"][("channels_last", "channels_last")] == 0
     assert 0 in pairs["dtype", "layout"].values() and 0 not in pairs["dtype", "profile"].values()
+
+
+def _class_triples_missing(op: str, cases, narrowing: Narrowing = Narrowing()) -> list:
+    """The triples of classes (ops.design.CLASSES of the levels the narrowed design keeps; the innermost extent's
+    remainder by 16, 8, 4 and 2, computed here) that no case holds, each read off the cases."""
+    fs = narrowed_design(op, narrowing)[0]
+    table = {f.name: sorted({CLASSES[f.name](v) for v in f.values}) for f in fs if f.name in CLASSES}
+    table["remainder"] = ["16", "8", "4", "2", "1"]
+
+    def classes(c):
+        read = {"dtype": (c.dtype, c.param_dtype), "layout": (c.x_format, c.dy_format), "path": (c.affine, c.frozen),
+                "mode": c.mode}
+        n = c.shape[innermost_dim(c.x_format, len(c.shape))]
+        return {**{name: CLASSES[name](read[name]) for name in table if name != "remainder"},
+                "remainder": next(str(w) for w in (16, 8, 4, 2, 1) if n % w == 0 and (w == 16 or n % (2 * w)))}
+
+    held = {tuple(sorted(classes(c).items())) for c in cases}
+    return [triple for names in combinations(table, 3) for triple in product(*[[(n, v) for v in table[n]] for n in names])
+            if not any(set(triple) <= set(h) for h in held)]
+
+
+@pytest.mark.parametrize("op", list(OPS))
+def test_every_triple_of_the_classes_kernels_dispatch_on_is_a_case(op):
+    """Paths chosen by three conditions at once (a half-only channels-last vector path with a tail, an eval-only one):
+    every triple of the classes of dtype, layout, path, mode and the innermost extent's remainder by the vector widths
+    is held by some case of the default sweep."""
+    assert not _class_triples_missing(op, default_sweep(op))
+    assert len(REMAINDERS) == 5 and {"dtype", "layout", "path"} <= set(CLASSES)
+
+
+def test_the_class_triples_follow_the_runs_narrowing_and_their_count_can_fail():
+    """Under --dtype f16 every remaining triple still has its case; the covering design's cases alone leave triples to
+    chance (what the triple cases are for)."""
+    narrowing = Narrowing.of({"dtype": "f16", "param_dtype": "f16"})
+    assert not _class_triples_missing("batchnorm", default_sweep("batchnorm", narrowing=narrowing), narrowing)
+    without = [c for c in default_sweep("batchnorm", narrowing=Narrowing(scans="without"))
+               if c not in set(triple_cases("batchnorm"))]
+    assert len(_class_triples_missing("batchnorm", without)) > 50
 
 
 @pytest.mark.parametrize("op", list(OPS))
@@ -113,8 +151,9 @@ def test_sweep_is_deterministic_across_processes_and_seeded(tmp_path):
 
 
 def test_the_design_is_what_the_cases_are_built_from():
+    """The covering design's rows, then the class triples' cases (scans aside)."""
     rows, cases = design("rmsnorm"), default_sweep("rmsnorm", narrowing=Narrowing(scans="without"))
-    assert len(rows) == len(cases)
+    assert len(rows) + len(triple_cases("rmsnorm")) == len(cases) and cases[len(rows):] == list(triple_cases("rmsnorm"))
     for row, case in zip(rows, cases):
         assert {f.name: f.read(case) for f in factors("rmsnorm")} == row
 

@@ -17,7 +17,9 @@ BUGS = ("unbiased_normalise", "naive_variance", "low_precision_accumulation", "d
         # a size-1 dim's stride read as if it meant something: a channels-last path that reads x's raw strides
         "raw_stride_layout",
         # on one size path of a tiled kernel, where only the boundary scans reach (channels)
-        "vec4_channel_tail")
+        "vec4_channel_tail",
+        # on paths chosen by three conditions at once (a dtype or mode, channels-last, a channel tail)
+        "half_channels_last_tail", "eval_channels_last_tail")
 MUTANTS = {bug: named(batch_norm, bug) for bug in BUGS}
 textbook = batch_norm()
 CORRECT = {"textbook": textbook}

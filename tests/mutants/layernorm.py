@@ -21,12 +21,18 @@ BUGS = ("unbiased_normalise", "naive_variance", "low_precision_accumulation", "d
         # on one size path of a tiled kernel, where only the boundary scans reach (rows and row lengths)
         "whole_tile_tail", "two_warp_sets", "persistent_row_tail", "one_row_param_block",
         # in its forward-mode formula alone (a custom Function's jvp): forward and backward stay right
-        "jvp_missing_stat_terms", "jvp_ignores_weight_tangent")
+        "jvp_missing_stat_terms", "jvp_ignores_weight_tangent",
+        # on paths nobody named (tests/mutants/textbook.py's _dispatched): the data pointer's alignment, rows at a
+        # pitch, a size table's 5·2^j and 7·2^j entries, and paths chosen by three conditions at once
+        "vec8_path_last_vector", "row_stride_as_length", "table_5x_entry", "table_7x_entry", "mixed_tail_weight",
+        "frozen_x_half_tail")
 MUTANTS = {bug: named(layer_norm, bug) for bug in BUGS}
 textbook = layer_norm()
 FP8_MUTANTS, FP8_CORRECT = _fp8.records(textbook, "layernorm", {}, __name__)
 MUTANTS |= FP8_MUTANTS
 uncentred_jvp = named(layer_norm, "uncentred_jvp")  # (correct: the same formula written another way)
 tiled_sums = named(layer_norm, "tiled_sums")  # (correct: statistics merged from tiles)
-CORRECT = {"textbook": textbook, "uncentred_jvp": uncentred_jvp, "tiled_sums": tiled_sums, **FP8_CORRECT}
+dispatched_paths = named(layer_norm, "dispatched_paths")  # (correct: a size table's entries merged from their chunks)
+CORRECT = {"textbook": textbook, "uncentred_jvp": uncentred_jvp, "tiled_sums": tiled_sums,
+           "dispatched_paths": dispatched_paths, **FP8_CORRECT}
 globals().update(MUTANTS | FP8_CORRECT)

@@ -22,11 +22,22 @@ PROGRAMS = 48        # programs of a persistent kernel, looping over the rows
 PLANE_TILE = 768     # plane elements per block (256 threads x 3)
 UNROLL = 8           # samples per unrolled iteration
 CHANNEL_VECTOR = 4   # channels per vec4 load (C % 8 == 4 takes the vec4 path: vec8 loads, then one vec4)
+# The paths nobody named (the dispatch mutants): pointer alignment, pitched rows, size-table entries, three conditions
+VECTOR_BYTES = 16    # the widest vector load; a pointer 8 bytes past a 16-byte boundary takes the 8-byte path
+LANES_F32 = 8        # float lanes of a CPU vector (AVX2's Vectorized<float>): tails of C % 8 or D % 8 values
+HALF_LANES = 16      # half lanes of one (Vectorized<Half>): a tail of D % 16 values
+TABLE_FROM = {5: 1 << 8, 7: 1 << 7}  # a size table's 5·2^j entries from 1280, its 7·2^j ones from 896
+HALVES = (torch.float16, torch.bfloat16)
 
 
 # The bugs on one size path of a tiled kernel (Bugs below): only a case of that size shows them
 BOUNDARY_BUGS = ("whole_tile_tail", "two_warp_sets", "plane_tile_tail", "unrolled_batch_tail", "vec4_channel_tail",
+                 "table_5x_entry", "table_7x_entry",
                  "persistent_row_tail", "one_row_param_block")
+# The bugs on a path chosen by storage geometry or by three conditions at once (_dispatched): the class triples and the
+# offset and pitched layouts reach them
+DISPATCH_BUGS = ("vec8_path_last_vector", "row_stride_as_length", "half_channels_last_tail", "eval_channels_last_tail",
+                 "mixed_tail_weight", "frozen_x_half_tail")
 
 
 @dataclass(frozen=True)
@@ -77,12 +88,27 @@ class Bugs:
     vec4_channel_tail: bool = False   # C % 8 == 4: the trailing vec4 of channels takes the previous vector's statistics
     persistent_row_tail: bool = False  # 48 persistent programs, rows = 48k + 1: the tail round of one row is skipped
     one_row_param_block: bool = False  # dγ/dβ in blocks of 96 rows, rows = 96k + 1: a block of one row is skipped
+    # Bugs on paths chosen by storage geometry, a size table's entries, or three conditions at once (_dispatched):
+    # right on every case that does not meet the path's every condition
+    vec8_path_last_vector: bool = False   # x 8 bytes past a 16-byte boundary: the 8-byte path leaves the last vector out
+    row_stride_as_length: bool = False    # x with unit-stride rows at a pitch: rows read at the row length
+    table_5x_entry: bool = False          # sets of 5·2^j values (1280, 2560, 5120, ...): the 4·2^j entry's count used
+    table_7x_entry: bool = False          # sets of 7·2^j values (896, 1792, 3584, ...): the last warp's sums dropped
+    half_channels_last_tail: bool = False  # BN, half input, channels-last, C % 8 != 0: tail channels reuse lane stats
+    eval_channels_last_tail: bool = False  # BN eval, channels-last, C % 8 != 0: tail channels normalised by the lanes'
+    mixed_tail_weight: bool = False       # LN, half x with f32 γ, contiguous, D % 8 == 4: the vec4 tail takes γ, β 8 back
+    frozen_x_half_tail: bool = False      # LN, x frozen, half x, D % 16 == 8: dγ, dβ of the 8-value tail left at zero
     # Not bugs: another correct form of the same formula (a kernel may write either)
     uncentred_jvp: bool = False  # invstd̊ = −invstd³·mean((x − μ)·ẋ): the tangent left uncentred in the product
     tiled_sums: bool = False     # each set's statistics from tiles of 384 values merged by their counts (Chan et al.)
+    dispatched_paths: bool = False  # the size table's entries done right: each set's statistics merged from the
+    #                                 fifths or sevenths the entry's threads read (Chan et al.)
 
 
-def _read(t: torch.Tensor, bugs: Bugs) -> torch.Tensor:
+def _read(t: torch.Tensor, bugs: Bugs, tensor: str = "x") -> torch.Tensor:
+    if tensor == "x" and getattr(bugs, "row_stride_as_length", False):  # (_dispatched: rows at a pitch) read packed
+        # (getattr: tests/mutants/rmsnorm.py reads through here with Bugs of its own)
+        return t.as_strided(t.shape, _packed_strides(t.shape), t.storage_offset())
     if bugs.ignore_strides and not t.is_contiguous():
         # Index the storage with contiguous strides from the tensor's first element.
         strides, acc = [], 1
@@ -142,7 +168,9 @@ def _statistics(xs, view: SetView, eps, bugs: Bugs, low, running):
         mu, var = _split_statistics(xs, view, BLOCK if bugs.one_set_blocks else (count + 1) // 2)
     elif bugs.tiled_sums and not view.across_batch and view.s_in_sets:
         mu, var = _tiled_statistics(xs, axes)
-    elif (unseen := _unseen(view, bugs)) is not None:
+    elif bugs.dispatched_paths and (chunk := _path_chunk(view, low)) is not None:
+        mu, var = _tiled_statistics(xs, axes, chunk)
+    elif (unseen := _unseen(view, bugs, low)) is not None:
         seen = 1 - unseen.to(xs.dtype)
         mu = (xs * seen).sum(dim=axes, keepdim=True) / count
         var = ((xs - mu) * seen).pow(2).sum(dim=axes, keepdim=True) / count
@@ -156,6 +184,8 @@ def _statistics(xs, view: SetView, eps, bugs: Bugs, low, running):
         mu, var = _lanes_mixed(mu), _lanes_mixed(var)
     if running is None:
         mu, var = _reused_statistics(mu, view, bugs), _reused_statistics(var, view, bugs)
+    if bugs.half_channels_last_tail or bugs.eval_channels_last_tail:  # (_dispatched: the path's conditions met)
+        mu, var = _lane_tail(mu), _lane_tail(var)
     norm_var = var * count / (count - 1) if bugs.unbiased_normalise and running is None else var
     invstd = 1 / (norm_var.clamp_min(0).sqrt() + eps) if bugs.eps_outside_sqrt else (norm_var.clamp_min(0) + eps).rsqrt()
     if bugs.bf16_moments:
@@ -163,11 +193,11 @@ def _statistics(xs, view: SetView, eps, bugs: Bugs, low, running):
     return mu, var, invstd
 
 
-def _tiled_statistics(xs, axes):
-    """(μ, σ²) of each set as a tiled kernel computes them: per tile of ROW_TILE values, then merged weighted by
+def _tiled_statistics(xs, axes, tile: int = ROW_TILE):
+    """(μ, σ²) of each set as a tiled kernel computes them: per tile of `tile` values, then merged weighted by
     the tiles' counts, the spread of the tile means included (a correct merge: the last tile may be short)."""
     n, k, l, s = xs.shape
-    tiles = xs.reshape(n, k, l * s).split(ROW_TILE, dim=2)
+    tiles = xs.reshape(n, k, l * s).split(tile, dim=2)
     counts = torch.tensor([t.shape[2] for t in tiles], dtype=xs.dtype)
     means = torch.stack([t.mean(dim=2) for t in tiles], dim=2)
     squares = torch.stack([(t - t.mean(dim=2, keepdim=True)).pow(2).sum(dim=2) for t in tiles], dim=2)
@@ -176,7 +206,7 @@ def _tiled_statistics(xs, axes):
     return mu.reshape(n, k, 1, 1), var.reshape(n, k, 1, 1)
 
 
-def _unseen(view: SetView, bugs: Bugs):
+def _unseen(view: SetView, bugs: Bugs, low: torch.dtype):
     """A (1, 1, L, S) mask of the elements a tiled kernel's loops leave out of every set's sums (None: none)."""
     if view.across_batch or not view.s_in_sets:
         return None
@@ -188,7 +218,44 @@ def _unseen(view: SetView, bugs: Bugs):
         return index >= WARP
     if bugs.plane_tile_tail and s > PLANE_TILE and s % PLANE_TILE == 0:
         return index % s >= s - PLANE_TILE
+    if bugs.vec8_path_last_vector:  # (_dispatched: the 8-byte path; its loop bound one vector short)
+        return index >= l * s - VECTOR_BYTES // 2 // low.itemsize
+    run = s if s > 1 else l  # (the extent a table is indexed by: a row's length, a GroupNorm plane's size)
+    for odd, flag in ((5, bugs.table_5x_entry), (7, bugs.table_7x_entry)):
+        if flag and _table_entry(run, odd):  # the entry's threads cover (odd − 1)/odd of each row or plane
+            return index % run >= run - run // odd
     return None
+
+
+def _table_entry(n: int, odd: int) -> bool:
+    """n is an entry odd·2^j of a size table's (from TABLE_FROM[odd])."""
+    return n % odd == 0 and n >= TABLE_FROM[odd] * odd and (n // odd) & (n // odd - 1) == 0
+
+
+def _path_chunk(view: SetView, low: torch.dtype) -> int | None:
+    """The chunk a dispatched path reads each set in (a table entry's fifth or seventh), None off those paths."""
+    if view.across_batch or not view.s_in_sets:
+        return None
+    _, _, l, s = view.grouped_shape
+    if s > 1:  # (a plane's table: the chunks are per plane, which the merged tiles of a set do not follow)
+        return None
+    return next((l // odd for odd in TABLE_FROM if _table_entry(l, odd)), None)
+
+
+def _lane_tail(stat):
+    """Per-channel statistics (1, C, 1, 1) whose last C % 8 channels (the scalar tail after the 8-lane vectors) took
+    those of the channels 8 before (the last vector's lanes, left in the registers)."""
+    c = stat.shape[1]
+    tail = c % LANES_F32
+    return torch.cat([stat[:, :c - tail], stat[:, c - tail - LANES_F32:c - LANES_F32]], dim=1)
+
+
+def _packed_strides(shape) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for size in reversed(shape):
+        strides.insert(0, acc)
+        acc *= size
+    return tuple(strides)
 
 
 def _reused_statistics(stat, view: SetView, bugs: Bugs):
@@ -282,7 +349,7 @@ class _Norm(torch.autograd.Function):
         frozen_gamma = bugs.frozen_params_fast_path and weight is not None and not needs[1]
         gamma = view.per_channel_values(weight.to(acc) if weight is not None and not frozen_gamma
                                         else torch.ones(view.param_shape, dtype=acc))
-        dys = view.group(_read(_dy_for(x, dy, bugs), bugs).to(acc))
+        dys = view.group(_read(_dy_for(x, dy, bugs), bugs, "dy").to(acc))
         if ctx.running is not None:  # eval mode: the statistics do not depend on x
             mean_g = mean_gx = torch.zeros_like(mu)
         elif bugs.gamma_outside_group_sums:
@@ -315,6 +382,8 @@ class _Norm(torch.autograd.Function):
 
         dweight = param_sum(dys * xterm).to(wdt) if wdt is not None else None
         dbias = param_sum(dys).to(bdt) if bdt is not None else None
+        if bugs.frozen_x_half_tail:  # (_dispatched) the half column kernel's 8-wide loop stops before the tail
+            dweight, dbias = (None if g is None else _tail_zeroed(g) for g in (dweight, dbias))
         return dx, dweight, dbias, None, None, None, None, None
 
     @staticmethod
@@ -342,6 +411,54 @@ class _Norm(torch.autograd.Function):
         return view.ungroup(ty).to(ctx.low)
 
 
+def _dispatched(bugs: Bugs, x: torch.Tensor, view: SetView, param=None, training: bool = True) -> Bugs:
+    """`bugs` with each dispatch mutant's bug kept only where x meets its path's every condition, as the kernels they
+    are modelled on decide: from x's pointer, strides, dtype and sizes, the parameters' dtype (`param`: γ, or β where
+    there is no γ), the mode."""
+    half, n, ndim = x.dtype in HALVES, view.set_size, x.dim()
+    channels_last = ndim in (4, 5) and not x.is_contiguous() and x.is_contiguous(
+        memory_format=torch.channels_last if ndim == 4 else torch.channels_last_3d)
+    lane_tail = ndim > 1 and x.shape[1] > LANES_F32 and x.shape[1] % LANES_F32 != 0
+    vec4_tail = n > LANES_F32 and n % LANES_F32 == LANES_F32 // 2  # 8-lane float vectors, then one of 4
+    half_tail = n > HALF_LANES and n % HALF_LANES == HALF_LANES // 2  # 16-lane half vectors, then one of 8
+    rows_of_sets = view.s_in_sets and not view.across_batch
+    paths = {
+        # aten/src/ATen/native/cuda/layer_norm_kernel.cu's can_vectorize, apex's alignment checks: a vector width from
+        # the pointer; this kernel has an 8-byte path (float2, half4) for pointers 8 bytes past a 16-byte boundary
+        "vec8_path_last_vector": (x.element_size() < 8 and x.is_contiguous() and rows_of_sets
+                                  and x.data_ptr() % VECTOR_BYTES == VECTOR_BYTES // 2
+                                  and n * x.element_size() % (VECTOR_BYTES // 2) == 0),
+        # Liger-Kernel's and the Triton tutorial's wrappers hand a 2-D view and its row stride to the kernel; this one
+        # copies only inputs whose last dim is not unit-stride, and its kernel steps rows by n_cols
+        "row_stride_as_length": ndim > 1 and x.stride(-1) == 1 and not x.is_contiguous() and 0 not in x.stride(),
+        # aten/src/ATen/native/cpu/batch_norm_kernel.cpp: channels-last loops over C in Vectorized<float> lanes (8
+        # on AVX2), a scalar tail after them; the reduced-precision (opmath float) path and the eval path are apart
+        "half_channels_last_tail": half and channels_last and lane_tail and view.across_batch,
+        "eval_channels_last_tail": not training and channels_last and lane_tail and view.across_batch,
+        # aten/src/ATen/native/cpu/layer_norm_kernel.cpp's mixed-type kernel (half x, float γ, β): 8-lane vectors, a tail
+        "mixed_tail_weight": (half and param is not None and param.dtype == torch.float32 and x.is_contiguous()
+                              and vec4_tail and rows_of_sets),
+        # ATen's and apex's γ/β-only backward (GammaBetaBackward, cuComputeGradGammaBeta) when x needs no gradient
+        "frozen_x_half_tail": half and not x.requires_grad and half_tail and rows_of_sets,
+    }
+    return replace(bugs, **{name: getattr(bugs, name) and taken for name, taken in paths.items()})
+
+
+def _tail_shifted(p: torch.Tensor) -> torch.Tensor:
+    """γ or β as a tail that reuses the last vector's lanes reads it: its last D % 8 values those 8 before."""
+    flat = p.reshape(-1)
+    d = flat.numel()
+    tail = d % LANES_F32
+    return torch.cat([flat[:d - tail], flat[d - tail - LANES_F32:d - LANES_F32]]).reshape(p.shape)
+
+
+def _tail_zeroed(g: torch.Tensor) -> torch.Tensor:
+    """A parameter's gradient whose last D % 16 values a 16-lane loop never reached."""
+    flat = g.reshape(-1).clone()
+    flat[flat.numel() - flat.numel() % HALF_LANES:] = 0
+    return flat.reshape(g.shape)
+
+
 def _batch_norm(bugs: Bugs):
     def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=True, momentum=0.1, eps=1e-5):
         stats = {}
@@ -351,8 +468,10 @@ def _batch_norm(bugs: Bugs):
         if bugs.fixed_momentum:
             momentum = 0.1
         channels_last = input.dim() == 4 and input.is_contiguous(memory_format=torch.channels_last) and not input.is_contiguous()
-        path_bugs = bugs if channels_last else replace(bugs, channels_last_lane_sums=False)
-        y = _Norm.apply(input, weight, bias, SetView.per_channel(tuple(input.shape)), eps, path_bugs, stats, running)
+        view = SetView.per_channel(tuple(input.shape))
+        path_bugs = _dispatched(bugs if channels_last else replace(bugs, channels_last_lane_sums=False), input, view,
+                                weight, training)
+        y = _Norm.apply(input, weight, bias, view, eps, path_bugs, stats, running)
         if running is None or bugs.eval_updates_running_stats:
             batch = stats if running is None else _batch_stats(input, SetView.per_channel(tuple(input.shape)), path_bugs)
             mean, var, count = batch["mean"].reshape(-1), batch["var"].reshape(-1), batch["count"]
@@ -392,7 +511,8 @@ def _instance_norm(bugs: Bugs):
         view = SetView.per_channel(shape) if bugs.batch_statistics else SetView.per_group(shape, shape[1])
         stats = {}
         running = _eval_statistics(use_input_stats, running_mean, running_var, bugs)
-        y = _Norm.apply(input, weight, bias, view, eps, bugs, stats, running)
+        y = _Norm.apply(input, weight, bias, view, eps, _dispatched(bugs, input, view, weight, use_input_stats), stats,
+                        running)
         if running_mean is not None and (running is None or bugs.eval_updates_running_stats):
             n, c = shape[0], shape[1]
             stats = stats if running is None else _batch_stats(input, view, bugs)
@@ -418,7 +538,8 @@ def _group_norm(bugs: Bugs):
         if bugs.g1_per_pixel and num_groups == 1:  # LayerNorm over C at every pixel: (N, *spatial, C)
             moved = input.movedim(1, -1)
             return _layer_norm(bugs)(moved, (c,), weight, bias, eps).movedim(-1, 1)
-        y = _Norm.apply(input, weight, bias, SetView.per_group(tuple(input.shape), num_groups), eps, bugs, {})
+        view = SetView.per_group(tuple(input.shape), num_groups)
+        y = _Norm.apply(input, weight, bias, view, eps, _dispatched(bugs, input, view, weight), {})
         if bugs.gc_drops_bias and num_groups == c and bias is not None:  # β left out of y (its gradient is still Σ dy)
             y = y - bias.detach().reshape(1, c, *[1] * (input.dim() - 2)).to(y.dtype)
         return y
@@ -429,7 +550,10 @@ def _layer_norm(bugs: Bugs):
     def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
         eps = 1e-5 if bugs.hard_coded_eps else eps
         view = SetView.last_dims(tuple(input.shape), len(normalized_shape))
-        return _Norm.apply(input, weight, bias, view, eps, bugs, {})
+        path_bugs = _dispatched(bugs, input, view, weight if weight is not None else bias)
+        if path_bugs.mixed_tail_weight:
+            weight, bias = (None if p is None else _tail_shifted(p) for p in (weight, bias))
+        return _Norm.apply(input, weight, bias, view, eps, path_bugs, {})
     return layer_norm
 
 

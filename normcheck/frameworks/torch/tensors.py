@@ -9,7 +9,7 @@ from torch._prims_common import is_non_overlapping_and_dense_or_false
 
 from ...core.errors import UsageError
 from ...numerics.dtypes import accumulation
-from ...numerics.formats import FORMATS, SIZE1_BASE, size1_strides
+from ...numerics.formats import FORMATS, PITCH, SIZE1_BASE, size1_strides, storage_offset
 
 TORCH_DTYPES = {"f64": torch.float64, "f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16,
                 "e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}  # (fp8: an output's dtype, never a case's)
@@ -47,9 +47,13 @@ def lay_out(t: torch.Tensor, name: str) -> torch.Tensor:
         return view
     if name == "transposed":  # dense, the last two dims swapped in memory
         return t.transpose(-1, -2).contiguous().transpose(-1, -2)
-    if name == "sliced":  # contiguous strides, SLICE_OFFSET elements into its storage
-        buffer = torch.zeros(t.numel() + SLICE_OFFSET, dtype=t.dtype)
-        return buffer[SLICE_OFFSET:].view(t.shape).copy_(t)
+    offset = storage_offset(name, t.element_size())
+    if offset:  # contiguous strides, that many elements into its storage
+        buffer = torch.zeros(t.numel() + offset, dtype=t.dtype)
+        return buffer[offset:].view(t.shape).copy_(t)
+    if name == "pitched":  # the first PITCH-th of each row of a buffer PITCH times as wide
+        wide = torch.zeros(*t.shape[:-1], PITCH * t.shape[-1], dtype=t.dtype)
+        return wide[..., :t.shape[-1]].copy_(t)
     if name in SIZE1_BASE:  # the base layout (fresh storage), every size-1 dim at a non-canonical stride
         base = lay_out(t, SIZE1_BASE[name])
         return base.as_strided(base.shape, size1_strides(tuple(base.shape), base.stride()), base.storage_offset())
@@ -58,9 +62,6 @@ def lay_out(t: torch.Tensor, name: str) -> torch.Tensor:
             raise ValueError("an expanded layout needs the same values for every sample")
         return t[:1].clone().expand(t.shape)
     raise UsageError(f"unknown memory format {name!r}; choose one of {', '.join(FORMATS)}")
-
-
-SLICE_OFFSET = 3  # odd: the view is not aligned to any vector width either
 
 
 def _inverse(perm: list[int]) -> list[int]:
