@@ -75,7 +75,9 @@ WITNESSES = [
      Case("instancenorm", (4, 3, 7), "f16", "f32", profile="exact", affine=False), "running_var"),
     (inorm.HALF_STRIDED, "instancenorm", "torch",
      Case("instancenorm", (1, 4, 5, 5), "f16", x_format="strided", profile="offset"), "dx"),
-    # Found by the pitched layouts and the class triples of issue 59
+    # Found by the budgeted search, the pitched layouts and the class triples of issue 59
+    (ln.F64_ONE_VALUE_ROWS, "layernorm", USER_LN,
+     Case("layernorm", (65537, 1), "f64", profile="offset", eps=1e-10, normalized_dims=1), "dx"),
     (inorm.HALF_STRIDED, "instancenorm", "torch",
      Case("instancenorm", (3, 1, 65537), "f16", x_format="pitched", profile="big", frozen="params"), "dx"),
     (bn.MIXED_SLOW_PATH, "batchnorm", USER_BN,

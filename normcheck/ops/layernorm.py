@@ -236,7 +236,19 @@ HALF_FWD_REV_BATCH_VARIANCE = KnownIssue(
     Signature(message=r"^not batch invariant"),
 )
 
-TORCH_ISSUES = (HALF_PARAM_GRADS, TINY_ROW_STATISTICS, F16_RSTD_OVERFLOW, MIXED_BIAS_WITHOUT_WEIGHT, HALF_DOUBLE_BACKWARD,
+# Found by the budgeted search (issue 59): no default sweep has an f64 row of one value with |x| ≫ sqrt(eps)
+F64_ONE_VALUE_ROWS = KnownIssue(
+    "torch-ln-f64-one-value-rows",
+    "torch CPU layer_norm backward in f64 forms dx as rstd·γ·dy + b·x + c, whose last two terms cancel: on rows of one "
+    "value (x̂ = 0, dx exactly 0) with |x| in the thousands and eps = 1e-10 (rstd = 1e5) they leave dx ~ 1e-6 "
+    "(65537x1, |mean| ≫ std: 32 budgets; 16x1: 2.6 to 7.8); f32 rows of a few values are "
+    "torch-ln-tiny-row-statistics",
+    lambda c: c.dtype == "f64" and c.view.set_size == 1,
+    Signature(("dx",)),
+    code=("aten.native_layer_norm_backward",),
+)
+
+TORCH_ISSUES = (HALF_PARAM_GRADS, TINY_ROW_STATISTICS, F64_ONE_VALUE_ROWS, F16_RSTD_OVERFLOW, MIXED_BIAS_WITHOUT_WEIGHT, HALF_DOUBLE_BACKWARD,
                 DOUBLE_BACKWARD_BIAS_WITHOUT_WEIGHT, JVP_MIXED_DTYPE, HALF_FORWARD_AD, HALF_FWD_REV_BATCH_VARIANCE)
 
 TORCHS = {"normalized_at": "trailing"}  # torch's convention: the last K dims
