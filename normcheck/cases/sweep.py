@@ -122,13 +122,7 @@ def triple_cases(op: str, narrowing: Narrowing = Narrowing(), seed: int = 0) -> 
     its remainder that makes a valid case. A run that fixes the shape keeps it (no remainder); a triple no case takes
     (a channels-last layout with no 4-D rank) is left out."""
     fs, excluded = narrowed_design(op, narrowing)
-    classes = {}
-    for f in fs:
-        if f.name in CLASSES:
-            grouped = {}
-            for v in f.values:
-                grouped.setdefault(CLASSES[f.name](v), []).append(v)
-            classes[f.name] = grouped
+    classes = level_classes(fs)
     sizes = {r.name: r.sizes for r in REMAINDERS} if "shape" not in narrowing.fixed else {"as fixed": ()}
     table = {**{name: list(grouped) for name, grouped in classes.items()}, "remainder": list(sizes)}
     strength = min(TRIPLE_STRENGTH, sum(len(v) > 1 for v in table.values()))
@@ -173,9 +167,20 @@ def _triple_case(op, combo, classes, sizes, turn, fs, excluded, narrowing, seed)
             resized = case.with_(shape=shape, split=_resplit(case, shape))
         except UsageError:
             continue
-        if resized.numel <= SCAN_ELEMENTS and narrowing.apply(resized) is not None:
-            return narrowing.apply(resized)
+        applied = narrowing.apply(resized) if resized.numel <= SCAN_ELEMENTS else None
+        if applied is not None:
+            return applied
     return None
+
+
+def level_classes(fs) -> dict[str, dict[str, list]]:
+    """{selecting factor: {class: its levels in `fs`, in order}} (ops.design.CLASSES)."""
+    classes = {}
+    for f in fs:
+        if f.name in CLASSES:
+            for v in f.values:
+                classes.setdefault(f.name, {}).setdefault(CLASSES[f.name](v), []).append(v)
+    return classes
 
 
 def class_of(case: Case, name: str) -> str:
@@ -188,8 +193,7 @@ def class_of(case: Case, name: str) -> str:
 def class_triples(op: str, cases, narrowing: Narrowing = Narrowing()) -> tuple[int, int]:
     """(triples of classes some case holds, triples of the classes the narrowed design's levels fall in), read off
     `cases`."""
-    fs = narrowed_design(op, narrowing)[0]
-    table = {f.name: {CLASSES[f.name](v) for v in f.values} for f in fs if f.name in CLASSES}
+    table = {name: set(grouped) for name, grouped in level_classes(narrowed_design(op, narrowing)[0]).items()}
     if "shape" not in narrowing.fixed:
         table["remainder"] = {r.name for r in REMAINDERS}
     held = set()
@@ -215,9 +219,9 @@ def _resplit(case: Case, shape: tuple[int, ...]):
 @lru_cache(maxsize=None)
 def scan_rows(op: str, narrowing: Narrowing = Narrowing()) -> tuple[tuple[str, int, dict], ...]:
     """The boundary scans (ops.design.Scan): (factor, size, row) for each size of each scanned factor, in f64 and
-    f32 (a size only 5 and 7 times a power of two make: f32 alone; the run's dtypes where it narrows them away), contiguous, on normal data, every other factor at its usual
-    level (the sizes just below where the usual ones make a case past SCAN_ELEMENTS). A size the run's fields decide
-    otherwise (a --shape) is not a case of its scan."""
+    f32 (a size only 5 and 7 times a power of two make: f32 alone; the run's dtypes where it narrows them away),
+    contiguous, on normal data, every other factor at its usual level (the sizes just below where the usual ones make a
+    case past SCAN_ELEMENTS). A size the run's fields decide otherwise (a --shape) is not a case of its scan."""
     fs, excluded = narrowed_design(op, narrowing)
     kept = {f.name: f for f in fs}
 

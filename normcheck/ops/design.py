@@ -75,12 +75,6 @@ SCAN_DTYPES = (("f64", "f64"), ("f32", "f32"))
 # A size only the odd multiples 5 and 7 make is scanned in the last of the scan's dtypes alone (f32: the dtype size
 # tables are written for; a tile's wrong math shows there too): a third of the scans' cases fewer
 BOTH_DTYPES_MULTIPLES = (1, 3)
-
-
-def scanned_in_every_dtype(n: int) -> bool:
-    """Size n sits on a boundary of a power of two or of three times one (k·2^j − 1, k·2^j or k·2^j + 1, k = 1, 3)."""
-    return any(m > 0 and m % k == 0 and (m // k) & (m // k - 1) == 0
-               for k in BOTH_DTYPES_MULTIPLES for m in (n - 1, n, n + 1))
 SCAN_LAYOUT = ("contiguous", "contiguous")
 SCAN_PROFILE = "normal"
 SCAN_ELEMENTS = 1 << 16  # a scan case's elements at most: hundreds of sizes cost seconds
@@ -99,15 +93,20 @@ class Scan:
 NO_SCAN = Scan(limit=0)
 
 
-def boundary_sizes(limit: int, start: int = 1) -> tuple[int, ...]:
-    """Every k·2^j − 1, k·2^j and k·2^j + 1 (k in SCAN_MULTIPLES, j >= 1) for k·2^j up to `limit`, from `start`."""
+def boundary_sizes(limit: int, start: int = 1, multiples: tuple[int, ...] = SCAN_MULTIPLES) -> tuple[int, ...]:
+    """Every k·2^j − 1, k·2^j and k·2^j + 1 (k in `multiples`, j >= 1) for k·2^j up to `limit`, from `start`."""
     sizes = {start}
-    for k in SCAN_MULTIPLES:
+    for k in multiples:
         width = 2 * k
         while width <= limit:
             sizes |= {width - 1, width, width + 1}
             width *= 2
     return tuple(sorted(n for n in sizes if n >= start))
+
+
+def scanned_in_every_dtype(n: int) -> bool:
+    """Size n is a boundary size of the multiples scanned in every dtype (BOTH_DTYPES_MULTIPLES)."""
+    return n in boundary_sizes(n + 1, multiples=BOTH_DTYPES_MULTIPLES)
 
 
 def scan_of(f: Factor) -> Scan | None:

@@ -111,11 +111,7 @@ def _read(t: torch.Tensor, bugs: Bugs, tensor: str = "x") -> torch.Tensor:
         return t.as_strided(t.shape, _packed_strides(t.shape), t.storage_offset())
     if bugs.ignore_strides and not t.is_contiguous():
         # Index the storage with contiguous strides from the tensor's first element.
-        strides, acc = [], 1
-        for size in reversed(t.shape):
-            strides.insert(0, acc)
-            acc *= size
-        return t.as_strided(t.shape, strides)
+        return t.as_strided(t.shape, _packed_strides(t.shape))
     if bugs.ignore_storage_offset and t.storage_offset():
         return t.as_strided(t.shape, t.stride(), 0)
     return t
