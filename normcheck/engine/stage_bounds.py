@@ -105,7 +105,9 @@ def sum_before(stage, case: Case, inputs: CaseInputs, inside: Wrapped, c, **kw) 
     on_h = replace(inputs, x=h)
     bounds = inside.bounds(on_h, unrounded=unrounded, **kw)
     read_h = inside.reference(on_h)
-    moved = {k: np.abs(a - read_h[k]) for k, a in inside.reference(replace(on_h, x=unrounded)).items() if k in read_h}
+    # (a sum stored in a precision that holds it exactly, f64's, is the unrounded sum: reading it moves nothing)
+    read_unrounded = read_h if np.array_equal(h, unrounded) else inside.reference(replace(on_h, x=unrounded))
+    moved = {k: np.abs(a - read_h[k]) for k, a in read_unrounded.items() if k in read_h}
     bounds = {k: b + 2 * moved[k] if k in moved and moved[k].shape == b.shape else b for k, b in bounds.items()}
     bounds[stage.output] = c.rounding * _unit(case, stage.output) * np.abs(h)
     cotangent = inputs.extra.get(stage.cotangent, 0.0)  # (none where the case's form does not return the output)
@@ -154,7 +156,9 @@ def scale_after(stage, case: Case, inputs: CaseInputs, inside: Wrapped, c, **kw)
     received = np.broadcast_to(kw.pop("dy_error", 0.0), inputs.dy.shape)  # (the error of the dy a stage after it hands it)
     dy_error = np.abs(inputs.dy) * own + np.abs(factor) * received
     bounds = inside.bounds(on_norm, dy_error=dy_error, **kw)
-    rounded, exact = inside.reference(on_norm), inside.reference(replace(on_norm, dy=inputs.dy * factor))
+    exact_dy = inputs.dy * factor
+    rounded = inside.reference(on_norm)  # (a product the input dtype holds exactly, f64's, is the exact one)
+    exact = rounded if np.array_equal(on_norm.dy, exact_dy) else inside.reference(replace(on_norm, dy=exact_dy))
     for name in inside.gradients:
         if name in bounds and name in exact:
             bounds[name] = bounds[name] + 2 * np.abs(exact[name] - rounded[name])
