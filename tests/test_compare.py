@@ -205,3 +205,26 @@ def test_a_sweep_judged_with_the_next_case_prepared_ahead_judges_each_case_as_al
     assert declined == cases
     cached = case_inputs(cases[-1]), yardsticks(cases[-1], CONSTANTS)
     assert cached[0] is case_inputs(cases[-1]) and set(cached[1]) >= {"y", "dx"}
+
+
+def scribbling_baseline(case, inputs):
+    """normcheck's baseline, which then writes over the arrays it was handed (a NumPy kernel working in place)."""
+    from normcheck.engine.baseline import baseline_outputs
+    outputs = baseline_outputs(case, inputs)
+    for a in (inputs.x, inputs.dy, *inputs.extra.values()):
+        a[...] = 7.0
+    return outputs
+
+
+@pytest.mark.parametrize("backend", ["isolated", "in-process"])
+def test_an_implementation_that_writes_into_its_inputs_changes_neither_its_second_run_nor_the_next_judging(backend):
+    from normcheck import Impl
+    from normcheck.engine.compare import case_inputs
+    # (twice: the determinism run reads the same inputs as the first, whichever process keeps them between runs)
+    impl = resolve_impl("add_layernorm", Impl("scribbler", "add_layernorm", "test code", scribbling_baseline,
+                                              convention="direct", framework="numpy"), backend=backend, hints=False)
+    case = Case("add_layernorm", (4, 16), "f32", normalized_dims=1)
+    master = case_inputs(case).x.copy()
+    report = compare("add_layernorm", impl, case)
+    assert report.verdict == PASS, report.summary()
+    assert (case_inputs(case).x == master).all() and compare("add_layernorm", "torch", case).verdict == PASS

@@ -379,6 +379,13 @@ class CaseInputs:
     # The op's declared operands (Op.operands: a fused op's residual, its cotangent dh), by name
     extra: dict[str, np.ndarray] = field(default_factory=dict)
 
+    def copied(self) -> "CaseInputs":
+        """The same inputs in arrays of their own: for an implementation handed the master copies, which may write to
+        them (the next run, or the next implementation judged on the case, reads the masters)."""
+        arrays = {f.name: getattr(self, f.name).copy() for f in dataclass_fields(self)
+                  if isinstance(getattr(self, f.name), np.ndarray)}
+        return replace(self, **arrays, extra={name: a.copy() for name, a in self.extra.items()})
+
     def kept(self, outputs: dict) -> dict:
         """What a run on these inputs hands back: every output (a batch-invariance batch's keeps only what the check
         compares, engine.invariance)."""

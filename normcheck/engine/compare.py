@@ -74,14 +74,14 @@ def _judged(case: Case, impl: Impl, constants: Constants, against: Case | None =
     time_limit = impl.limit.seconds(case) if impl.limit is not None else None  # before the run adds to it
     outputs = {}
     try:
-        outputs, path, ops = impl.runner(case, inputs)
+        # Run twice on identical inputs where it says it is deterministic: outputs that differ bitwise are a finding of
+        # their own (judged below)
+        outputs, path, ops, differ = impl.runner(case, inputs, runs_per_case(impl))
         for name in (*op.required_of(case), *case.directional):
             if (name in op.gradients and name not in case.grads) or (name in op.saved_stats and not case.training):
                 continue
             if name not in outputs:
                 raise ImplError(f"produced no {name}")
-        # Run again on identical inputs: outputs that differ bitwise are a finding of their own (judged below)
-        again = impl.runner(case, inputs)[0] if runs_per_case(impl) == 2 else outputs
     except Unsupported as e:  # (declined by the implementation, or NotDifferentiable: before ImplError)
         if case.order != 1 and case.order in e.declines.get("order", ()):  # (declined for its order alone)
             return as_far_as_it_goes(str(e))
@@ -101,7 +101,6 @@ def _judged(case: Case, impl: Impl, constants: Constants, against: Case | None =
     tensors = tensor_reports(against or case, outputs, constants)
     verdicts = {t.verdict for t in tensors}
     verdict = FAIL if FAIL in verdicts else MISTRUSTED if MISTRUSTED in verdicts else PASS
-    differ = [name for name in outputs if not _same_bits(outputs[name], again.get(name))]
     if differ and verdict != FAIL:
         return report(FAIL, tensors, f"not deterministic: a second run on the same inputs gave other bits for "
                                      f"{', '.join(differ)} (an Impl record may declare deterministic=False)")
@@ -261,11 +260,6 @@ def _explained(issues, tensors, message: str) -> tuple[list[str], list[str]]:
         return list(dict.fromkeys(k for ks in by.values() for k in ks)), [n for n, ks in by.items() if not ks]
     keys = [k.key for k in issues if k.signature.explains_message(message)]
     return keys, [] if keys else ["its message"]
-
-
-def _same_bits(a, b) -> bool:
-    """Two outputs are bitwise equal (NaNs equal where both are NaN)."""
-    return b is not None and a.shape == b.shape and bool(np.array_equal(a, b, equal_nan=True))
 
 
 def runs_per_case(impl: Impl) -> int:

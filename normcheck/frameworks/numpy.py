@@ -1,5 +1,5 @@
 """The NumPy adapter: for implementations written in NumPy that return every output themselves
-(normcheck's same-precision baseline). Inputs are the case's float64 master copies."""
+(normcheck's same-precision baseline). Inputs are copies of the case's float64 master copies."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,7 +8,7 @@ from ..core.errors import ImplError
 
 
 def run(op, impl, case, inputs) -> tuple[dict[str, np.ndarray], str, frozenset[str]]:
-    outputs = impl.callable()(case, inputs)
+    outputs = impl.callable()(case, inputs.copied())
     out = {}
     for name, value in outputs.items():
         if value is None or name not in op.outputs_of(case):

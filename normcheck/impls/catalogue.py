@@ -163,7 +163,7 @@ def layer(op, target: str | Callable, fn: Callable, name: str) -> Layer:
 def bind(impl: Impl, backend: str | None = None, timeout: CaseLimit | float | None = None,
          device: str | None = None, triton_interpret: bool = False, hints: bool = True) -> Impl:
     """The record with its world chosen, its time limit, its device (`device`: see resolve_impl) and its runner set:
-    runner(case, inputs) -> (outputs, path, ops). `triton_interpret`: its worker process runs Triton's interpreter,
+    runner(case, inputs, runs=1) -> worlds.core.Run (outputs, path, ops, and what a later run changed). `triton_interpret`: its worker process runs Triton's interpreter,
     and the cases that cannot run there are SKIP rows (its `supports`). `hints`: the record gets a hint search of its
     own (Impl.hints), which the records made from it share."""
     op = get_op(impl.op)
@@ -188,9 +188,9 @@ def bind(impl: Impl, backend: str | None = None, timeout: CaseLimit | float | No
     if triton_interpret:
         check_interpretable(bound, world)
 
-    def runner(case, inputs):
+    def runner(case, inputs, runs: int = 1):
         world.check(case)
-        return world.run(bound, case, inputs, limit)
+        return world.run(bound, case, inputs, limit, runs)
 
     own_record = (impl.op, impl.name) in _BUILT_IN
     # torch's records run as witnesses under a limit of their own: their times say nothing of this implementation's

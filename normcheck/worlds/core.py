@@ -4,7 +4,7 @@ distributed world shares (assembling the ranks' outputs; the time limits live in
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -16,10 +16,42 @@ from .limits import DEFAULT_TIMEOUT, CaseLimit, positive_seconds  # noqa: F401 -
 RankOutputs = dict[str, "np.ndarray | None"]  # one rank's float64 outputs (framework adapters' run_rank)
 
 
+class Run(NamedTuple):
+    """What running a case gave: the first run's outputs, the path it took and the kernels it called; `differ`, the
+    outputs whose bits a later run on the same inputs changed (a finding of its own: engine.compare)."""
+    outputs: "dict | list"
+    path: str
+    ops: frozenset
+    differ: tuple[str, ...] = ()
+
+
+def repeated(once: Callable[[], tuple], runs: int, again: Callable[[], tuple] | None = None) -> Run:
+    """once() -> (outputs, path, ops), then the case `runs - 1` times more on the same inputs (twice in all for an
+    implementation that says it is deterministic): the first run, and the outputs a later run gave other bits for.
+    `again()`: the names a later run changed, where something other than a run here makes it (a worker process that
+    kept the case's inputs); by default once() again, compared here."""
+    outputs, path, ops = once()
+    again = again or (lambda: differing(outputs, once()[0]))
+    return Run(outputs, path, ops, tuple(dict.fromkeys(name for _ in range(runs - 1) for name in again())))
+
+
+def differing(first: "dict | list", other: "dict | list") -> tuple[str, ...]:
+    """The outputs whose bits differ between two runs (NaNs equal where both are NaN); outputs are a dict, or one
+    dict per device or rank."""
+    pairs = zip(first, other) if isinstance(first, list) else [(first, other)]
+    return tuple(dict.fromkeys(name for a, b in pairs for name in a if not _same_bits(a[name], b.get(name))))
+
+
+def _same_bits(a, b) -> bool:
+    if a is None or b is None:  # (a rank's or device's absent gradient)
+        return a is b
+    return a.shape == b.shape and bool(np.array_equal(a, b, equal_nan=True))
+
+
 @dataclass(frozen=True)
 class World:
-    """`run(impl, case, inputs, limit) -> (outputs, path, ops)` runs one case of `impl` here, under
-    the run's CaseLimit (`limit.run(case, work)` times the case itself, start-up excluded).
+    """`run(impl, case, inputs, limit, runs=1) -> Run` runs one case of `impl` here `runs` times on the same inputs,
+    under the run's CaseLimit (`limit.run(case, work)` times the case itself, start-up excluded).
 
     distributed: it runs the ranks of a split case (False: the single-process ops' world);
     ranks: how ranks run ("process": this one; "worker": one worker process it starts; "threads";
@@ -104,9 +136,9 @@ def replicated(name: str, grads: list["np.ndarray | None"]) -> np.ndarray:
 
 
 def distributed(run_ranks: Callable) -> Callable:
-    """A World.run from `run_ranks(impl, case, inputs, limit) -> per-rank outputs`."""
+    """A World.run from `run_ranks(impl, case, inputs, limit) -> per-rank outputs` (each run under the limit)."""
 
-    def run(impl, case, inputs, limit: CaseLimit):
-        return assemble(case, run_ranks(impl, case, inputs, limit)), "", frozenset()
+    def run(impl, case, inputs, limit: CaseLimit, runs: int = 1) -> Run:
+        return repeated(lambda: (assemble(case, run_ranks(impl, case, inputs, limit)), "", frozenset()), runs)
 
     return run

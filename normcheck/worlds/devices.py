@@ -8,11 +8,11 @@ framework runs the devices as one), named by the adapter where the framework say
 from __future__ import annotations
 
 from ..frameworks.arrays import SIMULATED_DEVICES as MAX_DEVICES
-from .core import assemble
+from .core import Run, assemble
 from .inprocess import run_isolated
 from .limits import CaseLimit
 
 
-def run_devices(impl, case, inputs, limit: CaseLimit):
-    per_device, path, ops = run_isolated(impl, case, inputs, limit)
-    return assemble(case, per_device), path, ops
+def run_devices(impl, case, inputs, limit: CaseLimit, runs: int = 1) -> Run:
+    run = run_isolated(impl, case, inputs, limit, runs)
+    return run._replace(outputs=assemble(case, run.outputs))

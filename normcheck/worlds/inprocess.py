@@ -14,6 +14,7 @@ from __future__ import annotations
 from ..core.errors import CaseTimeout, ImplError, NotDifferentiable, RaisedElsewhere, Unsupported, UsageError
 from ..frameworks import run_case
 from ..frameworks.torch.triton import interpret_here
+from .core import Run, differing, repeated
 from .limits import CaseLimit
 from .workers import WorkerPool
 
@@ -24,27 +25,43 @@ INTERPRETER_TIMEOUT = ("Triton's interpreter runs a grid's programs one after an
 _POOLS: dict[object, WorkerPool] = {}  # what its workers run first (None: nothing) -> the pool
 
 
-def run_here(impl, case, inputs, limit: CaseLimit):
+def run_here(impl, case, inputs, limit: CaseLimit, runs: int = 1) -> Run:
     """The in-process world's run (the limit measures the case; nothing here can stop it)."""
     if impl.prepare is not None:
         impl.prepare()  # outside the case's time (idempotent: a build is cached)
-    return limit.run(case, lambda timeout: run_case(impl, case, inputs))
+    return repeated(lambda: limit.run(case, lambda timeout: run_case(impl, case, inputs)), runs)
 
 
-def run_isolated(impl, case, inputs, limit: CaseLimit):
-    """The isolated world's run: the case in the worker process, its outcome re-raised here."""
+def run_isolated(impl, case, inputs, limit: CaseLimit, runs: int = 1) -> Run:
+    """The isolated world's run: the case in the worker process, its outcome re-raised here. A case run more than once
+    runs again on the inputs the worker kept, which answers with the outputs whose bits changed: inputs and outputs
+    cross between the processes once (each run under the case's limit, as when they crossed every time)."""
     if impl.portable is None:
-        return run_here(impl, case, inputs, limit)
+        return run_here(impl, case, inputs, limit, runs)
+
+    def once():
+        return _in_worker(impl, case, ("solo", impl.portable, inputs, runs > 1), limit)
+
+    def again():
+        differ = _in_worker(impl, case, ("again",), limit)
+        return differ if differ is not None else differing(first.outputs, once()[0])  # (a worker that kept no case)
+
+    first = Run(*once())
+    return first._replace(differ=tuple(dict.fromkeys(n for _ in range(runs - 1) for n in again())))
+
+
+def _in_worker(impl, case, job, limit: CaseLimit):
+    """A job's outcome in the isolated worker process: its result, or how it failed raised here."""
     try:
         pool = _pool(interpret_here if impl.triton_interpret else None)
-        [outcome] = pool.run_job(case, ("solo", impl.portable, inputs), limit, load=("load", impl.portable))
+        [outcome] = pool.run_job(case, job, limit, load=("load", impl.portable))
     except ImplError as e:  # a one-process pool names its only rank: a single process needs no name
         message = str(e).removeprefix("rank 0: ")
         if isinstance(e, CaseTimeout) and impl.triton_interpret:  # (the worker restarts as after any timeout)
             raise Unsupported(f"{message}: {INTERPRETER_TIMEOUT}") from None
         raise (CaseTimeout(message, e.seconds) if isinstance(e, CaseTimeout) else type(e)(message)) from None
     kind, *details = outcome
-    if kind == "outputs":
+    if kind in ("outputs", "differ"):
         return details[0]
     if kind == "usage":
         raise UsageError(details[0])

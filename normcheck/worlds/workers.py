@@ -60,7 +60,7 @@ from ..frameworks import FRAMEWORKS, run_case
 from ..frameworks.torch import run_rank
 from ..kernels.syncbn import cpu_primitives
 from . import printed
-from .core import RankOutputs
+from .core import RankOutputs, differing
 from .failures import UNSUPPORTED, _torch_dirs, collective_of, declined, describe_failures, exit_text, failure_of
 from .failures import never_joined
 from .limits import DEFAULT_TIMEOUT, LOOK_AGAIN, CaseLimit, as_limit, positive_seconds
@@ -180,12 +180,16 @@ def _control_loop(ctrl, main_ident: int) -> None:
             os._exit(70)  # the parent closed our pipe or died: nobody will ever read our results
 
 
+_KEPT = "the case kept to run again"  # (a key of _run_job's `fns`, beside the implementations' specs)
+
+
 def _run_job(job, case, rank: int, group, size: int, fns: dict):
     """One message's work. ("load", spec or portable): import the implementation and run its
     `prepare` (a C++ build, say) before its first case in this process, outside any case's limit;
     ("rank", spec): this rank's part of a distributed case (every rank makes the case's inputs
-    itself); ("solo", portable, inputs): a single-process implementation under its framework adapter,
-    its outcome (outputs, or how it failed) returned as data."""
+    itself); ("solo", portable, inputs, keep): a single-process implementation under its framework adapter, its
+    outcome (outputs, or how it failed) returned as data, the case kept (`keep`) for ("again",): the kept case run
+    once more on its inputs, the outputs whose bits changed returned (None when none was kept)."""
     if job[0] == "load":
         what = job[1]
         if isinstance(what, str):
@@ -203,10 +207,20 @@ def _run_job(job, case, rank: int, group, size: int, fns: dict):
         if fn is None:
             fn = fns[spec] = load_callable(spec)
         return run_rank(case.record, fn, case, case.make_inputs(), rank, group, size)
-    _, portable, inputs = job
+    kept = fns.pop(_KEPT, None)  # (a kept case serves the job right after it, and nothing is held longer)
     try:
+        if job[0] == "again":
+            if kept is None:
+                return ("differ", None)
+            impl, inputs, first = kept
+            fns[_KEPT] = kept
+            return ("differ", differing(first, run_case(impl, case, inputs)[0]))
+        _, portable, inputs, keep = job
         impl = portable()
-        return ("outputs", run_case(impl, case, inputs))
+        result = run_case(impl, case, inputs)
+        if keep:
+            fns[_KEPT] = (impl, inputs, result[0])
+        return ("outputs", result)
     except UsageError as e:
         return ("usage", str(e))
     except Unsupported as e:  # a SKIP, not a failure (NotDifferentiable is an ImplError too)
