@@ -26,7 +26,7 @@ except RuntimeError:  # JAX already started in this process: the devices it has 
 
 import jax.numpy as jnp  # noqa: E402 - after the configuration above
 import numpy as np  # noqa: E402
-from jax.sharding import Mesh, PartitionSpec  # noqa: E402
+from jax.sharding import Mesh, NamedSharding, PartitionSpec  # noqa: E402
 
 KERNELS = frozenset({"jax"})  # what known issues of JAX's kernels follow (KnownIssue.code)
 AXIS = "devices"  # the mesh axis SyncBN reduces over
@@ -36,7 +36,7 @@ def run(op, impl, case, inputs):
     """One process: forward and backward of impl's function under the op's array contract."""
     arrays = master_arrays(inputs)
     step = _step(impl.callable(), case)
-    out = jax.device_get(step(_device_args(arrays)))
+    out = jax.device_get(step(_device_args(arrays, None)))
     return to_outputs(op, case, out, arrays["x"].shape), impl.reported_path(case), KERNELS
 
 
@@ -56,7 +56,7 @@ def run_devices(op, impl, case, inputs) -> list[dict[str, np.ndarray]]:
         mask[r * rows: r * rows + n] = True
     arrays = {**shares[0], **padded, "mask": mask}
     step = _step(impl.callable(), case, devices=True)
-    out = jax.device_get(step(_device_args(arrays)))
+    out = jax.device_get(step(_device_args(arrays, _shardings(case))))
     per_device = []
     for r, n in enumerate(case.split):
         mine = {name: _share(name, value, r, rows, n, op) for name, value in out.items()}
@@ -79,8 +79,30 @@ def _share(name: str, value, rank: int, rows: int, n: int, op):
     return value[rank]
 
 
-def _device_args(arrays: dict) -> dict:
-    return {k: None if v is None else jnp.asarray(v) for k, v in arrays.items()}
+def _device_args(arrays: dict, shardings: dict | None) -> dict:
+    """The arrays on the devices, each placed where the step reads it (shardings: a device world's, by name; None: the
+    default device). device_put copies from the host; jnp.asarray would compile a program per shape (lax.stage),
+    and an array on one device would be resliced onto the mesh by another (_multi_slice)."""
+    return {k: None if v is None else jax.device_put(v, None if shardings is None else shardings[k])
+            for k, v in arrays.items()}
+
+
+@lru_cache(maxsize=None)
+def _mesh(size: int) -> Mesh:
+    return Mesh(np.array(jax.devices("cpu")[:size]), (AXIS,))
+
+
+def _specs(case) -> dict:
+    """Each array's PartitionSpec in a device world: the row arrays (and the mask) split by rows, the others
+    replicated."""
+    by_rows = set(row_arrays(case)) | {"mask"}
+    return {name: PartitionSpec(AXIS) if name in by_rows else PartitionSpec()
+            for name in (*array_names(case), "mask")}
+
+
+def _shardings(case) -> dict:
+    mesh = _mesh(len(case.split))
+    return {name: NamedSharding(mesh, spec) for name, spec in _specs(case).items()}
 
 
 @lru_cache(maxsize=2)  # judge runs a case twice: the second run reuses the compiled step
@@ -88,7 +110,7 @@ def _step(fn, case, devices: bool = False):
     """The jitted forward + backward of `fn` on `case` (under shard_map over the world's devices), of a dict of
     arrays (master_arrays', and a device world's row mask)."""
     op = case.record
-    mesh = Mesh(np.array(jax.devices("cpu")[:len(case.split)]), (AXIS,)) if devices else None
+    mesh = _mesh(len(case.split)) if devices else None
     ndim = len(case.shape)
     wrt = op.gradients  # gradient name -> the input it is taken of
 
@@ -138,8 +160,5 @@ def _step(fn, case, devices: bool = False):
 
     if mesh is None:
         return jax.jit(step)
-    P = PartitionSpec
-    by_rows = set(row_arrays(case)) | {"mask"}
-    specs = {name: P(AXIS) if name in by_rows else P() for name in (*array_names(case), "mask")}
-    mapped = jax.shard_map(step, mesh=mesh, in_specs=(specs,), out_specs=P(AXIS), check_vma=False)
+    mapped = jax.shard_map(step, mesh=mesh, in_specs=(_specs(case),), out_specs=PartitionSpec(AXIS), check_vma=False)
     return jax.jit(mapped)

@@ -243,10 +243,14 @@ class OpRecorder(TorchDispatchMode):
 
     def __init__(self):
         super().__init__()
-        self.ops: set[str] = set()
+        self.packets: set = set()  # (named once at the end: a composed implementation dispatches thousands of ops)
+
+    @property
+    def ops(self) -> frozenset[str]:
+        return frozenset(str(packet) for packet in self.packets)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops.add(str(func.overloadpacket))
+        self.packets.add(func.overloadpacket)
         return func(*args, **(kwargs or {}))
 
 
@@ -327,14 +331,14 @@ def run(op, impl, case, inputs) -> tuple[dict[str, np.ndarray], str, frozenset[s
         found = to_numpy(op, case, outputs, tuple(t.x.shape))
     except BaseException as e:  # the kernels it ran before it raised (or before an output was refused): a known issue
         # of theirs may explain it
-        e.ops_called = frozenset(recorder.ops)
+        e.ops_called = recorder.ops
         launched = no_driver(e)  # (Triton's own message names no kernel and no remedy)
         if launched:
             error = ImplError(launched)
             error.ops_called = e.ops_called
             raise error from e
         raise
-    return found, impl.reported_path(case), frozenset(recorder.ops)
+    return found, impl.reported_path(case), recorder.ops
 
 
 def run_rank(op, fn, case, inputs, rank: int, group, world_size: int,
