@@ -43,12 +43,27 @@ def test_every_op_has_a_mutant_catalogue():
 
 # ----------------------------------------------------------------------------- the reference
 
-def _loss(op, inputs) -> float:
-    """⟨y, dy⟩, plus ⟨r, its cotangent⟩ for each differentiable result the case's op declares (add + norm's h with
-    dh)."""
+def _loss_terms(op, inputs) -> list[np.ndarray]:
+    """The products summed into the loss: y·dy, and r·(its cotangent) for each differentiable result the case's op
+    declares (add + norm's h with dh)."""
     out = op.reference(inputs)
-    return float(np.sum(out["y"] * inputs.dy) + sum(np.sum(out[r.name] * inputs.extra[r.cotangent])
-                                                    for r in op.results_of(inputs.case) if r.cotangent))
+    return [out["y"] * inputs.dy] + [out[r.name] * inputs.extra[r.cotangent]
+                                     for r in op.results_of(inputs.case) if r.cotangent]
+
+
+def _loss(op, inputs) -> float:
+    """⟨y, dy⟩ + Σ ⟨r, its cotangent⟩."""
+    return float(sum(np.sum(t) for t in _loss_terms(op, inputs)))
+
+
+def _gain(inputs, eps: float) -> float:
+    """How large a term of a gradient of the loss can be, per unit of the direction: a cotangent times a weight or
+    operand (at least 1) over √eps, the largest 1/σ a normalisation reaches; what the reference's own rounding of a
+    gradient scales with, even where the gradient itself is all but 0 (a set of one value: x̂ = 0)."""
+    cotangents = [inputs.dy] + [a for name, a in inputs.extra.items() if name.startswith("d")]
+    factors = [a for a in (inputs.weight, inputs.bias, *inputs.extra.values()) if a is not None]
+    largest = lambda arrays: max((float(np.abs(a).max(initial=0.0)) for a in arrays), default=0.0)  # noqa: E731
+    return largest(cotangents) * max(1.0, largest(factors)) * (1 + largest([inputs.x])) / np.sqrt(eps)
 
 
 def _perturbed(inputs, name, value):
@@ -58,44 +73,65 @@ def _perturbed(inputs, name, value):
     return replace(inputs, **{name: value})
 
 
+def derivative_mismatches(record, inputs, grads: dict, seed: int) -> list[str]:
+    """Each gradient ⟨d·, v⟩ against the central difference of the loss along a random v; the mismatches beyond what
+    rounding can explain: the difference quotient's (the loss's terms, over the step) and the reference gradient's own
+    (its terms, over the step's direction)."""
+    # what rounding may move the loss: its terms' magnitudes, not its value (a loss that sums to about 0 does not
+    # make its terms exact)
+    terms = float(sum(np.abs(t).sum() for t in _loss_terms(record, inputs)))
+    rng, mismatches = np.random.default_rng(seed % 1000), []
+    for grad, name in record.gradients.items():
+        value = inputs.extra[name] if name in inputs.extra else getattr(inputs, name)
+        if value is None:
+            continue
+        v = rng.standard_normal(value.shape)
+        h = 1e-5 * max(1.0, float(np.abs(value).max()))
+        up, down, up2, down2 = (_loss(record, _perturbed(inputs, name, value + k * h * v)) for k in (1, -1, 2, -2))
+        fd = (8 * (up - down) - (up2 - down2)) / (12 * h)  # fourth-order central difference: sets of 2 curve hard
+        exact = float(np.sum(grads[grad] * v))
+        scale = float(np.abs(grads[grad] * v).sum())
+        roundoff = 2e-14 * terms / h  # what the difference quotient itself can resolve
+        rounded = 1e-13 * float(np.abs(v).sum()) * _gain(inputs, inputs.case.eps_value)  # the gradient's own rounding
+        if not abs(fd - exact) <= 1e-6 * scale + roundoff + rounded:
+            mismatches.append(f"{inputs.case.label}: d{name}: {exact} vs finite difference {fd}")
+    return mismatches
+
+
 @pytest.mark.parametrize("op", list(OPS))
 def test_reference_gradients_are_the_derivatives_of_its_forward(op):
-    """⟨dx, v⟩ equals the central difference of ⟨y(x + h·v), dy⟩, and likewise for γ and β."""
+    """⟨dx, v⟩ equals the central difference of ⟨y(x + h·v), dy⟩, and likewise for γ and β (it holds on fresh draws
+    too: NORMCHECK_HYPOTHESIS_PROFILE=dev with several --hypothesis-seed values)."""
     record = OPS[op]
 
     @settings(max_examples=15, deadline=None)
     @given(cases(op, dtypes=["f64"], profiles=["normal", "heavy_tailed"], max_numel=600))
     def check(case):
         inputs = case.with_(eps=1e-3).make_inputs()
-        grads = record.reference(inputs)
-        rng = np.random.default_rng(case.seed % 1000)
-        for grad, name in record.gradients.items():
-            value = inputs.extra[name] if name in inputs.extra else getattr(inputs, name)
-            if value is None:
-                continue
-            v = rng.standard_normal(value.shape)
-            h = 1e-5 * max(1.0, float(np.abs(value).max()))
-            up, down, up2, down2 = (_loss(record, _perturbed(inputs, name, value + k * h * v)) for k in (1, -1, 2, -2))
-            fd = (8 * (up - down) - (up2 - down2)) / (12 * h)  # fourth-order central difference: sets of 2 curve hard
-            exact = float(np.sum(grads[grad] * v))
-            scale = float(np.abs(grads[grad] * v).sum()) + 1e-12
-            roundoff = 2e-14 * (abs(up) + abs(down)) / h  # what the difference quotient itself can resolve
-            assert abs(fd - exact) <= 1e-6 * scale + roundoff, f"{case.label}: d{name}: {exact} vs finite difference {fd}"
+        assert derivative_mismatches(record, inputs, record.reference(inputs), case.seed) == []
 
     check()
 
 
 def test_the_derivative_check_can_fail():
-    """A reference whose dx dropped the x̂·mean(dy·x̂) term is far outside the check's tolerance."""
+    """A reference whose dx dropped the x̂·mean(dy·x̂) term fails the check, with its allowance, on sets of 8 values;
+    a dx off by 1e-6 where it is 0 (LayerNorm over sets of one value: x̂ = 0) fails it too."""
     record = OPS["batchnorm"]
     inputs = Case("batchnorm", (8, 3), "f64", eps=1e-3).make_inputs()
+    grads = record.reference(inputs)
     xhat = (inputs.x - inputs.x.mean(0)) / np.sqrt(inputs.x.var(0) + 1e-3)
-    wrong_dx = record.reference(inputs)["dx"] + xhat * (inputs.dy * xhat).mean(0) * inputs.weight / np.sqrt(
-        inputs.x.var(0) + 1e-3)
-    v = np.random.default_rng(0).standard_normal(inputs.x.shape)
-    h = 1e-5
-    fd = (_loss(record, replace(inputs, x=inputs.x + h * v)) - _loss(record, replace(inputs, x=inputs.x - h * v))) / (2 * h)
-    assert abs(fd - float(np.sum(wrong_dx * v))) > 1e-3 * float(np.abs(wrong_dx * v).sum())
+    dropped = xhat * (inputs.dy * xhat).mean(0) * inputs.weight / np.sqrt(inputs.x.var(0) + 1e-3)
+    assert derivative_mismatches(record, inputs, grads, 0) == []
+    assert _failing(derivative_mismatches(record, inputs, {**grads, "dx": grads["dx"] + dropped}, 0)) == ["x"]
+    single = Case("layernorm", (4, 1), "f64", eps=1e-3, normalized_dims=1).make_inputs()
+    grads = OPS["layernorm"].reference(single)
+    assert derivative_mismatches(OPS["layernorm"], single, grads, 0) == []
+    assert _failing(derivative_mismatches(OPS["layernorm"], single, {**grads, "dx": grads["dx"] + 1e-6}, 0)) == ["x"]
+
+
+def _failing(mismatches: list[str]) -> list[str]:
+    """The inputs whose gradients derivative_mismatches' lines name ("<case>: d<input>: ...")."""
+    return [m.split(": d")[1].split(":")[0] for m in mismatches]
 
 
 # ----------------------------------------------------------------------------- the mutant catalogue
