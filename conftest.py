@@ -1,4 +1,4 @@
-"""Shared pytest setup: hypothesis profiles (DESIGN.md: ci, dev, thorough; normcheck/hypothesis_settings.py).
+"""Shared pytest setup: hypothesis profiles (ci, dev, thorough: normcheck/cases/budgets.py).
 
 `ci` is the default: derandomized with a fixed budget, so the gate is reproducible. Choose another
 with `pytest --hypothesis-profile=dev` (random, more examples) or `thorough` (many more).

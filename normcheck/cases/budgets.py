@@ -1,4 +1,4 @@
-"""Hypothesis profiles (DESIGN.md): `ci` (derandomized, fixed budget), `dev`, `thorough`.
+"""Hypothesis profiles: `ci` (derandomized, fixed budget: the gate is reproducible), `dev`, `thorough`.
 
 One definition for normcheck's own tests (conftest.py registers them) and for the suite the pytest
 plugin runs on users' implementations (applied to that suite only, never loaded globally).
