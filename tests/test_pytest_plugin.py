@@ -1,5 +1,8 @@
 """The pytest plugin, as a user meets it: `pytest --normcheck-op ... --normcheck-impl ...` in a project
-of their own (a temporary directory with nothing of normcheck's in it), in a real pytest process."""
+of their own (a temporary directory with nothing of normcheck's in it), in a real pytest process; what needs no
+process of its own (collection, option errors, what a gate reports of the kernel it ran) in this one (pytester)."""
+import io
+import multiprocessing.forkserver  # noqa: F401 - kept across the in-process runs (the pytester fixture below)
 import os
 import subprocess
 import sys
@@ -10,6 +13,9 @@ import pytest
 
 from normcheck.cases.narrowing import Narrowing
 from normcheck.cases.sweep import default_sweep
+from normcheck.core.disk_cache import cache_root
+
+CACHE = cache_root()  # this process's disk cache, read before pytester points HOME elsewhere
 
 # A correct BatchNorm (float64 inside, results rounded to the input's dtype) and the same with the
 # classic momentum mix-up; the suite must pass the first and fail the second with replay lines.
@@ -61,6 +67,35 @@ def outcomes(junit: Path) -> dict[str, str]:
 
 
 @pytest.fixture
+def pytester(pytester, monkeypatch):
+    """pytester, its in-process runs sharing what a user's runs on one machine share: the disk cache of built covering
+    arrays (pytester's HOME is an empty folder) and the workers' fork server (each run forgets the modules it imported:
+    multiprocessing.forkserver, imported above, stays, and the server with it, not a new one and its torch import
+    for each run)."""
+    monkeypatch.setenv("NORMCHECK_CACHE", str(CACHE))
+    return pytester
+
+
+def gate_here(pytester, *args):
+    """A gated run in this process, for what needs no pytest process of its own."""
+    return pytester.runpytest_inprocess("-p", "no:cacheprovider", *args)
+
+
+def replay_here(project: Path, argv: list[str], monkeypatch) -> tuple[int, str]:
+    """`normcheck ARGV` run from the user's directory by the CLI's main in this process (as tests/test_cli.py
+    replays): it imports the user's module from there (core.loading), here into a copy of sys.path."""
+    from normcheck.cli import main
+
+    monkeypatch.chdir(project)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    out = io.StringIO()
+    try:
+        return main(argv, out), out.getvalue()
+    finally:  # (forget the user's module: another directory may have one of that name)
+        sys.modules.pop(argv[argv.index("--impl") + 1].split(":")[0], None)
+
+
+@pytest.fixture
 def project(tmp_path):
     from normcheck import Case
     from normcheck.cases.tokens import encode_case
@@ -70,7 +105,7 @@ def project(tmp_path):
     return tmp_path
 
 
-def test_the_suite_runs_beside_the_users_tests_and_passes_a_correct_kernel(project):
+def test_the_suite_runs_beside_the_users_tests_and_passes_a_correct_kernel(project, monkeypatch):
     proc = pytest_in(project, "--normcheck-op", "batchnorm", "--normcheck-impl", "mybn:bn", "--normcheck-scans", "without",
                      f"--junitxml={project / 'out.xml'}")  # (tests/test_narrowing.py collects the scans through it)
     results = outcomes(project / "out.xml")
@@ -97,10 +132,9 @@ def test_the_suite_runs_beside_the_users_tests_and_passes_a_correct_kernel(proje
     replay = next(line for line in proc.stdout.splitlines() if line.startswith("replay: "))
     assert replay.startswith("replay: normcheck compare --op batchnorm --impl mybn:bn_momentum_swapped --case v3.")
     # ... and that line, run from the user's directory, fails the same case again.
-    cli = subprocess.run([sys.executable, "-m", "normcheck", *replay.split()[2:]], cwd=project,
-                         capture_output=True, text=True, timeout=120)
-    assert cli.returncode == 1 and cli.stdout.startswith("FAIL") and "8x3x5 f32 contiguous normal" in cli.stdout
-    assert "running_mean" in cli.stdout or "running_var" in cli.stdout
+    code, printed = replay_here(project, replay.split()[2:], monkeypatch)
+    assert code == 1 and printed.startswith("FAIL") and "8x3x5 f32 contiguous normal" in printed
+    assert "running_mean" in printed or "running_var" in printed
 
 
 def test_a_users_syncbn_passes_in_gloo_workers_started_from_the_users_directory(tmp_path):
@@ -110,21 +144,21 @@ def test_a_users_syncbn_passes_in_gloo_workers_started_from_the_users_directory(
     assert f"{len(default_sweep('syncbn')) + 2} passed" in proc.stdout
 
 
-def test_a_generated_syncbn_failure_is_shrunk_and_replayable(tmp_path):
-    mutants = Path(__file__).parent / "mutants" / "syncbn.py"
-    (tmp_path / "mysync.py").write_text(mutants.read_text())
-    proc = pytest_in(tmp_path, "--normcheck-op", "syncbn", "--normcheck-impl", "mysync:mean_dy_over_world_size",
-                     "--normcheck-backend", "lockstep", "-k", "generated")
-    assert proc.returncode == 1
-    replay = next(line for line in proc.stdout.splitlines() if line.startswith("replay: "))
-    assert replay.endswith("--backend lockstep") and "dx on rank" in proc.stdout
+def test_a_generated_syncbn_failure_is_shrunk_and_replayable(pytester):
+    (pytester.path / "mysync.py").write_text((Path(__file__).parent / "mutants" / "syncbn.py").read_text())
+    result = gate_here(pytester, "--normcheck-op", "syncbn", "--normcheck-impl", "mysync:mean_dy_over_world_size",
+                       "--normcheck-backend", "lockstep", "-k", "generated")  # (its ranks are threads of this process)
+    assert result.ret == 1
+    replay = next(line for line in result.outlines if line.startswith("replay: "))
+    assert replay.endswith("--backend lockstep") and "dx on rank" in result.stdout.str()
     from normcheck.cases.tokens import decode_case
 
     case = decode_case(replay.split("--case ")[1].split()[0])
     assert 2 <= len(case.split) and case.shape[0] <= 4  # hypothesis shrank it to a small world
 
 
-# In-process pytest runs (pytester) for what needs no separate process: collection and option errors.
+# In-process pytest runs (pytester) for what needs no separate process: collection, option errors, and what a gate
+# reports of the kernel it ran.
 
 @pytest.mark.parametrize("op", ["batchnorm", "groupnorm", "syncbn", "syncbn_silu"])
 def test_every_op_collects_its_sweep_and_the_property(pytester, op):
@@ -203,19 +237,20 @@ def test_a_device_this_torch_lacks_is_a_one_line_usage_error(pytester):
     assert errors[0].startswith("ERROR: --normcheck-device cuda: this torch (") and "has no CUDA device" in errors[0]
 
 
-def test_a_gate_that_tested_nothing_fails(tmp_path):
+def test_a_gate_that_tested_nothing_fails(pytester):
     # torch's SyncBatchNorm Function runs in gloo or env worlds only: in the lockstep world every case skips
-    proc = pytest_in(tmp_path, "--normcheck-op", "syncbn", "--normcheck-impl", "torch", "--normcheck-backend",
-                     "lockstep", "-k", "sweep or tested")
-    assert proc.returncode == 1
-    assert f"nothing was tested: all {len(default_sweep('syncbn'))} cases of the default sweep were skipped by torch" in proc.stdout
+    result = gate_here(pytester, "--normcheck-op", "syncbn", "--normcheck-impl", "torch", "--normcheck-backend",
+                       "lockstep", "-k", "sweep or tested")
+    assert result.ret == 1
+    assert (f"nothing was tested: all {len(default_sweep('syncbn'))} cases of the default sweep were skipped by torch"
+            in result.stdout.str())
 
 
 def test_the_batch_invariance_check_reaches_the_gate(pytester):
     """--normcheck-check batch-invariance: a kernel whose reduction order follows the batch fails the gated sweep."""
-    result = pytester.runpytest_inprocess("-q", "-x", "-p", "no:cacheprovider", "--normcheck-op", "rmsnorm",
-                                          "--normcheck-impl", "tests._batch_variant:split_k_below_16_rows",
-                                          "--normcheck-check", "batch-invariance", "-k", "sweep and f64 and contiguous")
+    result = gate_here(pytester, "-q", "-x", "--normcheck-op", "rmsnorm", "--normcheck-impl",
+                       "tests._batch_variant:split_k_below_16_rows", "--normcheck-check", "batch-invariance",
+                       "-k", "sweep and f64 and contiguous")
     assert result.ret == 1 and "not batch invariant" in result.stdout.str(), result.stdout.str()[-2000:]
 
 
@@ -224,27 +259,29 @@ def test_the_batch_invariance_check_reaches_the_gate(pytester):
 LIMITED = (Path(__file__).parent / "_limited_impls.py").read_text()
 
 
-def test_the_gate_narrows_to_what_the_kernel_takes_and_reports_the_pairs_it_judged(tmp_path):
-    (tmp_path / "mynorms.py").write_text(LIMITED)
-    proc = pytest_in(tmp_path, "--normcheck-op", "layernorm", "--normcheck-impl", "mynorms:once_differentiable_layer_norm",
-                     "--normcheck-scans", "without", "--normcheck-dtype", "f32", "--normcheck-value-profile", "normal")
-    header = [line for line in proc.stdout.splitlines() if line.startswith("normcheck: narrowed: ")]
-    assert proc.returncode == 0, proc.stdout[-3000:]
+def test_the_gate_narrows_to_what_the_kernel_takes_and_reports_the_pairs_it_judged(pytester):
+    (pytester.path / "mynorms.py").write_text(LIMITED)  # (the isolated worker imports it from the run's directory)
+    result = gate_here(pytester, "--normcheck-op", "layernorm", "--normcheck-impl",
+                       "mynorms:once_differentiable_layer_norm", "--normcheck-scans", "without", "--normcheck-dtype",
+                       "f32", "--normcheck-value-profile", "normal")
+    lines, stdout = result.outlines, result.stdout.str()
+    header = [line for line in lines if line.startswith("normcheck: narrowed: ")]
+    assert result.ret == 0, stdout[-3000:]
     assert len(header) == 1 and header[0].startswith("normcheck: narrowed: order 1 only (not 2: only once differ")
-    assert "SKIPPED" not in proc.stdout and " skipped" not in proc.stdout.splitlines()[-1]
-    judged = next(line for line in proc.stdout.splitlines() if line.endswith("pairs judged of the default sweep"))
+    assert "SKIPPED" not in stdout and " skipped" not in lines[-1]
+    judged = next(line for line in lines if line.endswith("pairs judged of the default sweep"))
     judged, designed = (int(n) for n in judged.split(": ")[-1].split(" pairs")[0].split(" of "))
     assert 0 < judged < designed
-    never = [line for line in proc.stdout.splitlines() if line.startswith("normcheck: never judged: ")]
+    never = [line for line in lines if line.startswith("normcheck: never judged: ")]
     assert [line.split(": ")[2] for line in never] == ["order=2", "order=fwd", "order=fwd-rev"]
 
 
-def test_a_kernel_written_for_4d_input_is_hinted_to_the_rank_option_which_passes_it(tmp_path):
-    (tmp_path / "mynorms.py").write_text(LIMITED)
+def test_a_kernel_written_for_4d_input_is_hinted_to_the_rank_option_which_passes_it(pytester):
+    (pytester.path / "mynorms.py").write_text(LIMITED)
     options = ["--normcheck-op", "batchnorm", "--normcheck-impl", "mynorms:batch_norm_4d_only", "--normcheck-scans", "without",
                "--normcheck-dtype", "f64", "--normcheck-memory-format", "contiguous", "--normcheck-value-profile", "normal"]
-    proc = pytest_in(tmp_path, *options)
-    assert proc.returncode == 1 and ("normcheck: hint: every rank 2, 3, 5 case raised ValueError: expected 4D input "
-                                     "(got 2D input); rank 4 runs without it: --normcheck-rank 4") in proc.stdout
-    proc = pytest_in(tmp_path, *options, "--normcheck-rank", "4")
-    assert proc.returncode == 0 and "normcheck: hint" not in proc.stdout, proc.stdout[-3000:]
+    result = gate_here(pytester, *options)
+    assert result.ret == 1 and ("normcheck: hint: every rank 2, 3, 5 case raised ValueError: expected 4D input "
+                                "(got 2D input); rank 4 runs without it: --normcheck-rank 4") in result.stdout.str()
+    result = gate_here(pytester, *options, "--normcheck-rank", "4")
+    assert result.ret == 0 and "normcheck: hint" not in result.stdout.str(), result.stdout.str()[-3000:]

@@ -68,7 +68,8 @@ def test_readme_has_samples_to_check():
 
 def run_here(command: str, monkeypatch) -> str:
     """What a `normcheck` command prints, run by the CLI's main in this process (as `python -m normcheck` runs it,
-    without a new interpreter and torch import per sample); other commands in a process of their own."""
+    without a new interpreter and torch import per sample); a `pytest` run in a process of its own (`run`), but for
+    a usage error (`pytest_here`)."""
     from normcheck.cli import main
 
     monkeypatch.setenv("CI", "1")
@@ -83,9 +84,24 @@ def run_here(command: str, monkeypatch) -> str:
     return out.getvalue() + err.getvalue()
 
 
+def pytest_here(command: str, pytester) -> str:
+    """What a `pytest` command prints, run by pytest's main in this process (pytester), for a sample that stops at
+    its options with one line: that line needs no interpreter and torch import of its own."""
+    import torch  # noqa: F401 - before the run: pytester forgets the modules a run imported, and torch loads once
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", *shlex.split(command)[1:])
+    return "\n".join(result.outlines + result.errlines)
+
+
 @pytest.mark.parametrize("command, lines", SAMPLES, ids=[c[:60] for c, _ in SAMPLES])
-def test_readme_sample_is_what_the_command_prints(command, lines, tmp_path, monkeypatch):
-    printed = run_here(command, monkeypatch) if command.startswith("normcheck ") else run(command, tmp_path)
+def test_readme_sample_is_what_the_command_prints(command, lines, tmp_path, monkeypatch, request):
+    if command.startswith("normcheck "):
+        printed = run_here(command, monkeypatch)
+    elif command.startswith("pytest ") and len(lines) == 1 and lines[0].startswith("ERROR: "):  # a usage error
+        monkeypatch.setenv("CI", "1")
+        monkeypatch.setenv("NO_COLOR", "1")
+        printed = pytest_here(command, request.getfixturevalue("pytester"))
+    else:
+        printed = run(command, tmp_path)
     printed = {normalise(line) for line in printed.splitlines()}
     stale = [line for line in lines if not line.lstrip().startswith("...") and normalise(line) not in printed]
     assert not stale, f"README shows lines `{command}` does not print:\n" + "\n".join(stale)
