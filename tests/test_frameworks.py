@@ -267,16 +267,6 @@ def test_a_raising_replica_is_named():
     assert report.message.startswith("rank 1: raised ValueError: replica 1 refuses on purpose"), report.message
 
 
-@needs_jax
-def test_a_raising_or_hanging_device_program_fails_its_case():
-    report = compare("syncbn", textbook("jax", "syncbn", "jax_sync_raises"), SPLIT)
-    assert report.verdict == FAIL and report.message.startswith("raised ValueError: the device program refuses")
-    hangs = resolve_impl("syncbn", f"{TEXTBOOK}:jax_sync_hangs", framework="jax", timeout=2)
-    report = compare("syncbn", hangs, SPLIT)
-    assert report.verdict == FAIL and report.message.startswith("timed out after 2 s at _array_impls.py")
-    assert compare("syncbn", "flax", SPLIT).verdict != FAIL  # and the next case runs in a fresh worker
-
-
 @pytest.mark.parametrize("name", [pytest.param("flax", marks=needs_jax), pytest.param("keras", marks=needs_tf)])
 def test_a_world_larger_than_the_simulated_devices_is_one_line(name, capsys):
     assert main(["compare", "--one-case", "--op", "syncbn", "--impl", name, "--split", ",".join(["1"] * 9)]) == 2
@@ -370,3 +360,15 @@ def test_a_failing_jax_function_replays_under_its_framework(capsys):
     replay = next(line.split("replay: ", 1)[1] for line in capsys.readouterr().out.splitlines() if "replay: " in line)
     assert replay.endswith("--framework jax")
     assert main(replay.split()[1:]) == 1  # (without --framework the function would be called as torch code)
+
+
+# ----------------------------------------------------------------------------- last: a hang restarts the worker
+# (so the tests above share one worker: a fresh one imports JAX and TensorFlow again, seconds each)
+@needs_jax
+def test_a_raising_or_hanging_device_program_fails_its_case():
+    report = compare("syncbn", textbook("jax", "syncbn", "jax_sync_raises"), SPLIT)
+    assert report.verdict == FAIL and report.message.startswith("raised ValueError: the device program refuses")
+    hangs = resolve_impl("syncbn", f"{TEXTBOOK}:jax_sync_hangs", framework="jax", timeout=2)
+    report = compare("syncbn", hangs, SPLIT)
+    assert report.verdict == FAIL and report.message.startswith("timed out after 2 s at _array_impls.py")
+    assert compare("syncbn", "flax", SPLIT).verdict != FAIL  # and the next case runs in a fresh worker

@@ -89,6 +89,7 @@ def _device_args(arrays: dict, shardings: dict | None) -> dict:
 
 @lru_cache(maxsize=None)
 def _mesh(size: int) -> Mesh:
+    """The first `size` devices as the AXIS mesh (one per world size: shard_map's and the inputs' shardings)."""
     return Mesh(np.array(jax.devices("cpu")[:size]), (AXIS,))
 
 
