@@ -56,13 +56,15 @@ def _loss(op, inputs) -> float:
     return float(sum(np.sum(t) for t in _loss_terms(op, inputs)))
 
 
-def _gain(inputs, eps: float) -> float:
+def _gain(record, inputs, eps: float) -> float:
     """How large a term of a gradient of the loss can be, per unit of the direction: a cotangent times a weight or
-    operand (at least 1) over √eps, the largest 1/σ a normalisation reaches; what the reference's own rounding of a
-    gradient scales with, even where the gradient itself is all but 0 (a set of one value: x̂ = 0)."""
-    cotangents = [inputs.dy] + [a for name, a in inputs.extra.items() if name.startswith("d")]
+    operand (at least 1) times 1 + |x|, over √eps, the largest 1/σ a normalisation reaches; what the reference's own
+    rounding of a gradient scales with, even where the gradient itself is all but 0 (a set of one value: x̂ = 0)."""
+    def largest(arrays) -> float:
+        return max((float(np.abs(a).max(initial=0.0)) for a in arrays), default=0.0)
+
+    cotangents = [inputs.dy] + [inputs.extra[o.name] for o in record.operands_of(inputs.case) if o.role == "cotangent"]
     factors = [a for a in (inputs.weight, inputs.bias, *inputs.extra.values()) if a is not None]
-    largest = lambda arrays: max((float(np.abs(a).max(initial=0.0)) for a in arrays), default=0.0)  # noqa: E731
     return largest(cotangents) * max(1.0, largest(factors)) * (1 + largest([inputs.x])) / np.sqrt(eps)
 
 
@@ -92,7 +94,7 @@ def derivative_mismatches(record, inputs, grads: dict, seed: int) -> list[str]:
         exact = float(np.sum(grads[grad] * v))
         scale = float(np.abs(grads[grad] * v).sum())
         roundoff = 2e-14 * terms / h  # what the difference quotient itself can resolve
-        rounded = 1e-13 * float(np.abs(v).sum()) * _gain(inputs, inputs.case.eps_value)  # the gradient's own rounding
+        rounded = 1e-13 * float(np.abs(v).sum()) * _gain(record, inputs, inputs.case.eps_value)  # the gradient's own rounding
         if not abs(fd - exact) <= 1e-6 * scale + roundoff + rounded:
             mismatches.append(f"{inputs.case.label}: d{name}: {exact} vs finite difference {fd}")
     return mismatches

@@ -163,8 +163,9 @@ def layer(op, target: str | Callable, fn: Callable, name: str) -> Layer:
 def bind(impl: Impl, backend: str | None = None, timeout: CaseLimit | float | None = None,
          device: str | None = None, triton_interpret: bool = False, hints: bool = True) -> Impl:
     """The record with its world chosen, its time limit, its device (`device`: see resolve_impl) and its runner set:
-    runner(case, inputs, runs=1) -> worlds.core.Run (outputs, path, ops, and what a later run changed). `triton_interpret`: its worker process runs Triton's interpreter,
-    and the cases that cannot run there are SKIP rows (its `supports`). `hints`: the record gets a hint search of its
+    runner(case, inputs, runs=1) -> worlds.core.Run (outputs, path, ops, and what a later run changed).
+    `triton_interpret`: its worker process runs Triton's interpreter, and the cases that cannot run there are SKIP rows
+    (its `supports`). `hints`: the record gets a hint search of its
     own (Impl.hints), which the records made from it share."""
     op = get_op(impl.op)
     why = FRAMEWORKS.missing(impl.framework)

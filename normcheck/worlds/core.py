@@ -25,14 +25,14 @@ class Run(NamedTuple):
     differ: tuple[str, ...] = ()
 
 
-def repeated(once: Callable[[], tuple], runs: int, again: Callable[[], tuple] | None = None) -> Run:
+def repeated(once: Callable[[], tuple], runs: int, again: Callable[[object], tuple] | None = None) -> Run:
     """once() -> (outputs, path, ops), then the case `runs - 1` times more on the same inputs (twice in all for an
     implementation that says it is deterministic): the first run, and the outputs a later run gave other bits for.
-    `again()`: the names a later run changed, where something other than a run here makes it (a worker process that
-    kept the case's inputs); by default once() again, compared here."""
+    `again(first outputs)`: the names a later run changed, where something other than a run here makes it (a worker
+    process that kept the case's inputs); by default once() again, compared here."""
     outputs, path, ops = once()
-    again = again or (lambda: differing(outputs, once()[0]))
-    return Run(outputs, path, ops, tuple(dict.fromkeys(name for _ in range(runs - 1) for name in again())))
+    again = again or (lambda first: differing(first, once()[0]))
+    return Run(outputs, path, ops, tuple(dict.fromkeys(name for _ in range(runs - 1) for name in again(outputs))))
 
 
 def differing(first: "dict | list", other: "dict | list") -> tuple[str, ...]:

@@ -42,12 +42,11 @@ def run_isolated(impl, case, inputs, limit: CaseLimit, runs: int = 1) -> Run:
     def once():
         return _in_worker(impl, case, ("solo", impl.portable, inputs, runs > 1), limit)
 
-    def again():
+    def again(first):
         differ = _in_worker(impl, case, ("again",), limit)
-        return differ if differ is not None else differing(first.outputs, once()[0])  # (a worker that kept no case)
+        return differ if differ is not None else differing(first, once()[0])  # (a worker that kept no case)
 
-    first = Run(*once())
-    return first._replace(differ=tuple(dict.fromkeys(n for _ in range(runs - 1) for n in again())))
+    return repeated(once, runs, again)
 
 
 def _in_worker(impl, case, job, limit: CaseLimit):
