@@ -18,7 +18,7 @@ from .cases import Case
 from .cases.case import CONVENTIONS, FROZEN, MODES, OP_FIELDS, ORDERS, takers_of
 from .cases.narrowing import SCANS, Narrowing, option_fields, rank_limit
 from .cases.search_space import search_cases
-from .cases.sweep import default_sweep, field_value, order_value
+from .cases.sweep import default_sweep
 from .cases.tokens import decode_case
 from .core.disk_cache import cache_root
 from .core.errors import ImplError, Unsupported, UsageError
@@ -31,9 +31,10 @@ from .impls.limits import learned
 from .impls import backend_of, check_world, list_impls, resolve_impl, support_text
 from .numerics.dtypes import COMPUTE_DTYPES, DTYPE_CHOICES, OUTPUT_DTYPES, parse_dtype
 from .numerics.formats import FORMATS
+from .option_text import field_value, order_value
 from .numerics.profiles import PROFILES
 from .ops.core import CHECKS
-from .ops import CASE_FIELDS, OPS, PARALLEL_LAYOUTS, distributed_ops, get_op, laid_out
+from .ops import CASE_FIELDS, OPS, PARALLEL_LAYOUTS, Op, distributed_ops, get_op, laid_out
 from .ops.layouts import ROWS
 from .outputs.coverage import coverage_document, coverage_text
 from .outputs.json_report import run_document
@@ -226,14 +227,14 @@ def _positive(text: str) -> int:
     return value
 
 
-def build_cases(args, impl=None) -> tuple[list[Case], Narrowing | None]:
+def build_cases(args, op: Op, impl=None) -> tuple[list[Case], Narrowing | None]:
     """The cases to run: a --case token's, --one-case's, or the default sweep narrowed by the case options and by what
     the implementation cannot do (impls.limits; in the layouts it can express, Impl.formats, and the splits,
     Impl.shares); all in the conventions it follows (Impl.follows) or --weight-offset / --casting say. With the
     narrowing of a sweep (None: the cases were named)."""
     follows = dict(impl.follows) if impl is not None else {}
     conventions = {**follows, **declared_conventions(args)}
-    cases, narrowing = _build_cases(args, conventions, impl)  # (refuses what no case takes)
+    cases, narrowing = _build_cases(args, op, conventions, impl)  # (refuses what no case takes)
     _check_follows(impl, conventions)
     return cases, narrowing
 
@@ -260,7 +261,7 @@ def _fixed(args) -> dict:
     return fixed
 
 
-def _build_cases(args, conventions: dict, impl) -> tuple[list[Case], Narrowing | None]:
+def _build_cases(args, op: Op, conventions: dict, impl) -> tuple[list[Case], Narrowing | None]:
     given = [k for k in (*_CASE_OPTIONS, "cases", "seed", "one_case") if _is_given(getattr(args, k))]
     fixed = _fixed(args)
     if args.case is not None:
@@ -269,19 +270,19 @@ def _build_cases(args, conventions: dict, impl) -> tuple[list[Case], Narrowing |
     first = args.seed or 0
     seeds = range(first, first + (args.cases or 1))
     if args.one_case:
-        return _one_case(args, conventions, fixed, seeds), None
-    narrowing = run_narrowing(args, conventions, impl)
+        return _one_case(args, op, conventions, fixed, seeds), None
+    narrowing = run_narrowing(args, op, conventions, impl)
     return [case for seed in seeds
-            for case in default_sweep(args.op, seed, formats=impl and impl.formats, shares=impl and impl.shares,
+            for case in default_sweep(op, seed, formats=impl and impl.formats, shares=impl and impl.shares,
                                       narrowing=narrowing)], narrowing
 
 
-def run_narrowing(args, conventions: dict, impl) -> Narrowing:
+def run_narrowing(args, op: Op, conventions: dict, impl) -> Narrowing:
     """What the run's options and the implementation's limits narrow of the design: a sweep's, or a search's."""
-    narrowing = narrowing_of(args, conventions)
+    narrowing = narrowing_of(args, op, conventions)
     if impl is not None and impl.triton_interpret:
         narrowing = replace(narrowing, element_scale=INTERPRETER_ELEMENT_SCALE)
-    if get_op(args.op).distributed and args.backend == "env":  # the launcher fixed the world size
+    if op.distributed and args.backend == "env":  # the launcher fixed the world size
         size = env_world(args.timeout).world_size
         if narrowing.world_size not in (None, size):
             raise UsageError(f"--world-size {narrowing.world_size}: torchrun started {size} ranks")
@@ -291,27 +292,27 @@ def run_narrowing(args, conventions: dict, impl) -> Narrowing:
     return narrowing
 
 
-def narrowing_of(args, conventions: dict) -> Narrowing:
+def narrowing_of(args, op: Op, conventions: dict) -> Narrowing:
     """What the run's case options fix on every case of the sweep (cases.narrowing): each option its factor."""
-    _check_world_options(args)
+    _check_world_options(args, op)
     fields = {**conventions, **_fixed(args),
               **option_fields(args.dtype, args.memory_format, args.profile, args.shape, args.split)}
     fields.update({name: getattr(args, name) for name in OP_FIELDS if getattr(args, name) is not None})
     return Narrowing.of(fields, args.world_size, scans=args.scans, limits=rank_limit(args.rank))
 
 
-def _one_case(args, conventions: dict, fixed: dict, seeds) -> list[Case]:
+def _one_case(args, op: Op, conventions: dict, fixed: dict, seeds) -> list[Case]:
     """--one-case: the case the options describe, their defaults for the rest."""
     spec = parse_dtype(args.dtype or "f32")
     x_format, _, dy_format = (args.memory_format or "contiguous").partition(":")
-    own = dict(get_op(args.op).case_fields)  # the op's own fields, defaulted; given ones win (and an op
+    own = dict(op.case_fields)  # the op's own fields, defaulted; given ones win (and an op
     own.update({name: getattr(args, name) for name in OP_FIELDS if getattr(args, name) is not None})  # without them says so
     own.update(conventions)
-    shape, split = _shape_and_split(args)
+    shape, split = _shape_and_split(args, op)
     if args.rank is not None and len(shape) not in args.rank:
         raise UsageError(f"--rank {','.join(map(str, args.rank))}: --one-case's shape {','.join(map(str, shape))} has "
                          f"{len(shape)} dims (give a --shape of that rank)")
-    return [Case(args.op, shape, spec.dtype, spec.param_dtype, x_format, dy_format or None, args.profile or "normal",
+    return [Case(op.name, shape, spec.dtype, spec.param_dtype, x_format, dy_format or None, args.profile or "normal",
                  seed=seed, split=split, **own, **fixed)
             for seed in seeds]
 
@@ -348,8 +349,8 @@ def _token_case(args, given: list[str]) -> Case:
     return case
 
 
-def _check_world_options(args) -> None:
-    if not get_op(args.op).distributed:
+def _check_world_options(args, op: Op) -> None:
+    if not op.distributed:
         if args.split is not None or args.world_size is not None:
             raise UsageError(f"--split and --world-size apply to {', '.join(distributed_ops())} only, not {args.op}")
         return
@@ -362,10 +363,9 @@ def _check_world_options(args) -> None:
         raise UsageError(f"--world-size must be >= 1, got {args.world_size}")
 
 
-def _shape_and_split(args) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
+def _shape_and_split(args, op: Op) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
     """--split fixes N when --shape does not; --world-size alone splits N as evenly as possible."""
-    op = get_op(args.op)
-    _check_world_options(args)
+    _check_world_options(args, op)
     if not op.distributed:
         return args.shape or _DEFAULT_SHAPE, None
     split = args.split
@@ -382,7 +382,8 @@ def _shape_and_split(args) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
 def run_compare(args, out) -> int:
     if args.backend in PARALLEL_LAYOUTS:
         args.op, args.backend = laid_out(args.op, args.backend).name, None
-    if args.backend is not None and not get_op(args.op).distributed:
+    op = get_op(args.op)  # (fetched once: what follows reads the record)
+    if args.backend is not None and not op.distributed:
         raise UsageError(f"--backend applies to {', '.join(distributed_ops())} only, not {args.op}")
     # Report problems found before the run, not after it.
     if args.budget is not None:
@@ -399,9 +400,9 @@ def run_compare(args, out) -> int:
                         hints=not args.no_hints)
     impl = impl.checking(args.check)
     if args.budget is not None:
-        return run_search(args, impl, out)
-    cases, narrowing = build_cases(args, impl)
-    narrowed = narrowed_lines(args.op, narrowing) if narrowing is not None else []
+        return run_search(args, op, impl, out)
+    cases, narrowing = build_cases(args, op, impl)
+    narrowed = narrowed_lines(op, narrowing) if narrowing is not None else []
     impl = impl.declaring(declared_conventions(args))  # (checked by build_cases: a hint never judges them otherwise)
     backend = backend_of(impl)
     if backend is not None:
@@ -452,8 +453,8 @@ def run_compare(args, out) -> int:
     untested = "" if stopped else nothing_tested(reports)
     status = _SIGNAL_STATUS[interrupted.get("signal", "SIGINT")] if stopped.startswith("interrupted") else \
         2 if untested else 1 if failed else 0
-    covered = judged_coverage(args.op, reports, narrowing) if narrowing is not None else None
-    hint = narrowing_hint(args.op, reports)
+    covered = judged_coverage(op, reports, narrowing) if narrowing is not None else None
+    hint = narrowing_hint(op, reports)
     if args.json:
         json.dump(run_document(args.op, impl.name, backend, reports, elapsed, status, timeout, limit.describe(),
                                stopped, impl.device, impl.triton_interpret, covered, narrowed,
@@ -491,18 +492,18 @@ def _check_search_options(args) -> None:
                          "gloo or lockstep world (--backend gloo)")
 
 
-def run_search(args, impl, out) -> int:
+def run_search(args, op: Op, impl, out) -> int:
     """--budget: judge fresh cases (engine.search) under the narrowing the run's sweep would have, instead of the sweep;
     print the smallest failing case found (its row, replay line, where its errors sit) and the search's summary. Exit
     status as a sweep's: 1 when a case failed, 2 when none was tested."""
     require_hypothesis()
     conventions = {**dict(impl.follows), **declared_conventions(args)}
-    narrowing = run_narrowing(args, conventions, impl)
+    narrowing = run_narrowing(args, op, conventions, impl)
     _check_follows(impl, conventions)
-    narrowed = narrowed_lines(args.op, narrowing)
+    narrowed = narrowed_lines(op, narrowing)
     impl = impl.declaring(declared_conventions(args))
     backend = backend_of(impl)
-    strategy = search_cases(args.op, narrowing, impl.formats, impl.shares)
+    strategy = search_cases(op, narrowing, impl.formats, impl.shares)
     if backend is not None:  # (a case the world cannot run is not drawn)
         strategy = strategy.filter(lambda case: _runs_in(impl, case))
     keep_stdout = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
@@ -599,7 +600,8 @@ def run_list(args, out) -> int:
     if args.coverage:
         if not args.op:
             raise UsageError("--coverage needs --op OP (the op whose default sweep it describes)")
-        doc = coverage_document(args.op, narrowing_of(args, declared_conventions(args)))
+        op = get_op(args.op)
+        doc = coverage_document(op, narrowing_of(args, op, declared_conventions(args)))
         print(json.dumps(doc, indent=1, ensure_ascii=False) if args.json else coverage_text(doc), file=out)
         return 0
     ops = [get_op(args.op)] if args.op else list(OPS.values())

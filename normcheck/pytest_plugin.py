@@ -49,6 +49,7 @@ class Options:
     interrupted: bool = False  # a signal arrived while the implementation was probed: the first test stops the run
     budget: float | None = None  # --normcheck-budget's seconds: the search instead of the sweep (None: the sweep)
     seed: int | None = None      # --normcheck-seed: the search's draws (None: fresh ones)
+    record: object = None        # the op's record (normcheck.ops.Op), fetched once: the sweep and reports read it
     reports: list = field(default_factory=list)  # the sweep's reports, for its coverage as judged
 
 
@@ -192,7 +193,7 @@ def pytest_report_header(config):
         from normcheck.outputs.table import narrowed_lines
 
         return [f"normcheck: {o.op} / {o.impl.name}{world}, hypothesis profile {o.profile}",
-                *(f"normcheck: {line}" for line in narrowed_lines(o.op, o.narrowing))]
+                *(f"normcheck: {line}" for line in narrowed_lines(o.record, o.narrowing))]
     return None
 
 
@@ -204,11 +205,11 @@ def pytest_terminal_summary(terminalreporter, config):
     from normcheck.engine.coverage import judged_coverage, narrowing_hint
 
     o = config.stash[OPTIONS]
-    covered = judged_coverage(o.op, o.reports, o.narrowing)
+    covered = judged_coverage(o.record, o.reports, o.narrowing)
     terminalreporter.write_line(f"normcheck: {o.op} / {o.impl.name}: {covered.text()} of the default sweep")
     for line in covered.never:
         terminalreporter.write_line(f"normcheck: never judged: {line}")
-    hint = narrowing_hint(o.op, o.reports)
+    hint = narrowing_hint(o.record, o.reports)
     if hint is not None:
         terminalreporter.write_line(f"normcheck: hint: {hint.line('--normcheck-')}")
 
@@ -235,7 +236,8 @@ def _options(config) -> Options:
     from normcheck.cases.narrowing import Narrowing, rank_limit
     from normcheck.frameworks.torch.triton import INTERPRETER_ELEMENT_SCALE
     from normcheck.impls.limits import learned
-    from normcheck.cases.sweep import default_sweep, field_value
+    from normcheck.cases.sweep import default_sweep
+    from normcheck.option_text import field_value
     from normcheck.core.errors import UsageError
     from normcheck.engine.search import budget_seconds
     from normcheck.impls import backend_of, resolve_impl
@@ -284,7 +286,7 @@ def _options(config) -> Options:
                                  rank_limit(_given(config, "rank"), "--normcheck-rank"))
         if narrowing.world_size is not None and not OPS[op].distributed:
             raise UsageError(f"--normcheck-world-size applies to {', '.join(distributed_ops())} only, not {op}")
-        default_sweep(op, narrowing=narrowing)  # what no case can take is refused now, in one line
+        default_sweep(OPS[op], narrowing=narrowing)  # what no case can take is refused now, in one line
         try:  # (what it cannot do narrows the design as an option does: impls.limits)
             narrowing = learned(impl, narrowing)
         except KeyboardInterrupt:  # (Ctrl-C or SIGTERM while it ran: the run stops at its first test, reporting)
@@ -293,7 +295,7 @@ def _options(config) -> Options:
         raise pytest.UsageError(str(e)) from None
     impl = impl.checking(config.getoption("normcheck_check")).declaring(declared)  # (a hint never probes them)
     return Options(op, impl, backend_of(impl), profile, timeout, narrowing, interrupted, budget=budget,
-                   seed=config.getoption("normcheck_seed"))
+                   seed=config.getoption("normcheck_seed"), record=OPS[op])
 
 
 # The path's options (each a Case field of that name)
@@ -313,8 +315,8 @@ def _narrowing_fields(config) -> dict:
 
 
 def _given(config, name: str):
-    """The Case value of a --normcheck-NAME option given as text (sweep.field_value), None where not given."""
-    from normcheck.cases.sweep import field_value
+    """The Case value of a --normcheck-NAME option given as text (option_text.field_value), None where not given."""
+    from normcheck.option_text import field_value
     from normcheck.core.errors import UsageError
 
     text = config.getoption(f"normcheck_{name}")

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from math import prod
 
+from ..ops import Op
 from ..core.errors import UsageError
 from ..numerics.formats import expressible
 from ..ops.design import scan_of
 from .narrowing import Narrowing, fits
-from .sweep import admits, case_of, geometry_first, narrowed_design
+from .sweep import admits, case_of, geometry_first, narrowed_design, on_record
 
 MAX_ELEMENTS = 1 << 16  # a drawn case's elements at most (the sweep's scans' bound): each is judged in milliseconds
 ODD_MULTIPLES = tuple(range(1, 32, 2))
@@ -42,7 +43,8 @@ def tile_sizes(low: int = 1, high: int = MAX_ELEMENTS):
     return draw_size()
 
 
-def search_cases(op: str, narrowing: Narrowing = Narrowing(), formats: tuple[str, ...] | None = None, shares=None,
+@on_record
+def search_cases(op: Op, narrowing: Narrowing = Narrowing(), formats: tuple[str, ...] | None = None, shares=None,
                  max_elements: int = MAX_ELEMENTS):
     """A strategy of the op's cases under `narrowing` (every level the design keeps, a size factor any size up to the
     element bound), each valid and admitted by the narrowing's limits (sweep.admits); `formats` and `shares`: the

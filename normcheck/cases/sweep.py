@@ -15,39 +15,49 @@ its value back off the case); tests/meta/test_sweep.py fails when a declared val
 from __future__ import annotations
 
 from dataclasses import replace
-from functools import lru_cache
+from functools import lru_cache, wraps
 from itertools import combinations
 
 from covertable import make
 
 from ..core.errors import UsageError
 from ..numerics.formats import expressible, innermost_dim
-from ..ops import CASE_FIELDS, get_op
+from ..ops import Op, get_op
 from ..ops.design import (CLASSES, REMAINDERS, SCAN_DTYPES, SCAN_ELEMENTS, SCAN_LAYOUT, SCAN_PROFILE, TRIPLE_STRENGTH,
                           Exclusion, Factor, remainder_of, scan_of, scan_sizes, scanned_in_every_dtype, shared_anchors,
                           shared_exclusions, shared_factors)
-from .case import ORDERS, Case
+from .case import Case
 from .covering import covering_array
 from .narrowing import OPTION, SPLIT, Narrowing, fits, narrowed
 
 
+def on_record(fn):
+    """`fn` works on the op's record, fetched here once where a caller names the op (a test, the plugin's option)."""
+    @wraps(fn)
+    def on(op, *args, **kwargs):
+        return fn(get_op(op) if isinstance(op, str) else op, *args, **kwargs)
+    return on
+
+
+@on_record
 @lru_cache(maxsize=None)
-def factors(op: str) -> tuple[Factor, ...]:
+def factors(op: Op) -> tuple[Factor, ...]:
     """The op's factors: the shared ones, each replaced by the op's own of the same name, then its own."""
-    record = get_op(op)
-    own = {f.name: f for f in record.sweep.factors}
-    shared = [own.pop(f.name, f) for f in shared_factors(record)]
+    own = {f.name: f for f in op.sweep.factors}
+    shared = [own.pop(f.name, f) for f in shared_factors(op)]
     return tuple(shared) + tuple(own.values())
 
 
+@on_record
 @lru_cache(maxsize=None)
-def exclusions(op: str) -> tuple[Exclusion, ...]:
+def exclusions(op: Op) -> tuple[Exclusion, ...]:
     names = {f.name for f in factors(op)}
-    return tuple(e for e in shared_exclusions(get_op(op)) + get_op(op).sweep.exclusions if set(e.factors) <= names)
+    return tuple(e for e in shared_exclusions(op) + op.sweep.exclusions if set(e.factors) <= names)
 
 
+@on_record
 @lru_cache(maxsize=None)
-def narrowed_design(op: str, narrowing: Narrowing = Narrowing()) -> tuple[tuple[Factor, ...], tuple[Exclusion, ...]]:
+def narrowed_design(op: Op, narrowing: Narrowing = Narrowing()) -> tuple[tuple[Factor, ...], tuple[Exclusion, ...]]:
     """The op's factors with the levels that survive the run's narrowing (cases.narrowing), and the exclusions
     still to respect."""
     if not narrowing:
@@ -56,34 +66,36 @@ def narrowed_design(op: str, narrowing: Narrowing = Narrowing()) -> tuple[tuple[
     return narrowed(factors(op), exclusions(op), narrowing, lambda row: case_of(op, row, 0, narrowing), fill)
 
 
-def geometry_first(op: str, fs) -> list[Factor]:
+def geometry_first(op: Op, fs) -> list[Factor]:
     """`fs` in the order a row's free factors are filled: the op's own (its geometry: its usual sizes) first."""
-    shared = {f.name for f in shared_factors(get_op(op))}
+    shared = {f.name for f in shared_factors(op)}
     return sorted(fs, key=lambda f: f.name in shared)
 
 
+@on_record
 @lru_cache(maxsize=None)
-def design(op: str, narrowing: Narrowing = Narrowing()) -> tuple[dict, ...]:
+def design(op: Op, narrowing: Narrowing = Narrowing()) -> tuple[dict, ...]:
     """The covering array: one {factor: value} per case."""
     rows = covering_array(*narrowed_design(op, narrowing))
     # after the covering array, never inside it: anchors reshape nothing the pairs chose
     return tuple(rows + [row for row in anchor_rows(op, narrowing) if row not in rows])
 
 
+@on_record
 @lru_cache(maxsize=None)
-def anchor_rows(op: str, narrowing: Narrowing = Narrowing()) -> tuple[dict, ...]:
+def anchor_rows(op: Op, narrowing: Narrowing = Narrowing()) -> tuple[dict, ...]:
     """The op's anchors (normcheck.ops.design.Anchor) as rows: every other factor at its usual level, or where
     that meets an exclusion, at its first level that does not. An anchor the run's narrowing leaves no level of
     (order 2 in f64 under --dtype f16) goes."""
     fs, excluded = narrowed_design(op, narrowing)
     kept = {f.name: f.values for f in fs}
     rows = []
-    for anchor in shared_anchors(get_op(op)):
+    for anchor in shared_anchors(op):
         if any(v not in kept[name] for name, v in anchor.values):
             continue
         row = filled(op, dict(anchor.values), fs, excluded)
         if row is None:
-            raise ValueError(f"{op}: no level of some factor meets the anchor '{anchor.why}'")
+            raise ValueError(f"{op.name}: no level of some factor meets the anchor '{anchor.why}'")
         rows.append(row)
     return tuple(rows)
 
@@ -91,7 +103,7 @@ def anchor_rows(op: str, narrowing: Narrowing = Narrowing()) -> tuple[dict, ...]
 _NONE = object()  # (no level fits: None is a level of some factors, eps's)
 
 
-def filled(op: str, row: dict, fs, excluded, smaller: bool = False, prefer: dict | None = None) -> dict | None:
+def filled(op: Op, row: dict, fs, excluded, smaller: bool = False, prefer: dict | None = None) -> dict | None:
     """`row` with every other factor at its usual level, or where that meets an exclusion at its first level that
     does not (the op's geometry first; `smaller`: every size at the nearest level below its usual one instead;
     `prefer`: a row whose values come before those); None when a factor has no such level or the row's own values
@@ -114,8 +126,9 @@ def filled(op: str, row: dict, fs, excluded, smaller: bool = False, prefer: dict
     return {f.name: row[f.name] for f in fs}
 
 
+@on_record
 @lru_cache(maxsize=None)
-def triple_cases(op: str, narrowing: Narrowing = Narrowing(), seed: int = 0) -> tuple[Case, ...]:
+def triple_cases(op: Op, narrowing: Narrowing = Narrowing(), seed: int = 0) -> tuple[Case, ...]:
     """A case for every triple of the classes kernels choose paths by (ops.design.CLASSES: the dtype's, the layout's,
     the path's, the mode; and the remainder of the innermost extent, REMAINDERS), each class's levels taken in turn,
     the other factors at their usual levels (sizes just below them), the innermost extent set to the nearest size of
@@ -187,10 +200,11 @@ def class_of(case: Case, name: str) -> str:
     """The class a case has of a selecting factor (ops.design.CLASSES) or of its innermost extent ("remainder")."""
     if name == "remainder":
         return remainder_of(case.shape[innermost_dim(case.x_format, len(case.shape))])
-    return CLASSES[name](next(f for f in factors(case.op) if f.name == name).read(case))
+    return CLASSES[name](next(f for f in factors(case.record) if f.name == name).read(case))
 
 
-def class_triples(op: str, cases, narrowing: Narrowing = Narrowing()) -> tuple[int, int]:
+@on_record
+def class_triples(op: Op, cases, narrowing: Narrowing = Narrowing()) -> tuple[int, int]:
     """(triples of classes some case holds, triples of the classes the narrowed design's levels fall in), read off
     `cases`."""
     table = {name: set(grouped) for name, grouped in level_classes(narrowed_design(op, narrowing)[0]).items()}
@@ -216,8 +230,9 @@ def _resplit(case: Case, shape: tuple[int, ...]):
     return (*shares, extent - sum(shares))
 
 
+@on_record
 @lru_cache(maxsize=None)
-def scan_rows(op: str, narrowing: Narrowing = Narrowing()) -> tuple[tuple[str, int, dict], ...]:
+def scan_rows(op: Op, narrowing: Narrowing = Narrowing()) -> tuple[tuple[str, int, dict], ...]:
     """The boundary scans (ops.design.Scan): (factor, size, row) for each size of each scanned factor, in f64 and
     f32 (a size only 5 and 7 times a power of two make: f32 alone; the run's dtypes where it narrows them away),
     contiguous, on normal data, every other factor at its usual level (the sizes just below where the usual ones make a
@@ -249,7 +264,8 @@ def scan_rows(op: str, narrowing: Narrowing = Narrowing()) -> tuple[tuple[str, i
     return tuple(rows)
 
 
-def probe_rows(op: str, narrowing: Narrowing = Narrowing(), base: dict | None = None
+@on_record
+def probe_rows(op: Op, narrowing: Narrowing = Narrowing(), base: dict | None = None
                ) -> tuple[tuple[str | None, object, dict | None], ...]:
     """(factor, value, row) of the cases an implementation's limits are probed on: the base row (factor None: `base`,
     or every factor at its usual level), then each other level of each factor with the others as in the base (or,
@@ -274,7 +290,8 @@ def probe_rows(op: str, narrowing: Narrowing = Narrowing(), base: dict | None = 
     return tuple(rows)
 
 
-def narrowed_away(op: str, narrowing: Narrowing) -> list[tuple[str, tuple, dict]]:
+@on_record
+def narrowed_away(op: Op, narrowing: Narrowing) -> list[tuple[str, tuple, dict]]:
     """(factor, levels kept, {level gone: why}) of each factor whose levels the narrowing's limits took away from the
     design the run asked for (Narrowing.unlimited); a level's why is the first limit's that declines it."""
     if narrowing.limits == narrowing.unlimited.limits:
@@ -314,7 +331,7 @@ def _fixed_by_run(f: Factor, fixed: dict) -> bool:
     return f.fields is not None and set(f.fields(f.values[0])) <= set(fixed)
 
 
-def _fits_scan(op: str, row: dict | None, narrowing: Narrowing, read, n: int, limit: float) -> bool:
+def _fits_scan(op: Op, row: dict | None, narrowing: Narrowing, read, n: int, limit: float) -> bool:
     """A scan's row makes a case of size `n` (read back) of at most `limit` elements, in the run's world size."""
     if row is None:
         return False
@@ -325,7 +342,8 @@ def _fits_scan(op: str, row: dict | None, narrowing: Narrowing, read, n: int, li
     return read(case) == n and case.numel <= limit and narrowing.apply(case) is not None
 
 
-def case_of(op: str, row: dict, seed: int = 0, narrowing: Narrowing = Narrowing()) -> Case:
+@on_record
+def case_of(op: Op, row: dict, seed: int = 0, narrowing: Narrowing = Narrowing()) -> Case:
     """The case of a design's row, with the fields the run fixes set over it (they win), and those the
     implementation's limits give (limit_fields)."""
     fields = {name: value for name, (value, _) in limit_fields(op, narrowing).items()}
@@ -333,17 +351,18 @@ def case_of(op: str, row: dict, seed: int = 0, narrowing: Narrowing = Narrowing(
         if f.fields is not None and f.name in row:
             fields.update(f.fields(row[f.name]))
     fixed = narrowing.fixed
-    geometry = get_op(op).sweep.shape({**fixed, **row})  # (a shape may follow a convention)
-    return Case(op, seed=seed, **{**fields, **geometry, **fixed})
+    geometry = op.sweep.shape({**fixed, **row})  # (a shape may follow a convention)
+    return Case(op.name, seed=seed, **{**fields, **geometry, **fixed})
 
 
-def limit_fields(op: str, narrowing: Narrowing) -> dict:
+@on_record
+def limit_fields(op: Op, narrowing: Narrowing) -> dict:
     """{field: (value, why)} of each limit that takes one value of a case field of the op's that no factor covers
     (a layer without running statistics: running_stats none) and the run does not fix: every case takes it."""
     covered = {f.name for f in factors(op)} | {name for f in factors(op) if f.fields is not None
                                                 for name in f.fields(f.values[0])}
     return {lim.name: (lim.takes[0], lim.why) for lim in narrowing.limits
-            if lim.takes is not None and len(lim.takes) == 1 and lim.name in get_op(op).case_fields
+            if lim.takes is not None and len(lim.takes) == 1 and lim.name in op.case_fields
             and lim.name not in covered and lim.name not in narrowing.fixed}
 
 
@@ -353,7 +372,8 @@ def sweep_levels(narrowing: Narrowing = Narrowing()) -> Narrowing:
     return replace(narrowing, scans="with")
 
 
-def default_sweep(op: str, seed: int = 0, follows=(), formats: tuple[str, ...] | None = None,
+@on_record
+def default_sweep(op: Op, seed: int = 0, follows=(), formats: tuple[str, ...] | None = None,
                   shares=None, narrowing: Narrowing = Narrowing()) -> list[Case]:
     """The op's sweep under the run's `narrowing` (cases.narrowing: the fields and world size it fixes); `follows`:
     (field, value) pairs an implementation fixes (Impl.follows), set on every case like the run's own;
@@ -376,7 +396,8 @@ def default_sweep(op: str, seed: int = 0, follows=(), formats: tuple[str, ...] |
     return list(dict.fromkeys(cases))
 
 
-def coverage(op: str, cases=None, narrowing: Narrowing = Narrowing()) -> tuple[dict, dict]:
+@on_record
+def coverage(op: Op, cases=None, narrowing: Narrowing = Narrowing()) -> tuple[dict, dict]:
     """({factor: {value: cases}}, {(factor, factor): {(value, value): cases}}), read off the cases (the sweep's
     under `narrowing` unless given), for every value that survives it and every pair that is not excluded (0: not
     covered)."""
@@ -394,44 +415,7 @@ def coverage(op: str, cases=None, narrowing: Narrowing = Narrowing()) -> tuple[d
     return values, pairs
 
 
-def admits(op: str, case: Case, narrowing: Narrowing) -> bool:
+@on_record
+def admits(op: Op, case: Case, narrowing: Narrowing) -> bool:
     """Whether `case` (a generated one) has only levels the narrowing's limits take, each factor read off it."""
     return all(lim.allows_level(f, f.read(case)) for lim in narrowing.limits for f in factors(op))
-
-
-def field_value(name: str, text: str):
-    """The Case value of a fixable field or convention given as text (a pytest option): eps "none" is None,
-    affine both/none are True/False, a shape or split a comma-separated list of integers, a world size one >= 1;
-    UsageError for a number that is not one."""
-    option = name.replace("_", "-")
-    if name in ("shape", "split", "rank"):
-        try:
-            return tuple(int(v) for v in text.split(","))
-        except ValueError:
-            raise UsageError(f"{option} {text!r} is not a comma-separated list of integers") from None
-    if name == "world_size":
-        if not text.strip().isdigit() or int(text) < 1:
-            raise UsageError(f"{option} must be an integer >= 1, got {text!r}")
-        return int(text)
-    if name == "affine":
-        return {"both": True, "none": False}.get(text, text)
-    if name == "eps" and text.lower() == "none":
-        return None
-    if name in CASE_FIELDS:
-        return CASE_FIELDS[name].value(text)
-    if name == "order":
-        return order_value(text)
-    if name in ("eps", "momentum"):
-        try:
-            return float(text)
-        except ValueError:
-            raise UsageError(f"{option} must be a number, got {text!r}") from None
-    return text
-
-
-def order_value(text: str):
-    """An order given as text: 1 and 2 are numbers, the forward-mode ones names (Case.order)."""
-    value = int(text) if text.strip().isdigit() else text.strip()
-    if value not in ORDERS:
-        raise UsageError(f"order must be one of {', '.join(map(str, ORDERS))}, got {text!r}")
-    return value

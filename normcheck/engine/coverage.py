@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..ops import Op
 from ..cases.narrowing import Narrowing
 from ..cases.sweep import coverage, default_sweep, factors, narrowed_away
 from .report import FAIL, SKIP
@@ -32,7 +33,7 @@ class JudgedCoverage:
         return f"{self.judged} of {self.designed} pairs judged"
 
 
-def judged_coverage(op: str, reports, narrowing: Narrowing) -> JudgedCoverage:
+def judged_coverage(op: Op, reports, narrowing: Narrowing) -> JudgedCoverage:
     """What the run's judged reports covered of the design its options ask for (`narrowing`: the run's, with the
     implementation's limits, which are taken away to find the design asked for)."""
     asked = narrowing.unlimited
@@ -100,7 +101,7 @@ class NarrowingHint:
         return f"{self.text}: {prefix}{self.option} {self.value}"
 
 
-def narrowing_hint(op: str, reports) -> NarrowingHint | None:
+def narrowing_hint(op: Op, reports) -> NarrowingHint | None:
     """Where the rows that raised one exception (its type: most of the FAIL rows that raised) all sit on levels of one
     factor and every other judged row on its other levels ('every rank 2, 3 and 5 case raised ValueError: expected 4D
     input ...; rank 4 runs'), the option that keeps those other levels; None otherwise. A rank takes several levels;

@@ -27,7 +27,7 @@ from ..cases.narrowing import Limit, Narrowing
 from ..cases.sweep import case_of, narrowed_design, probe_rows
 from ..core.errors import CaseTimeout, Unsupported, UsageError
 from ..engine.compare import case_inputs
-from ..ops import Impl
+from ..ops import Impl, Op, get_op
 
 ROUNDS = 3  # a limit changes the usual levels the next probes start from; more rounds than this find nothing new
 # What probing may cost a run: its wall seconds, and the probes that fail (each restarts the implementation's worker
@@ -39,20 +39,21 @@ FAILING_PROBES = 3
 def learned(impl: Impl, narrowing: Narrowing) -> Narrowing:
     """The run's `narrowing` with the limits a bound `impl` declares or says on probe cases. A limit that would leave a
     factor no level is not taken (the sweep's SKIP rows then say why)."""
+    op = get_op(impl.op)  # (fetched once: the probes read the record)
     said = {}  # case -> what the implementation said of it: each probe case runs once
     budget = Budget()
     with impl.limit.aside() if impl.limit is not None else nullcontext():
         for _ in range(ROUNDS):
-            found = [lim for lim in probe(impl, narrowing, said, budget) if lim not in narrowing.limits]
+            found = [lim for lim in probe(impl, op, narrowing, said, budget) if lim not in narrowing.limits]
             if not found and budget.every_probe_declined and narrowing.fields:
                 # (the run's own options leave it nothing it takes: what it takes outside them says which option,
                 # and the run's fields still win, engine.coverage.overruled)
                 open_design = replace(narrowing, fields=tuple((k, v) for k, v in narrowing.fields if k in CONVENTIONS))
-                return narrowing.with_limits(probe(impl, open_design, said, budget))
+                return narrowing.with_limits(probe(impl, op, open_design, said, budget))
             if not found:
                 break
             try:
-                narrowed_design(impl.op, narrowing.with_limits(found))
+                narrowed_design(op, narrowing.with_limits(found))
             except UsageError:
                 break
             narrowing = narrowing.with_limits(found)
@@ -76,23 +77,23 @@ class Budget:
             self.deadline = perf_counter() + PROBE_SECONDS
 
 
-def probe(impl: Impl, narrowing: Narrowing, said: dict, budget: Budget) -> list[Limit]:
+def probe(impl: Impl, op: Op, narrowing: Narrowing, said: dict, budget: Budget) -> list[Limit]:
     """The limits `impl` shows on the probe cases of the design `narrowing` leaves (`said`: case -> what it said,
     kept between rounds), within `budget`. Levels are probed from a case it runs (the usual one, else the first probe
     it runs): a plain decline of a case one level away from that case declines that level."""
-    rows = probe_rows(impl.op, narrowing)
+    rows = probe_rows(op, narrowing)
     try:
         base = next((row for _, _, row in rows if row is not None and not budget.spent
-                     and _said(impl, row, narrowing, said, budget) is None), None)
+                     and _said(impl, op, row, narrowing, said, budget) is None), None)
     except CaseTimeout:  # (a probe that hangs tells nothing; the sweep's own limits deal with the rest)
         return []
     budget.every_probe_declined = base is None and not budget.spent
     if base is not None and base != rows[0][2]:
-        rows = probe_rows(impl.op, narrowing, base)
+        rows = probe_rows(op, narrowing, base)
     found = []
     for name, value, row in rows:  # (past the budget, what its record declares is still read: it costs no run)
         try:
-            declines = _said(impl, row, narrowing, said, budget)
+            declines = _said(impl, op, row, narrowing, said, budget)
         except CaseTimeout:
             break
         if declines is None:
@@ -106,12 +107,12 @@ def probe(impl: Impl, narrowing: Narrowing, said: dict, budget: Budget) -> list[
     return list(dict.fromkeys(found))
 
 
-def _said(impl: Impl, row: dict | None, narrowing: Narrowing, said: dict, budget: Budget):
+def _said(impl: Impl, op: Op, row: dict | None, narrowing: Narrowing, said: dict, budget: Budget):
     """What `impl` says of the case of `row` (declined: ...), asked once; None where it runs it (or no case is made)."""
     if row is None:
         return None
     try:
-        case = case_of(impl.op, row, 0, narrowing)
+        case = case_of(op, row, 0, narrowing)
     except UsageError:
         return None
     if case not in said and budget.spent:

@@ -469,6 +469,10 @@ class Op:
         if self.running_stats and {s.kind for s in self.stages} - {"activation"}:
             raise ValueError(f"op {self.name}: eval mode composes an activation after the norm only")
 
+    def __hash__(self) -> int:
+        # (the sweep's caches are keyed by the record: its name, not every field's hash, on each call)
+        return hash(self.name)
+
     @property
     def epilogue(self):
         """The element-wise function of an activation stage after the norm (reference.stages.ElementFunction; None:

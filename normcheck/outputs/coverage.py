@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..ops import Op
 from ..cases.narrowing import Narrowing
 from ..cases.sweep import case_of, class_triples, coverage, default_sweep, narrowed_design, scan_rows, triple_cases
 from ..ops.design import SCAN_MULTIPLES
 
 
-def coverage_document(op: str, narrowing: Narrowing = Narrowing()) -> dict:
+def coverage_document(op: Op, narrowing: Narrowing = Narrowing()) -> dict:
     """What the op's sweep covers, narrowed as the run's options say."""
     cases = default_sweep(op, narrowing=replace(narrowing, scans="without")) if narrowing.scans != "only" else []
     values, pairs = coverage(op, cases, narrowing)
@@ -21,7 +22,7 @@ def coverage_document(op: str, narrowing: Narrowing = Narrowing()) -> dict:
     missing += [f"{a}={fs[a].show(va)} × {b}={fs[b].show(vb)}" for (a, b), counts in pairs.items()
                 for (va, vb), n in counts.items() if not n]
     return {
-        "op": op, "cases": len(cases), "distinct_shapes": len({c.shape for c in cases}),
+        "op": op.name, "cases": len(cases), "distinct_shapes": len({c.shape for c in cases}),
         "factors": [{"name": f.name, "values": [{"value": f.show(lv.value), "why": lv.why, "cases": values[f.name][lv.value]}
                                                 for lv in f.levels]} for f in fs.values()],
         "pairs": [{"factors": [a, b], "covered": sum(1 for n in counts.values() if n), "allowed": len(counts),
@@ -35,13 +36,13 @@ def coverage_document(op: str, narrowing: Narrowing = Narrowing()) -> dict:
     }
 
 
-def triples_document(op: str, narrowing: Narrowing, cases) -> dict:
+def triples_document(op: Op, narrowing: Narrowing, cases) -> dict:
     """How many cases the class triples add, and the triples of classes the cases hold of those there are."""
     held, total = class_triples(op, cases, narrowing)
     return {"cases": len(triple_cases(op, narrowing)) if cases else 0, "held": held, "triples": total}
 
 
-def scans_document(op: str, narrowing: Narrowing, design) -> list[dict]:
+def scans_document(op: Op, narrowing: Narrowing, design) -> list[dict]:
     """The boundary scans: per scanned factor, the sizes its cases have and in which dtypes, and how many cases they
     add to the covering design's (`design`: a case two scans or the design share counts once)."""
     by_factor: dict[str, dict] = {}

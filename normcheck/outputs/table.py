@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 from typing import TextIO
 
+from ..ops import Op
 from ..engine import FAIL, KNOWN, MISTRUSTED, PASS, Report, tally, tested_count
 from ..cases.narrowing import Narrowing
 from ..cases.sweep import factors, limit_fields, narrowed_away
@@ -85,7 +86,7 @@ def search_summary_line(op: str, impl: str, run: Search) -> str:
             f"{tally_of(run.verdicts)}{shrink}")
 
 
-def narrowed_lines(op: str, narrowing: Narrowing) -> list[str]:
+def narrowed_lines(op: Op, narrowing: Narrowing) -> list[str]:
     """One line per factor whose levels the implementation's limits took away from the design the run asked for
     (cases.sweep.narrowed_away), with why: 'narrowed: order 1 and fwd only (not 2, fwd-rev: ...)'."""
     show = {f.name: f.show for f in factors(op)}

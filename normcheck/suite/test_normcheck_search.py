@@ -18,7 +18,7 @@ def test_budgeted_search(normcheck_options):
     o = normcheck_options
     if o.interrupted:  # (a signal while the implementation was probed: the run stops here, reporting)
         raise KeyboardInterrupt
-    run = search(o.impl, search_cases(o.op, o.narrowing, o.impl.formats, o.impl.shares), o.budget, seed=o.seed,
+    run = search(o.impl, search_cases(o.record, o.narrowing, o.impl.formats, o.impl.shares), o.budget, seed=o.seed,
                  database=database_folder(o.op, o.impl.name, o.narrowing))
     if run.interrupted:
         raise KeyboardInterrupt

@@ -28,7 +28,7 @@ def pytest_generate_tests(metafunc):
     if "sweep_case" in metafunc.fixturenames:
         options = metafunc.config.stash[OPTIONS]
         # in the conventions it follows, narrowed by the fields the run fixes
-        sweep = default_sweep(options.op, formats=options.impl.formats, shares=options.impl.shares,
+        sweep = default_sweep(options.record, formats=options.impl.formats, shares=options.impl.shares,
                               narrowing=options.narrowing)
         metafunc.parametrize("sweep_case", sweep, ids=[f"{c.label} seed={c.seed}" for c in sweep])
 
@@ -70,7 +70,7 @@ def test_generated_cases(normcheck_options):
     @given(cases(o.op, **_GENERATED.get(o.backend, {})))
     def property_(case):
         case = o.narrowing.apply(case)
-        assume(case is not None and admits(o.op, case, o.narrowing))  # (a generated case the run's fields do not fit,
+        assume(case is not None and admits(o.record, case, o.narrowing))  # (a generated case the run's fields do not fit,
         # or with a level the implementation does not take)
         check(o, case)
 
