@@ -138,7 +138,24 @@ def narrowed(factors: tuple[Factor, ...], exclusions: tuple[Exclusion, ...], nar
              fill_order: tuple[str, ...]) -> tuple[tuple[Factor, ...], tuple[Exclusion, ...]]:
     """The factors with the levels that survive `narrowing`, and the exclusions still to respect (those between two
     factors the run fixed go: the run asked for that combination). `build(row)`: the case a full row makes under the
-    run's fields; `fill_order`: the order a trial row's other factors are filled in (the op's geometry first)."""
+    run's fields; `fill_order`: the order a trial row's other factors are filled in (the op's geometry first).
+
+    Four steps: the levels the run's fields give; those the implementation's limits leave of the rest; the exclusions
+    still to respect; then the levels whose trial cases are valid and read them back (survivors)."""
+    levels, given = given_levels(factors, narrowing)
+    levels = limited_levels(factors, levels, given, narrowing)
+    exclusions = kept_exclusions(factors, exclusions, given, narrowing)
+    by_name = {f.name: f for f in factors}
+    trials = Trials(tuple(by_name[name] for name in fill_order), exclusions, build)
+    levels = survivors(factors, levels, trials)
+    return tuple(replace(f, levels=tuple(levels[f.name]), usual=_usual_index(f, levels[f.name]))
+                 for f in factors), exclusions
+
+
+def given_levels(factors: tuple[Factor, ...], narrowing: Narrowing) -> tuple[dict[str, list[Level]], set[str]]:
+    """Each factor's levels under the run's fields, and the factors they decide: a world size keeps the splits of
+    that many ranks; a field the run fixes keeps its level (or becomes the factor's one level, a value no level has);
+    a --shape decides every geometry factor."""
     fixed = narrowing.fixed
     levels = {f.name: list(f.levels) for f in factors}
     given = set()
@@ -151,8 +168,15 @@ def narrowed(factors: tuple[Factor, ...], exclusions: tuple[Exclusion, ...], nar
             given.add(f.name)
         elif f.fields is None and "shape" in fixed:
             given.add(f.name)  # geometry, which the run's shape fixes
-    # What the implementation takes narrows the levels the run left open (its own fields win)
-    for lim in (lim for lim in narrowing.limits if lim.name not in fixed):
+    return levels, given
+
+
+def limited_levels(factors: tuple[Factor, ...], levels: dict[str, list[Level]], given: set[str],
+                   narrowing: Narrowing) -> dict[str, list[Level]]:
+    """What the implementation takes narrows the levels the run left open (its own fields win); a limit that takes
+    one value no level has makes it the factor's level; one that leaves a factor nothing is the run's error."""
+    levels = dict(levels)
+    for lim in (lim for lim in narrowing.limits if lim.name not in narrowing.fixed):
         for f in factors:
             if f.name in given:
                 continue
@@ -162,64 +186,92 @@ def narrowed(factors: tuple[Factor, ...], exclusions: tuple[Exclusion, ...], nar
             if not kept:
                 raise UsageError(f"no level of {f.name} is left: {lim.why}")
             levels[f.name] = kept
-    # The run asked for the values of factors it fixes together; a factor whose field it fixes (groups) has levels
-    # that were labels of the values it replaced: the trial cases' validity says what meets them
-    replaced = {f.name for f in factors if f.field is not None and f.field in fixed}
-    exclusions = tuple(e for e in exclusions if not set(e.factors) <= given and not set(e.factors) & replaced)
-    if narrowing.element_scale is not None:
-        exclusions = tuple(e.scaled(narrowing.element_scale) for e in exclusions)
-    by_name = {f.name: f for f in factors}
-    order = [by_name[name] for name in fill_order]
+    return levels
 
-    def trial(name, value):
+
+def kept_exclusions(factors: tuple[Factor, ...], exclusions: tuple[Exclusion, ...], given: set[str],
+                    narrowing: Narrowing) -> tuple[Exclusion, ...]:
+    """The exclusions still to respect: the run asked for the values of factors it fixes together; a factor whose
+    field it fixes (groups) has levels that were labels of the values it replaced (the trial cases' validity says what
+    meets them); a smaller element bound scales the size exclusions."""
+    replaced = {f.name for f in factors if f.field is not None and f.field in narrowing.fixed}
+    kept = tuple(e for e in exclusions if not set(e.factors) <= given and not set(e.factors) & replaced)
+    return tuple(e.scaled(narrowing.element_scale) for e in kept) if narrowing.element_scale is not None else kept
+
+
+@dataclass(frozen=True)
+class Trials:
+    """The trial case of one factor's level: the other factors filled in `order` at their usual surviving levels that
+    fit the exclusions, built under the run's fields (`build`)."""
+    order: tuple[Factor, ...]
+    exclusions: tuple[Exclusion, ...]
+    build: Build
+
+    def of(self, levels: dict[str, list[Level]], name: str, value) -> tuple[dict, Any, UsageError | None]:
+        """(row, its case or None, the error that refused it)."""
         row = {name: value}
-        for f in order:
+        for f in self.order:
             if f.name in row:
                 continue
-            fitting = [lv.value for lv in _usual_first(f, levels[f.name]) if fits(exclusions, row, f.name, lv.value)]
+            fitting = [lv.value for lv in _usual_first(f, levels[f.name]) if fits(self.exclusions, row, f.name, lv.value)]
             if not fitting:
                 return row, None, None
             row[f.name] = fitting[0]
         try:
-            return row, build(row), None
+            return row, self.build(row), None
         except UsageError as e:
-            error = e
-        # The usual companions may clash with the run's fields (--group-size 3 with a row of 16): another level of
-        # one of them may fit
-        for f in order:
+            other = self._other_companion(levels, name, row)
+            return other if other is not None else (row, None, e)
+
+    def _other_companion(self, levels: dict[str, list[Level]], name: str, row: dict):
+        """The usual companions may clash with the run's fields (--group-size 3 with a row of 16): the row with
+        another level of one of them that builds, or None."""
+        for f in self.order:
             for lv in ([] if f.name == name else _usual_first(f, levels[f.name])[1:]):
                 rest = {k: v for k, v in row.items() if k != f.name}  # (they fit each other: the fill checked them)
-                if fits(exclusions, rest, f.name, lv.value):
+                if fits(self.exclusions, rest, f.name, lv.value):
                     other = {**row, f.name: lv.value}
                     try:
-                        return other, build(other), None
+                        return other, self.build(other), None
                     except UsageError:
                         continue
-        return row, None, error
+        return None
 
-    # First each level alone (its own value read back); a factor none of whose levels survive takes the value the
-    # run's cases read (a --shape's rows); then every factor read back, until nothing changes.
-    first_error = None
-    for own_only in (True, False, False, False):
+
+# Read-back passes after the first before a narrowing gives up settling (each pass can only take levels away)
+READ_BACK_PASSES = 3
+
+
+def survivors(factors: tuple[Factor, ...], levels: dict[str, list[Level]], trials: Trials) -> dict[str, list[Level]]:
+    """The levels whose trial case is valid and reads them back: first each level its own value alone (a factor none
+    of whose levels survive takes the value the run's cases read: a --shape's rows), then every factor read back, pass
+    after pass until no level goes."""
+    levels = dict(levels)
+    first_error = [None]
+
+    def one_pass(own_only: bool) -> bool:
         changed = False
-        for f in order:  # (the geometry first: a --shape's sizes are read before the factors they decide)
+        for f in trials.order:  # (the geometry first: a --shape's sizes are read before the factors they decide)
             kept = []
             for lv in levels[f.name]:
-                row, case, error = trial(f.name, lv.value)
-                first_error = first_error or error
+                row, case, error = trials.of(levels, f.name, lv.value)
+                first_error[0] = first_error[0] or error
                 names = [f] if own_only else factors
                 if case is not None and all(g.read(case) == row[g.name] for g in names):
                     kept.append(lv)
             if not kept and own_only:
-                kept = _read_level(f, levels, trial)
+                kept = _read_level(f, levels, trials)
             if not kept:
-                raise first_error or UsageError(f"no case of the sweep takes the run's options ({f.name} has no level)")
+                raise first_error[0] or UsageError(f"no case of the sweep takes the run's options ({f.name} has no level)")
             changed |= kept != levels[f.name]
             levels[f.name] = kept
-        if not own_only and not changed:
+        return changed
+
+    one_pass(own_only=True)
+    for _ in range(READ_BACK_PASSES):
+        if not one_pass(own_only=False):
             break
-    return tuple(replace(f, levels=tuple(levels[f.name]), usual=_usual_index(f, levels[f.name]))
-                 for f in factors), exclusions
+    return levels
 
 
 def fits(exclusions, row: dict, name: str, value) -> bool:
@@ -239,11 +291,11 @@ def _given_value(f: Factor, fixed: dict):
     return fixed[keys[0]] if len(keys) == 1 else tuple(fixed[k] for k in keys)
 
 
-def _read_level(f: Factor, levels: dict, trial) -> list[Level]:
+def _read_level(f: Factor, levels: dict, trials: Trials) -> list[Level]:
     """The one level a factor has where the run's fields decide it: the value the first case built from one of its
     levels (the usual first) reads."""
     for lv in _usual_first(f, levels[f.name]):
-        row, case, error = trial(f.name, lv.value)
+        row, case, error = trials.of(levels, f.name, lv.value)
         if case is not None:
             return [Level(f.read(case), GIVEN)]
     return []
