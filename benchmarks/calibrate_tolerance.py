@@ -51,7 +51,8 @@ def correct_impls(op: str, fp8: bool = False):
         baseline = resolve_impl(op, "baseline")
         return [(label, resolve_impl(op, impl), CONSTANTS) for label, impl in named
                 if dict(getattr(impl, "follows", ())).get("fp8")] + [
-            (f"baseline {f} (formula only)", replace(baseline, follows=(("fp8", f),)), FORMULA_ONLY) for f in FP8_FORMATS]
+            (f"baseline {f} (formula only)", replace(baseline, impl=replace(baseline.impl, follows=(("fp8", f),))),
+             FORMULA_ONLY) for f in FP8_FORMATS]
     return [(label, resolve_impl(op, impl), CONSTANTS) for label, impl in named
             if not dict(getattr(impl, "follows", ())).get("fp8")] + [
         ("baseline (formula only)", resolve_impl(op, "baseline"), FORMULA_ONLY)]
@@ -75,7 +76,7 @@ def sharing_cases(judged):
     """`judged` ((label, impl, constants) triples) with those that follow the same conventions under the same
     constants next to each other: they judge the same case one after another and share its reference, bounds and
     baseline (engine.compare keeps the last case's)."""
-    return sorted(judged, key=lambda j: (repr(j[2]), repr(sorted(j[1].follows))))
+    return sorted(judged, key=lambda j: (repr(j[2]), repr(sorted(j[1].impl.follows))))
 
 
 def survey(op: str, dtype: str, count: int, order: int = 1) -> dict:
@@ -87,10 +88,10 @@ def survey(op: str, dtype: str, count: int, order: int = 1) -> dict:
 
     def judge(drawn, order):
         for label, impl, constants in judged:
-            case = drawn.with_(**dict(impl.follows), order=order)  # in the conventions it follows (RMSNorm's offset, casting)
+            case = drawn.with_(**dict(impl.impl.follows), order=order)  # in the conventions it follows (RMSNorm's offset, casting)
             if impl.unsupported(case):
                 continue  # (once differentiable at order 2)
-            issues = [k for k in impl.known_issues if k.applies(case)]
+            issues = [k for k in impl.impl.known_issues if k.applies(case)]
             report = compare(op, impl, case, constants)
             if issues:
                 # inside a recorded torch issue's region the tensors its signature names are not evidence either way;
@@ -145,10 +146,10 @@ def fp8_survey(op: str, dtype: str, count: int) -> dict:
     @given(cases(op, dtypes=[dtype]))
     def run_fp8(drawn):
         for label, impl, constants in judged:
-            case = drawn.with_(**dict(impl.follows))
+            case = drawn.with_(**dict(impl.impl.follows))
             if impl.unsupported(case):
                 continue
-            issue = any(k.applies(case) for k in impl.known_issues)
+            issue = any(k.applies(case) for k in impl.impl.known_issues)
             known[label] += issue
             report = compare(op, impl, case, constants)
             judged_tensors = [t for t in report.tensors if not issue or t.name in FP8_TENSORS]
@@ -173,10 +174,10 @@ def mutant_margins(op: str, fp8: bool = False) -> dict:
     impls = {name: resolve_impl(op, fn) for name, fn in table.items()}
     reports = defaultdict(list)
     # case by case, every mutant following the sweep's conventions in turn: they share the case's expectations
-    for follows in dict.fromkeys(impl.follows for impl in impls.values()):
+    for follows in dict.fromkeys(impl.impl.follows for impl in impls.values()):
         for case in default_sweep(op, follows=follows):
             for name, impl in impls.items():
-                if impl.follows == follows:
+                if impl.impl.follows == follows:
                     reports[name].append(compare(op, impl, case))
     out = {}
     for name in table:

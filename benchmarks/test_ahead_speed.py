@@ -22,6 +22,6 @@ def test_default_sweep_with_the_next_case_prepared_ahead(benchmark, judged_sweep
         pytest.skip("a whole sweep per parameter (10-20 s); run with --benchmark-enable (tests/test_cli.py runs the "
                     "CLI's prepared loop)")
     impl = resolve_impl(op)
-    reports = judged_sweep(impl, default_sweep(op, follows=impl.follows), f"{op}: default sweep on {impl.name}",
+    reports = judged_sweep(impl, default_sweep(op, follows=impl.impl.follows), f"{op}: default sweep on {impl.name}",
                            rounds=1, prepared=prepared)
     assert not [r.summary() for r in reports if r.verdict == FAIL]

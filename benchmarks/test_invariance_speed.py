@@ -24,5 +24,5 @@ def test_default_sweep_with_and_without_the_check(benchmark, judged_sweep, op, c
     impl = resolve_impl(op, "torch")
     if check != "plain sweep":
         impl = impl.checking([BATCH_INVARIANCE])
-    reports = judged_sweep(impl, default_sweep(op, follows=impl.follows), f"{op}: default sweep on torch", rounds=1)
+    reports = judged_sweep(impl, default_sweep(op, follows=impl.impl.follows), f"{op}: default sweep on torch", rounds=1)
     assert not [r.summary() for r in reports if r.verdict == FAIL]

@@ -23,6 +23,6 @@ def test_default_sweep_with_and_without_the_scans(benchmark, judged_sweep, op, s
         pytest.skip("a whole sweep per parameter (1-15 s); run with --benchmark-enable (tests/meta/test_scans.py "
                     "checks what the scans are)")
     impl = resolve_impl(op)
-    cases = default_sweep(op, follows=impl.follows, shares=impl.shares, narrowing=Narrowing(scans=scans))
+    cases = default_sweep(op, follows=impl.impl.follows, shares=impl.impl.shares, narrowing=Narrowing(scans=scans))
     reports = judged_sweep(impl, cases, f"{op}: default sweep on {impl.name}", rounds=1)
     assert not [r.summary() for r in reports if r.verdict == FAIL]

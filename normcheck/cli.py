@@ -227,23 +227,23 @@ def _positive(text: str) -> int:
     return value
 
 
-def build_cases(args, op: Op, impl=None) -> tuple[list[Case], Narrowing | None]:
+def build_cases(args, op: Op, bound=None) -> tuple[list[Case], Narrowing | None]:
     """The cases to run: a --case token's, --one-case's, or the default sweep narrowed by the case options and by what
-    the implementation cannot do (impls.limits; in the layouts it can express, Impl.formats, and the splits,
+    the `bound` implementation cannot do (impls.limits; in the layouts it can express, Impl.formats, and the splits,
     Impl.shares); all in the conventions it follows (Impl.follows) or --weight-offset / --casting say. With the
     narrowing of a sweep (None: the cases were named)."""
-    follows = dict(impl.follows) if impl is not None else {}
+    follows = dict(bound.impl.follows) if bound is not None else {}
     conventions = {**follows, **declared_conventions(args)}
-    cases, narrowing = _build_cases(args, op, conventions, impl)  # (refuses what no case takes)
-    _check_follows(impl, conventions)
+    cases, narrowing = _build_cases(args, op, conventions, bound)  # (refuses what no case takes)
+    _check_follows(bound, conventions)
     return cases, narrowing
 
 
-def _check_follows(impl, conventions: dict) -> None:
+def _check_follows(bound, conventions: dict) -> None:
     """A convention the run declares is the one the implementation follows, where it follows one."""
-    for name, value in (impl.follows if impl is not None else ()):
+    for name, value in (bound.impl.follows if bound is not None else ()):
         if conventions[name] != value:
-            raise UsageError(f"--{name.replace('_', '-')} {conventions[name]}: {impl.name} follows {name}={value}")
+            raise UsageError(f"--{name.replace('_', '-')} {conventions[name]}: {bound.name} follows {name}={value}")
 
 
 def declared_conventions(args) -> dict:
@@ -261,7 +261,7 @@ def _fixed(args) -> dict:
     return fixed
 
 
-def _build_cases(args, op: Op, conventions: dict, impl) -> tuple[list[Case], Narrowing | None]:
+def _build_cases(args, op: Op, conventions: dict, bound) -> tuple[list[Case], Narrowing | None]:
     given = [k for k in (*_CASE_OPTIONS, "cases", "seed", "one_case") if _is_given(getattr(args, k))]
     fixed = _fixed(args)
     if args.case is not None:
@@ -271,24 +271,24 @@ def _build_cases(args, op: Op, conventions: dict, impl) -> tuple[list[Case], Nar
     seeds = range(first, first + (args.cases or 1))
     if args.one_case:
         return _one_case(args, op, conventions, fixed, seeds), None
-    narrowing = run_narrowing(args, op, conventions, impl)
+    narrowing = run_narrowing(args, op, conventions, bound)
     return [case for seed in seeds
-            for case in default_sweep(op, seed, formats=impl and impl.formats, shares=impl and impl.shares,
-                                      narrowing=narrowing)], narrowing
+            for case in default_sweep(op, seed, formats=bound and bound.impl.formats,
+                                      shares=bound and bound.impl.shares, narrowing=narrowing)], narrowing
 
 
-def run_narrowing(args, op: Op, conventions: dict, impl) -> Narrowing:
+def run_narrowing(args, op: Op, conventions: dict, bound) -> Narrowing:
     """What the run's options and the implementation's limits narrow of the design: a sweep's, or a search's."""
     narrowing = narrowing_of(args, op, conventions)
-    if impl is not None and impl.triton_interpret:
+    if bound is not None and bound.triton_interpret:
         narrowing = replace(narrowing, element_scale=INTERPRETER_ELEMENT_SCALE)
     if op.distributed and args.backend == "env":  # the launcher fixed the world size
         size = env_world(args.timeout).world_size
         if narrowing.world_size not in (None, size):
             raise UsageError(f"--world-size {narrowing.world_size}: torchrun started {size} ranks")
         narrowing = replace(narrowing, world_size=size)
-    if impl is not None:  # (what it cannot do narrows the design as an option does: impls.limits)
-        narrowing = learned(impl, narrowing)
+    if bound is not None:  # (what it cannot do narrows the design as an option does: impls.limits)
+        narrowing = learned(bound, narrowing)
     return narrowing
 
 
@@ -396,20 +396,20 @@ def run_compare(args, out) -> int:
     for option, path in (("--junit-xml", args.junit_xml), ("--plot", args.plot)):
         if path is not None:
             _check_writable(option, Path(path))
-    impl = resolve_impl(args.op, args.impl, args.backend, limit, args.framework, args.device, args.triton_interpret,
-                        hints=not args.no_hints)
-    impl = impl.checking(args.check)
+    bound = resolve_impl(args.op, args.impl, args.backend, limit, args.framework, args.device, args.triton_interpret,
+                         hints=not args.no_hints)
+    bound = bound.checking(args.check)
     if args.budget is not None:
-        return run_search(args, op, impl, out)
-    cases, narrowing = build_cases(args, op, impl)
+        return run_search(args, op, bound, out)
+    cases, narrowing = build_cases(args, op, bound)
     narrowed = narrowed_lines(op, narrowing) if narrowing is not None else []
-    impl = impl.declaring(declared_conventions(args))  # (checked by build_cases: a hint never judges them otherwise)
-    backend = backend_of(impl)
+    bound = bound.declaring(declared_conventions(args))  # (checked by build_cases: a hint never judges them otherwise)
+    backend = backend_of(bound)
     if backend is not None:
         for case in cases:
-            check_world(impl, case)
+            check_world(bound, case)
         if args.backend == "env" and env_world(args.timeout).rank != 0:
-            return _serve_as_peer(args, impl, cases)
+            return _serve_as_peer(args, bound, cases)
     start = time.perf_counter()
     reports = []
     timeout = args.timeout
@@ -418,17 +418,17 @@ def run_compare(args, out) -> int:
     # What code run in this process prints never mixes with a JSON document on stdout (workers write theirs to a
     # file of their own)
     keep_stdout = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
-    with Progress(len(cases), f"{args.op} / {impl.name}", wants_progress(quiet=args.json)) as progress, \
+    with Progress(len(cases), f"{args.op} / {bound.name}", wants_progress(quiet=args.json)) as progress, \
             _interruptible() as interrupted, keep_stdout:
         for line in narrowed if not args.json else ():
             progress.print(line, out)
-        for case in ahead(cases, lambda c: impl.unsupported(c.with_(order=1)) is None):
+        for case in ahead(cases, lambda c: bound.unsupported(c.with_(order=1)) is None):
             if limit.stuck:
                 stopped = limit.stuck
                 break
             printed.start()
             try:
-                report = judge(case, impl)
+                report = judge(case, bound)
             except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (see _interruptible): report what ran
                 stopped = f"interrupted by {interrupted.get('signal', 'SIGINT')}"
                 break
@@ -456,20 +456,20 @@ def run_compare(args, out) -> int:
     covered = judged_coverage(op, reports, narrowing) if narrowing is not None else None
     hint = narrowing_hint(op, reports)
     if args.json:
-        json.dump(run_document(args.op, impl.name, backend, reports, elapsed, status, timeout, limit.describe(),
-                               stopped, impl.device, impl.triton_interpret, covered, narrowed,
+        json.dump(run_document(args.op, bound.name, backend, reports, elapsed, status, timeout, limit.describe(),
+                               stopped, bound.device, bound.triton_interpret, covered, narrowed,
                                hint.line() if hint else None),
                   out, indent=1, allow_nan=False)
         print(file=out)
     else:
-        print(summary_line(args.op, impl.name, reports, elapsed, covered), file=out)
+        print(summary_line(args.op, bound.name, reports, elapsed, covered), file=out)
         if hint is not None:
             print(f"hint: {hint.line()}", file=out)
     if args.junit_xml:
-        write_junit(args.junit_xml, args.op, impl.name, backend, reports, elapsed, args.strict, timeout, stopped,
+        write_junit(args.junit_xml, args.op, bound.name, backend, reports, elapsed, args.strict, timeout, stopped,
                     len(cases))
     if args.plot:
-        write_plot(args.plot, f"{args.op} / {impl.name}", reports)
+        write_plot(args.plot, f"{args.op} / {bound.name}", reports)
     if untested:
         why = overruled(narrowing) if narrowing is not None else []
         print(f"normcheck: error: {untested}{''.join('; ' + w for w in why)}", file=sys.stderr)
@@ -492,52 +492,52 @@ def _check_search_options(args) -> None:
                          "gloo or lockstep world (--backend gloo)")
 
 
-def run_search(args, op: Op, impl, out) -> int:
+def run_search(args, op: Op, bound, out) -> int:
     """--budget: judge fresh cases (engine.search) under the narrowing the run's sweep would have, instead of the sweep;
     print the smallest failing case found (its row, replay line, where its errors sit) and the search's summary. Exit
     status as a sweep's: 1 when a case failed, 2 when none was tested."""
     require_hypothesis()
-    conventions = {**dict(impl.follows), **declared_conventions(args)}
-    narrowing = run_narrowing(args, op, conventions, impl)
-    _check_follows(impl, conventions)
+    conventions = {**dict(bound.impl.follows), **declared_conventions(args)}
+    narrowing = run_narrowing(args, op, conventions, bound)
+    _check_follows(bound, conventions)
     narrowed = narrowed_lines(op, narrowing)
-    impl = impl.declaring(declared_conventions(args))
-    backend = backend_of(impl)
-    strategy = search_cases(op, narrowing, impl.formats, impl.shares)
+    bound = bound.declaring(declared_conventions(args))
+    backend = backend_of(bound)
+    strategy = search_cases(op, narrowing, bound.impl.formats, bound.impl.shares)
     if backend is not None:  # (a case the world cannot run is not drawn)
-        strategy = strategy.filter(lambda case: _runs_in(impl, case))
+        strategy = strategy.filter(lambda case: _runs_in(bound, case))
     keep_stdout = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
-    with Progress(None, f"{args.op} / {impl.name}: searching", wants_progress(quiet=args.json)) as progress, \
+    with Progress(None, f"{args.op} / {bound.name}: searching", wants_progress(quiet=args.json)) as progress, \
             _interruptible() as interrupted, keep_stdout:
         for line in narrowed if not args.json else ():
             progress.print(line, out)
-        run = search(impl, strategy, args.budget, seed=args.seed, strict=args.strict,
-                     database=database_folder(args.op, args.impl or impl.name, narrowing),
+        run = search(bound, strategy, args.budget, seed=args.seed, strict=args.strict,
+                     database=database_folder(args.op, args.impl or bound.name, narrowing),
                      on_report=lambda report: progress.advance(), home=cache_root() / "hypothesis")
     found = [] if run.found is None else [run.found]
     status = _SIGNAL_STATUS[interrupted.get("signal", "SIGINT")] if run.interrupted else \
         1 if found else 0 if set(run.verdicts) - {"SKIP"} else 2
     replay = None if run.found is None else report_replay(run.found, backend, args.timeout, args.impl)
     if args.json:
-        json.dump(run_document(args.op, impl.name, backend, found, run.seconds, status, args.timeout,
-                               time_limit=impl.limit.describe() if impl.limit is not None else None,
-                               stopped="interrupted" if run.interrupted else "", device=impl.device,
-                               triton_interpret=impl.triton_interpret, narrowed=narrowed, search=run),
+        json.dump(run_document(args.op, bound.name, backend, found, run.seconds, status, args.timeout,
+                               time_limit=bound.limit.describe() if bound.limit is not None else None,
+                               stopped="interrupted" if run.interrupted else "", device=bound.device,
+                               triton_interpret=bound.triton_interpret, narrowed=narrowed, search=run),
                   out, indent=1, allow_nan=False)
         print(file=out)
     else:
         for line in [] if run.found is None else search_lines(run, replay, wants_colour(out)):
             print(line, file=out)
-        print(search_summary_line(args.op, impl.name, run), file=out)
+        print(search_summary_line(args.op, bound.name, run), file=out)
     if status == 2:
         print(f"normcheck: error: nothing was tested: the search judged {run.judged} cases in {run.seconds:.1f} s, and "
               "skipped every one", file=sys.stderr)
     return status
 
 
-def _runs_in(impl, case) -> bool:
+def _runs_in(bound, case) -> bool:
     try:
-        check_world(impl, case)
+        check_world(bound, case)
     except UsageError:
         return False
     return True
@@ -582,15 +582,15 @@ def _check_writable(option: str, path: Path) -> None:
         path.unlink()
 
 
-def _serve_as_peer(args, impl, cases) -> int:
+def _serve_as_peer(args, bound, cases) -> int:
     """Under torchrun every rank runs every case rank 0 runs (as many times as its judge does); rank 0 compares
     and reports, the others stay quiet."""
     for case in cases:
-        if impl.unsupported(case):
+        if bound.unsupported(case):
             continue  # rank 0 skips it too
         try:
-            for _ in range(runs_per_case(impl)):
-                env_world(args.timeout).run(case, impl.spec)
+            for _ in range(runs_per_case(bound)):
+                env_world(args.timeout).run(case, bound.impl.spec)
         except (ImplError, Unsupported):
             pass  # rank 0 reports it
     return 0

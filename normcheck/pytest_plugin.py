@@ -41,7 +41,7 @@ BACKENDS = ("lockstep", "gloo")  # `env` needs a launcher: use the CLI under tor
 @dataclass(frozen=True)
 class Options:
     op: str
-    impl: object            # a bound normcheck.ops.Impl
+    bound: object           # the implementation under test, bound (normcheck.ops.Bound)
     backend: str | None     # the world SyncBN ranks run in; None for single-process ops
     profile: str            # a key of normcheck.cases.budgets.PROFILES
     timeout: float | None   # --normcheck-timeout (None: the limit follows the cases' measured times)
@@ -188,11 +188,11 @@ def pytest_ignore_collect(collection_path, config):
 def pytest_report_header(config):
     if OPTIONS in config.stash:
         o = config.stash[OPTIONS]
-        world = f", {o.backend} world" if o.backend else f", on {o.impl.device}" if o.impl.device != "cpu" else ""
-        world += ", Triton's interpreter" if o.impl.triton_interpret else ""
+        world = f", {o.backend} world" if o.backend else f", on {o.bound.device}" if o.bound.device != "cpu" else ""
+        world += ", Triton's interpreter" if o.bound.triton_interpret else ""
         from normcheck.outputs.table import narrowed_lines
 
-        return [f"normcheck: {o.op} / {o.impl.name}{world}, hypothesis profile {o.profile}",
+        return [f"normcheck: {o.op} / {o.bound.name}{world}, hypothesis profile {o.profile}",
                 *(f"normcheck: {line}" for line in narrowed_lines(o.record, o.narrowing))]
     return None
 
@@ -206,7 +206,7 @@ def pytest_terminal_summary(terminalreporter, config):
 
     o = config.stash[OPTIONS]
     covered = judged_coverage(o.record, o.reports, o.narrowing)
-    terminalreporter.write_line(f"normcheck: {o.op} / {o.impl.name}: {covered.text()} of the default sweep")
+    terminalreporter.write_line(f"normcheck: {o.op} / {o.bound.name}: {covered.text()} of the default sweep")
     for line in covered.never:
         terminalreporter.write_line(f"normcheck: never judged: {line}")
     hint = narrowing_hint(o.record, o.reports)
@@ -261,9 +261,9 @@ def _options(config) -> Options:
     except UsageError as e:
         raise pytest.UsageError(f"--normcheck-{e}") from None
     try:
-        impl = resolve_impl(op, config.getoption("normcheck_impl"), backend, CaseLimit(timeout, "--normcheck-timeout"),
-                            config.getoption("normcheck_framework"), config.getoption("normcheck_device"),
-                            config.getoption("normcheck_triton_interpret"))
+        bound = resolve_impl(op, config.getoption("normcheck_impl"), backend, CaseLimit(timeout, "--normcheck-timeout"),
+                             config.getoption("normcheck_framework"), config.getoption("normcheck_device"),
+                             config.getoption("normcheck_triton_interpret"))
     except UsageError as e:
         raise pytest.UsageError(str(e).replace("--impl ", "--normcheck-impl ", 1)
                                 .replace("--device ", "--normcheck-device ", 1)
@@ -274,27 +274,27 @@ def _options(config) -> Options:
                  if config.getoption(f"normcheck_{name}") is not None}
         spelled = {name: field_value(name, text) for name, text in _conventions_given(config, CASE_FIELDS)}
         declared = {name: value for name, value in spelled.items() if name in CONVENTIONS}
-        follows = {**default_conventions(op), **dict(impl.follows), **declared}  # (generated cases draw them all)
-        for name, value in impl.follows:
+        follows = {**default_conventions(op), **dict(bound.impl.follows), **declared}  # (generated cases draw them all)
+        for name, value in bound.impl.follows:
             if follows[name] != value:
-                raise UsageError(f"--normcheck-{name.replace('_', '-')} {follows[name]}: {impl.name} follows "
+                raise UsageError(f"--normcheck-{name.replace('_', '-')} {follows[name]}: {bound.name} follows "
                                  f"{name}={value}")
         narrowing = Narrowing.of({**follows, **spelled, **fixed, **_narrowing_fields(config)},
                                  _given(config, "world_size"),
-                                 INTERPRETER_ELEMENT_SCALE if impl.triton_interpret else None,
+                                 INTERPRETER_ELEMENT_SCALE if bound.triton_interpret else None,
                                  config.getoption("normcheck_scans"),
                                  rank_limit(_given(config, "rank"), "--normcheck-rank"))
         if narrowing.world_size is not None and not OPS[op].distributed:
             raise UsageError(f"--normcheck-world-size applies to {', '.join(distributed_ops())} only, not {op}")
         default_sweep(OPS[op], narrowing=narrowing)  # what no case can take is refused now, in one line
         try:  # (what it cannot do narrows the design as an option does: impls.limits)
-            narrowing = learned(impl, narrowing)
+            narrowing = learned(bound, narrowing)
         except KeyboardInterrupt:  # (Ctrl-C or SIGTERM while it ran: the run stops at its first test, reporting)
             interrupted = True
     except UsageError as e:
         raise pytest.UsageError(str(e)) from None
-    impl = impl.checking(config.getoption("normcheck_check")).declaring(declared)  # (a hint never probes them)
-    return Options(op, impl, backend_of(impl), profile, timeout, narrowing, interrupted, budget=budget,
+    bound = bound.checking(config.getoption("normcheck_check")).declaring(declared)  # (a hint never probes them)
+    return Options(op, bound, backend_of(bound), profile, timeout, narrowing, interrupted, budget=budget,
                    seed=config.getoption("normcheck_seed"), record=OPS[op])
 
 

@@ -41,7 +41,7 @@ def judged(ops: list[str], triton: bool, every_record: bool) -> list[tuple[str, 
 def sweep_row(op: str, name: str, device: str, triton_interpret: bool, limit: int | None = None) -> dict:
     impl = resolve_impl(op, name, device=device, triton_interpret=triton_interpret and name in TRITON.values())
     start, reports = time.perf_counter(), []
-    cases = default_sweep(op, follows=impl.follows, formats=impl.formats, shares=impl.shares)
+    cases = default_sweep(op, follows=impl.impl.follows, formats=impl.impl.formats, shares=impl.impl.shares)
     for case in sorted(cases, key=lambda c: c.numel)[:limit] if limit else cases:
         reports.append(compare(op, impl, case))
     counts = Counter(r.verdict for r in reports)

@@ -53,7 +53,7 @@ def main() -> None:
                 continue
             start = time.perf_counter()
             rows = []
-            for case in default_sweep(op, follows=impl.follows, formats=impl.formats):
+            for case in default_sweep(op, follows=record.follows, formats=record.formats):
                 r = judge(case, impl)
                 worst = r.worst
                 rows.append({"case": encode_case(case), "label": case.label, "verdict": r.verdict,

@@ -149,7 +149,7 @@ def test_a_channels_first_case_normalises_dims_1_to_k_and_the_sweep_lays_it_out_
 def test_the_array_contract_takes_channels_first_axes():
     pytest.importorskip("jax", reason="needs the jax extra (pip install -e \".[jax]\")")
     impl = resolve_impl("layernorm", "tests._array_impls:jax_layer_norm", framework="jax")
-    sweep = [c for c in default_sweep("layernorm", follows=tuple(CHANNELS.items()), formats=impl.formats)
+    sweep = [c for c in default_sweep("layernorm", follows=tuple(CHANNELS.items()), formats=impl.impl.formats)
              if c.numel < 50_000][:8]
     reports = [judge(c, impl) for c in sweep]
     assert len(reports) == 8 and all(r.verdict in (PASS, MISTRUSTED) for r in reports), [r.summary() for r in reports]

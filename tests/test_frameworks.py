@@ -61,7 +61,8 @@ def sweep_slice(impl):
     """The first cases of the implementation's sweep (its layouts, its conventions) that together take every value
     of every field in COVERED that the sweep has: every dtype, layout, profile and path, and (SyncBN) every split."""
     seen, chosen = set(), []
-    for case in default_sweep(impl.op, follows=impl.follows, formats=impl.formats, narrowing=Narrowing(scans="without")):
+    for case in default_sweep(impl.op, follows=impl.impl.follows, formats=impl.impl.formats,
+                              narrowing=Narrowing(scans="without")):
         new = {(name, getattr(case, name)) for name in COVERED} - seen
         if new:
             chosen.append(case)
@@ -83,7 +84,7 @@ def test_a_textbook_function_passes_every_path_of_a_slice_of_the_sweep(framework
     assert {c.order for c in cases} == ({1, 2, "fwd", "fwd-rev"} if record.double_backward else {1})
     assert {c.frozen for c in cases} == {"none", "x", "params"}
     assert {c.mode for c in cases} == ({"train", "eval"} if record.running_stats else {"train"})
-    assert {c.x_format for c in cases} == set(impl.formats)
+    assert {c.x_format for c in cases} == set(impl.impl.formats)
     if op == "syncbn":
         assert any(0 in c.split for c in cases) and any(len(set(c.split)) > 1 for c in cases)
 

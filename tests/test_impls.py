@@ -88,11 +88,12 @@ def sweep_reports(op: str) -> dict[str, list]:
         _LATEST.clear()
         impls = {name: resolve_impl(op, name, hints=False) for name in JUDGED.get(op, ())}  # (wrong-by-design fail)
         # (the textbooks run once per case: compositions of torch ops, whose determinism torch's records check)
-        textbooks = {f"textbook {name}": replace(bound(op, CATALOGUE[op].CORRECT[name]), deterministic=False)
-                     for name in TEXTBOOKS.get(op, ())}
+        textbooks = {f"textbook {name}": replace(b, impl=replace(b.impl, deterministic=False))
+                     for name in TEXTBOOKS.get(op, ()) for b in [bound(op, CATALOGUE[op].CORRECT[name])]}
         everyone = {**impls, **textbooks}
         sweeps = {(follows, part): default_sweep(op, follows=follows, narrowing=Narrowing(scans=part))
-                  for follows in dict.fromkeys(impl.follows for impl in everyone.values()) for part in ("with", "without")}
+                  for follows in dict.fromkeys(impl.impl.follows for impl in everyone.values())
+                  for part in ("with", "without")}
         having = {key: set(cases) for key, cases in sweeps.items()}
         triples = {follows: set(triple_cases(op, Narrowing().with_fields(follows))) for follows, _ in sweeps}
         reports = {name: [] for name in everyone}
@@ -100,8 +101,8 @@ def sweep_reports(op: str) -> dict[str, list]:
         for case in dict.fromkeys(c for cases in sweeps.values() for c in cases):
             for name, impl in everyone.items():
                 scanned = name in SCANNED[op]
-                if case in having[impl.follows, "with" if scanned else "without"] and \
-                        (scanned or case not in triples[impl.follows]):
+                if case in having[impl.impl.follows, "with" if scanned else "without"] and \
+                        (scanned or case not in triples[impl.impl.follows]):
                     reports[name].append(compare(op, impl, case))
         _LATEST[op] = reports
     return _LATEST[op]

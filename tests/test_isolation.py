@@ -96,7 +96,7 @@ def test_code_that_cannot_reach_another_process_runs_here():
 def test_a_registered_record_travels_by_name_and_a_user_function_as_itself():
     assert resolve_impl("groupnorm", "cl-auto-t2").portable().name == "cl-auto-t2"
     travelled = resolve_impl("batchnorm", f"{FAULTS}:slow").portable()
-    assert travelled.target == f"{FAULTS}:slow" and travelled.known_issues == ()
+    assert travelled.impl.target == f"{FAULTS}:slow" and travelled.impl.known_issues == ()
 
 
 def test_a_script_without_the_main_guard_runs_once(tmp_path):
@@ -219,7 +219,7 @@ def test_the_suite_fails_the_cases_after_a_stuck_implementation_without_running_
             impl.limit.run(F32, _times_out)
     start = time.monotonic()
     with pytest.raises(pytest.fail.Exception, match="not run: stopped: 10 cases timed out"):
-        check(SimpleNamespace(impl=impl, backend=None, timeout=None, interrupted=False), F32)
+        check(SimpleNamespace(bound=impl, backend=None, timeout=None, interrupted=False), F32)
     assert time.monotonic() - start < 1
 
 

@@ -11,7 +11,7 @@ from dataclasses import replace
 from normcheck import Case, compare, get_op, resolve_impl
 from normcheck.engine import FAIL, KNOWN, PASS
 from normcheck.impls import IMPLS
-from normcheck.ops import RECORDED_WITH_TORCH, batchnorm as bn, groupnorm as gn, instancenorm as inorm, layernorm as ln, syncbn
+from normcheck.ops import RECORDED_WITH_TORCH, Bound, batchnorm as bn, groupnorm as gn, instancenorm as inorm, layernorm as ln, syncbn
 from normcheck.ops import scalenorm as sn
 from normcheck.ops.add_layernorm import add_layer_norm
 from normcheck.ops.add_layernorm import OP as ADD_LAYERNORM
@@ -298,12 +298,13 @@ def test_a_known_issue_covers_the_kernels_of_the_devices_it_was_found_on_only():
     issue = ln.HALF_PARAM_GRADS
     case = next(c for c in (Case("layernorm", (4096, 8), "bf16", "f32", normalized_dims=1, seed=s) for s in range(3))
                 if issue.applies(c))
-    assert issue in replace(torch_ln, device="cpu").applicable_issues(case)
-    assert issue in replace(torch_ln, device="cpu:0").applicable_issues(case)
-    assert issue not in replace(torch_ln, device="cuda").applicable_issues(case)
-    assert issue not in replace(torch_ln, device="cuda:1").applicable_issues(case)
+    assert issue in Bound(torch_ln, "isolated", device="cpu").applicable_issues(case)
+    assert issue in Bound(torch_ln, "isolated", device="cpu:0").applicable_issues(case)
+    assert issue not in Bound(torch_ln, "isolated", device="cuda").applicable_issues(case)
+    assert issue not in Bound(torch_ln, "isolated", device="cuda:1").applicable_issues(case)
     on_both = replace(issue, devices=("cpu", "cuda"))
-    assert on_both in replace(torch_ln, device="cuda:1", known_issues=(on_both,)).applicable_issues(case)
+    assert on_both in Bound(replace(torch_ln, known_issues=(on_both,)), "isolated", device="cuda:1") \
+        .applicable_issues(case)
 
 
 # ----------------------------------------------------------------------------- size-1 dims at non-canonical strides

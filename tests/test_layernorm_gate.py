@@ -38,7 +38,7 @@ jax_bias_after_gate = _gated("jax", bias_after_gate=True)
 
 def _slice(impl):
     seen, chosen = set(), []
-    for case in default_sweep("layernorm_gate", follows=impl.follows, formats=impl.formats,
+    for case in default_sweep("layernorm_gate", follows=impl.impl.follows, formats=impl.impl.formats,
                               narrowing=Narrowing(scans="without")):  # (the design's values; scans try sizes)
         new = {(name, getattr(case, name)) for name in COVERED} - seen
         if new:

@@ -144,6 +144,6 @@ MUTANTS = [(op, bug) for op in OPS for bug in CATALOGUE[op].MUTANTS]
 @pytest.mark.parametrize("op, bug", MUTANTS, ids=[f"{op}-{bug}" for op, bug in MUTANTS])
 def test_default_sweep_catches_mutant(op, bug):
     impl = bound(op, CATALOGUE[op].MUTANTS[bug])
-    cases = sweep(op, impl.follows, "scans" if bug in BOUNDARY_BUGS else "triples" if bug in DISPATCH_BUGS else None)
+    cases = sweep(op, impl.impl.follows, "scans" if bug in BOUNDARY_BUGS else "triples" if bug in DISPATCH_BUGS else None)
     caught = next((r for r in (compare(op, impl, case) for case in cases) if r.verdict == FAIL), None)
     assert caught is not None, f"{op} mutant {bug} passed the whole default sweep"

@@ -192,7 +192,7 @@ def test_chunk_split_is_torch_chunks_shares():
 
 def test_a_dtensor_records_sweep_takes_torch_chunks_shares_and_other_splits_skip_saying_why():
     impl = bound("layernorm_sp", "dtensor", "gloo")
-    sweep = default_sweep("layernorm_sp", follows=impl.follows, shares=impl.shares)
+    sweep = default_sweep("layernorm_sp", follows=impl.impl.follows, shares=impl.impl.shares)
     assert [c.split for c in sweep] == [chunk_split(c.shape[0], len(c.split)) for c in sweep]
     assert {len(c.split) for c in sweep} == {len(c.split) for c in default_sweep("layernorm_sp")}  # the same worlds
     assert any(0 in c.split for c in sweep)  # (torch.chunk leaves the last ranks empty when the rows run out)
@@ -210,8 +210,8 @@ def test_dtensor_records_pass_or_are_known_over_a_slice_of_their_sweep(op, name)
     are mostly even: the slice is of the covering array's rows.)"""
     impl = bound(op, name, "gloo")
     narrowing = Narrowing(scans="without")
-    rows = len(design(op, sweep_levels(narrowing.with_fields(impl.follows))))
-    reports = [judge(case, impl) for case in default_sweep(op, follows=impl.follows, shares=impl.shares,
+    rows = len(design(op, sweep_levels(narrowing.with_fields(impl.impl.follows))))
+    reports = [judge(case, impl) for case in default_sweep(op, follows=impl.impl.follows, shares=impl.impl.shares,
                                                              narrowing=narrowing)[:rows:4]]
     assert not [r.summary() for r in reports if r.verdict == FAIL]
     assert sum(r.verdict == PASS for r in reports) >= len(reports) // 2

@@ -24,7 +24,7 @@ def test_correct_implementations_agree_with_reference(op, impl):
 
     @given(cases(op))
     def check(case):
-        report = compare(op, impl, case.with_(**dict(impl.follows)))  # in the conventions it follows
+        report = compare(op, impl, case.with_(**dict(impl.impl.follows)))  # in the conventions it follows
         assert report.verdict != FAIL, f"{report.summary()}\n  replay: {replay_command(report)}"
 
     check()

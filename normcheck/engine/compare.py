@@ -16,7 +16,7 @@ from ..cases import Case, CaseInputs
 from ..core.caching import cache_by_bytes
 from ..core.errors import ImplError, UsageError, Unsupported
 from ..core.text import exception_text, raised_at
-from ..ops import Impl
+from ..ops import Bound
 from ..ops.core import BATCH_INVARIANCE
 from . import invariance
 from .baseline import baseline_outputs
@@ -25,58 +25,58 @@ from .report import FAIL, KNOWN, MISTRUSTED, PASS, SKIP, Report, tensor_report, 
 from .tolerance import CONSTANTS, Constants, Yardstick, allowance, budget_ratio, element_bounds
 
 
-def judge(case: Case, impl: Impl, constants: Constants = CONSTANTS) -> Report:
-    """Run a bound `impl` (impl.runner set) on `case` and compare each output with the reference.
+def judge(case: Case, bound: Bound, constants: Constants = CONSTANTS) -> Report:
+    """Run a bound implementation (ops.Bound: its runner set) on `case` and compare each output with the reference.
 
     `constants` are the tolerance model's (tolerance.Constants); only calibration changes them. A FAIL carries a
-    hint (Report.hint) when the bound run's hint search (Impl.hints) finds declarations under which it passes.
+    hint (Report.hint) when the bound run's hint search (Bound.hints) finds declarations under which it passes.
     """
-    report = _judged(case, impl, constants)
-    if report.verdict == FAIL and impl.hints is not None:
-        report.hint = impl.hints.hint(case, impl, report, lambda probe, quiet: judge(probe, quiet, constants))
+    report = _judged(case, bound, constants)
+    if report.verdict == FAIL and bound.hints is not None:
+        report.hint = bound.hints.hint(case, bound, report, lambda probe, quiet: judge(probe, quiet, constants))
     return report
 
 
-def _judged(case: Case, impl: Impl, constants: Constants, against: Case | None = None) -> Report:
+def _judged(case: Case, bound: Bound, constants: Constants, against: Case | None = None) -> Report:
     """`against`: the case whose inputs and expectations `case` is judged on (an order-2 case judged at order 1: the same
     x, dy and parameters, and its first-order references and bounds, computed once for both)."""
-    if impl.runner is None:
-        raise UsageError(f"implementation {impl.name} is not bound to a world: pass it through normcheck.resolve_impl")
+    if not isinstance(bound, Bound) or bound.runner is None:
+        raise UsageError(f"implementation {bound.name} is not bound to a world: pass it through normcheck.resolve_impl")
     op = case.record
     start = time.perf_counter()
     path, ops, stack, time_limit = "", frozenset(), "", None
 
     def report(verdict: str, tensors=(), message: str = "") -> Report:
         if verdict == FAIL:
-            issues = impl.applicable_issues(case, ops, op.known_issues)
+            issues = bound.applicable_issues(case, ops, op.known_issues)
             raw, (verdict, message) = message, attribute(issues, tensors, message)
-            own = [k for k in issues if k in impl.known_issues]
+            own = [k for k in issues if k in bound.impl.known_issues]
             followed = [k for k in issues if k not in own]  # torch's, followed into code that ran its kernels
             if verdict == KNOWN and followed and attribute(own, tensors, raw)[0] != KNOWN:
-                verdict, message = reproduced(case, impl, followed, tensors, raw, outputs, constants)
-        return Report(op.name, impl.name, case, verdict, list(tensors), message, time.perf_counter() - start, path,
-                      stack, time_limit, impl.framework, impl.device, impl.triton_interpret)
+                verdict, message = reproduced(case, bound, followed, tensors, raw, outputs, constants)
+        return Report(op.name, bound.name, case, verdict, list(tensors), message, time.perf_counter() - start, path,
+                      stack, time_limit, bound.framework, bound.device, bound.triton_interpret)
 
     def as_far_as_it_goes(why: str) -> Report:  # (its first order judged, and the row says what was not)
-        judged = _judged(case.with_(order=1), impl, constants, against=case)
+        judged = _judged(case.with_(order=1), bound, constants, against=case)
         return replace(judged, case=case, judged_as=judged.case, seconds=time.perf_counter() - start,
                        unjudged=f"order {case.order} ({why})")
 
-    reason = impl.unsupported(case)
-    if reason and case.order != 1 and impl.unsupported(case.with_(order=1)) is None:
+    reason = bound.unsupported(case)
+    if reason and case.order != 1 and bound.unsupported(case.with_(order=1)) is None:
         return as_far_as_it_goes(reason)
     if reason:
         return report(SKIP, message=f"not supported: {reason}")
 
     inputs = case_inputs(against or case)
-    if against is not None and impl.limit is not None:  # (its yardstick is the case it is judged against's)
-        impl.limit.expect(case, reference_seconds(against))
-    time_limit = impl.limit.seconds(case) if impl.limit is not None else None  # before the run adds to it
+    if against is not None and bound.limit is not None:  # (its yardstick is the case it is judged against's)
+        bound.limit.expect(case, reference_seconds(against))
+    time_limit = bound.limit.seconds(case) if bound.limit is not None else None  # before the run adds to it
     outputs = {}
     try:
         # Run twice on identical inputs where it says it is deterministic: outputs that differ bitwise are a finding of
         # their own (judged below)
-        outputs, path, ops, differ = impl.runner(case, inputs, runs_per_case(impl))
+        outputs, path, ops, differ = bound.runner(case, inputs, runs_per_case(bound))
         for name in (*op.required_of(case), *case.directional):
             if (name in op.gradients and name not in case.grads) or (name in op.saved_stats and not case.training):
                 continue
@@ -104,9 +104,9 @@ def _judged(case: Case, impl: Impl, constants: Constants, against: Case | None =
     if differ and verdict != FAIL:
         return report(FAIL, tensors, f"not deterministic: a second run on the same inputs gave other bits for "
                                      f"{', '.join(differ)} (an Impl record may declare deterministic=False)")
-    if BATCH_INVARIANCE in impl.checks and verdict != FAIL:
+    if BATCH_INVARIANCE in bound.impl.checks and verdict != FAIL:
         try:
-            found = invariance.check(case, impl, inputs, outputs, reference_seconds(against or case))
+            found = invariance.check(case, bound, inputs, outputs, reference_seconds(against or case))
         except Exception as e:  # (a larger batch it cannot run is a finding too)
             found = f"not batch invariant: a larger batch raised {exception_text(e)}"
         if found:
@@ -135,7 +135,7 @@ def tensor_reports(case: Case, outputs: dict, constants: Constants = CONSTANTS) 
 COMPARABLE = 4.0
 
 
-def reproduced(case: Case, impl: Impl, followed, tensors, message: str, outputs: dict,
+def reproduced(case: Case, bound: Bound, followed, tensors, message: str, outputs: dict,
                constants: Constants = CONSTANTS) -> tuple[str, str]:
     """(verdict, message) of a failure that a known issue of torch's kernels would explain, in code that called
     those kernels: KNOWN only when torch's own record, run on the same case, reproduces it — every failing tensor
@@ -144,7 +144,7 @@ def reproduced(case: Case, impl: Impl, followed, tensors, message: str, outputs:
     failure = message or worst_failure(tensors)
     known = attribute(followed, tensors, message)[1]
     issue = next(k for k in followed if _explained([k], tensors, message)[0])
-    witness = impl.witness(issue, case) if impl.witness is not None else None
+    witness = bound.witness(issue, case) if bound.witness is not None else None
     if witness is None:
         return FAIL, f"{failure} (resembles known issue {issue.key}; no record of torch's that has it takes this case)"
     why = _not_reproduced(case, witness, issue, tensors, message, outputs, constants)
@@ -154,7 +154,7 @@ def reproduced(case: Case, impl: Impl, followed, tensors, message: str, outputs:
                   f"reproduce it on this case: {why})")
 
 
-def _not_reproduced(case, witness: Impl, issue, tensors, message: str, outputs: dict, constants) -> str | None:
+def _not_reproduced(case, witness: Bound, issue, tensors, message: str, outputs: dict, constants) -> str | None:
     """None when `witness` (torch's record) fails the case as the implementation did; else why not, in a clause."""
     try:
         theirs = witness.runner(case, case_inputs(case))[0]
@@ -262,11 +262,11 @@ def _explained(issues, tensors, message: str) -> tuple[list[str], list[str]]:
     return keys, [] if keys else ["its message"]
 
 
-def runs_per_case(impl: Impl) -> int:
-    """How many times judge runs an implementation on a case that it takes and that does not fail at once:
-    twice when it says it is deterministic (the second run checks that), else once. A world whose other ranks
+def runs_per_case(bound: Bound) -> int:
+    """How many times judge runs a bound implementation on a case that it takes and that does not fail at once:
+    twice when its record says it is deterministic (the second run checks that), else once. A world whose other ranks
     run in processes of their own (torchrun's) runs every case as many times."""
-    return 2 if impl.deterministic else 1
+    return 2 if bound.impl.deterministic else 1
 
 
 def ahead(cases, wanted=lambda case: True, constants: Constants = CONSTANTS):

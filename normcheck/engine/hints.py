@@ -10,7 +10,7 @@ helps. A declaration that only widens the budget (compute_dtype: the same errors
 errors of the size it allows, not far smaller ones (PLAUSIBLE): those are a bug the wider budget would hide. The row
 stays FAIL.
 
-Its cost is bounded per bound run (one HintSearch per binding: Impl.hints): nothing on a passing row, nor on one
+Its cost is bounded per bound run (one HintSearch per binding: Bound.hints): nothing on a passing row, nor on one
 that ran out of its time limit; a full search on at most SEARCHES failing rows that no hint explained; a set that
 explained a row is tried first on later ones (one probe), and after the budget it is the only thing tried; a probe
 that runs out of its time limit ends the run's probing.
@@ -60,7 +60,7 @@ class Hint:
 
 @dataclass
 class HintSearch:
-    """One bound run's hint search (Impl.hints, made by binding; shared by the records replace() makes of it)."""
+    """One bound run's hint search (Bound.hints, made by binding; shared by the bindings replace() makes of it)."""
     searches: int = SEARCHES  # full searches left
     explained: list[dict] = field(default_factory=list)  # the declaration sets that made a row pass
     probed: list[dict] = field(default_factory=list)     # every probe's declarations, in order (what tests count)
@@ -70,12 +70,12 @@ class HintSearch:
     def probes(self) -> int:
         return len(self.probed)
 
-    def hint(self, case, impl, report: Report, judge: Callable[[Any, Any], Report]) -> Hint | None:
-        """The declarations under which the FAIL `report` of `impl` on `case` passes (None: none found, or not
-        searched). `judge(case, impl)`: the engine's judge, run on each probe with hints off."""
+    def hint(self, case, bound, report: Report, judge: Callable[[Any, Any], Report]) -> Hint | None:
+        """The declarations under which the FAIL `report` of the bound implementation on `case` passes (None: none
+        found, or not searched). `judge(case, bound)`: the engine's judge, run on each probe with hints off."""
         if report.verdict != FAIL or ran_out(report) or self.hung:
             return None  # (no declaration explains a hang; each probe of one would wait out a limit)
-        probe = _Prober(case, replace(impl, hints=None), judge, self)
+        probe = _Prober(case, replace(bound, hints=None), judge, self)
         for known in self.explained:
             declared = {k: v for k, v in known.items() if getattr(case, k) != v}
             if declared and explains(report, probe(declared)):
@@ -83,7 +83,7 @@ class HintSearch:
         if self.searches <= 0:
             return None
         self.searches -= 1
-        found = search(alternatives(case, impl), report, probe)
+        found = search(alternatives(case, bound.impl), report, probe)
         if found is None:
             return None
         self.explained.append(found)
@@ -95,7 +95,7 @@ class _Prober:
     """Judges `case` again under some declarations: the Report, or None when no such case exists (Case refuses it),
     the implementation skips it (it is not tried) or it ran out of its time limit (and the run probes no more)."""
     case: Any
-    impl: Any
+    bound: Any
     judge: Callable
     state: HintSearch
 
@@ -104,11 +104,11 @@ class _Prober:
             case = replace(self.case, **declared)
         except UsageError:
             return None
-        if self.state.hung or self.impl.unsupported(case):
+        if self.state.hung or self.bound.unsupported(case):
             return None
         self.state.probed.append(dict(declared))
         try:
-            probed = self.judge(case, self.impl)
+            probed = self.judge(case, self.bound)
         except UsageError:  # (a world that cannot run it)
             return None
         self.state.hung = ran_out(probed)
@@ -121,7 +121,8 @@ def ran_out(report: Report) -> bool:
 
 
 def alternatives(case, impl) -> dict[str, tuple]:
-    """Each convention the op takes and the implementation did not declare -> the other values to try."""
+    """Each convention the op takes and the implementation's record (an Impl) did not declare -> the other values to
+    try."""
     declared = dict(impl.follows)
     found = {}
     for f in case.record.conventions:

@@ -124,8 +124,8 @@ def difference(case: Case, outputs: dict, batch: Batch, theirs: dict) -> str | N
     return None
 
 
-def check(case: Case, impl, inputs, outputs: dict, seconds: float) -> str | None:
-    """Run `impl` on the case's rows in each of its batches; the first difference found, or None. `seconds`: the
+def check(case: Case, bound, inputs, outputs: dict, seconds: float) -> str | None:
+    """Run the bound implementation on the case's rows in each of its batches; the first difference found, or None. `seconds`: the
     case's float64 reference time, which times each batch scaled to its size (a batch's own reference is never
     compared, so it is never computed)."""
     for batch in batches(case):
@@ -133,9 +133,9 @@ def check(case: Case, impl, inputs, outputs: dict, seconds: float) -> str | None
             big, big_inputs = embedded(case, inputs, batch)
         except UsageError:  # a batch the op does not take (BatchNorm's single row): not one to check
             continue
-        if impl.limit is not None:
-            impl.limit.expect(big, seconds * batch.size / case.shape[0])
-        theirs = impl.runner(big, big_inputs)[0]
+        if bound.limit is not None:
+            bound.limit.expect(big, seconds * batch.size / case.shape[0])
+        theirs = bound.runner(big, big_inputs)[0]
         found = difference(case, outputs, batch, theirs)
         if found:
             return found

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..core.disk_cache import cache_root, digest
 from ..core.errors import UsageError
-from ..ops import Impl
+from ..ops import Bound
 from .compare import case_inputs, judge
 from .locate import error_sites
 from .report import FAIL, KNOWN, Report
@@ -86,14 +86,14 @@ class _TimeUp(BaseException):
     """The budget (or the shrink's time) is spent: hypothesis lets a BaseException through, ending its run."""
 
 
-def search(impl: Impl, strategy, budget: float, shrink: float | None = None, seed: int | None = None,
+def search(bound: Bound, strategy, budget: float, shrink: float | None = None, seed: int | None = None,
            database: Path | None = None, strict: bool = False, on_report=None, home: Path | None = None) -> Search:
-    """Judge the bound `impl` on cases of `strategy` (cases.search_space.search_cases) for `budget` seconds; shrink a
-    failing case for at most `shrink` seconds more (None: the budget again). `database`: hypothesis's example
+    """Judge the `bound` implementation on cases of `strategy` (cases.search_space.search_cases) for `budget` seconds;
+    shrink a failing case for at most `shrink` seconds more (None: the budget again). `database`: hypothesis's example
     database's folder (None: none kept); `on_report(report)`: called after each judged case (progress); `home`: where
     hypothesis keeps its other files meanwhile (None: where it would, .hypothesis/ in the working directory)."""
     with _hypothesis_home(home):
-        return _search(impl, strategy, budget, shrink, seed, database, strict, on_report)
+        return _search(bound, strategy, budget, shrink, seed, database, strict, on_report)
 
 
 @contextmanager
@@ -113,14 +113,14 @@ def _hypothesis_home(home: Path | None):
         set_hypothesis_home_dir(before)
 
 
-def _search(impl: Impl, strategy, budget: float, shrink: float | None, seed: int | None, database: Path | None,
+def _search(bound: Bound, strategy, budget: float, shrink: float | None, seed: int | None, database: Path | None,
             strict: bool, on_report) -> Search:
     from hypothesis import HealthCheck, Phase, Verbosity, given, reject, settings
     from hypothesis import seed as with_seed
     from hypothesis.errors import Flaky, Unsatisfiable
 
     run = Search(seed=random.randrange(2**32) if seed is None else seed, budget=budget)
-    quiet = replace(impl, hints=None)  # (a hint is searched for the case the search ends with, not for every one)
+    quiet = replace(bound, hints=None)  # (a hint is searched for the case the search ends with, not for every one)
     failing = (FAIL, KNOWN) if strict else (FAIL,)
     start = time.perf_counter()
     clock = {"stop": start + budget, "stopped": False}
@@ -169,7 +169,7 @@ def _search(impl: Impl, strategy, budget: float, shrink: float | None, seed: int
     if run.first_failure is not None:
         run.shrink_seconds = run.seconds - run.first_failure
     if run.found is not None:
-        run.found, run.sites = _final(run.found, impl, failing)
+        run.found, run.sites = _final(run.found, bound, failing)
     return run
 
 
@@ -189,20 +189,20 @@ def _keep(run: Search, report: Report, start: float, clock: dict, shrink: float)
         run.found = report
 
 
-def _final(report: Report, impl: Impl, failing) -> tuple[Report, list[str]]:
+def _final(report: Report, bound: Bound, failing) -> tuple[Report, list[str]]:
     """The smallest failing case's report, judged again with the run's hint search (where it fails again), and where
     its errors sit."""
-    again = judge(report.case, impl) if impl.hints is not None else report
-    return (again if again.verdict in failing else report), _sites(report, impl)
+    again = judge(report.case, bound) if bound.hints is not None else report
+    return (again if again.verdict in failing else report), _sites(report, bound)
 
 
-def _sites(report: Report, impl: Impl) -> list[str]:
+def _sites(report: Report, bound: Bound) -> list[str]:
     """Where the failing case's errors sit: its outputs again (a report keeps none), over their allowance."""
     if not any(t.verdict == FAIL for t in report.tensors):
         return []  # (it raised, or differed between two runs: no tensor to read)
     case = report.judged_case
     try:
-        outputs = impl.runner(case, case_inputs(case))[0]
+        outputs = bound.runner(case, case_inputs(case))[0]
     except Exception:  # noqa: BLE001 - it failed by its values once; a second run that raises says nothing of where
         return []
     return error_sites(case, outputs)

@@ -1,10 +1,10 @@
 """Framework adapters: the only code that turns a case's NumPy inputs into a framework's tensors.
 
 An adapter module provides
-  run(op, impl, case, inputs)        -> (outputs, path, ops)   one process: forward + backward of impl.target
+  run(op, bound, case, inputs)       -> (outputs, path, ops)   one process: forward + backward of bound.impl.target
 and, for the worlds it runs ranks in, one of
   run_rank(op, fn, case, inputs, rank, group, size, device=None) -> outputs   one rank of a world (torch)
-  run_devices(op, impl, case, inputs) -> [outputs per device]   every device of a world simulated in this process
+  run_devices(op, bound, case, inputs) -> [outputs per device] every device of a world simulated in this process
                                      (with KERNELS: the `ops` of such a run, which known issues follow)
 where outputs are float64 NumPy arrays named like the op's reference outputs (path: the code path the
 implementation says it took; ops: the framework kernels it ran, which known issues follow), after the interface
@@ -76,12 +76,12 @@ def _version(package: str) -> str:
     return "none"
 
 
-def run_case(impl, case, inputs):
-    """Run a bound implementation's case under its framework's adapter in this process: (outputs, path, ops); for
-    a world of devices simulated here (a distributed op) the outputs are one dict per device."""
-    adapter = FRAMEWORKS[impl.framework]
+def run_case(bound, case, inputs):
+    """Run a bound implementation's case (ops.Bound) under its framework's adapter in this process: (outputs, path,
+    ops); for a world of devices simulated here (a distributed op) the outputs are one dict per device."""
+    adapter = FRAMEWORKS[bound.framework]
     if case.record.distributed:
-        per_device = adapter.run_devices(case.record, impl, case, inputs)
-        return per_device, impl.reported_path(case), adapter.KERNELS
-    outputs, path, ops = adapter.run(case.record, impl, case, inputs)
+        per_device = adapter.run_devices(case.record, bound, case, inputs)
+        return per_device, bound.impl.reported_path(case), adapter.KERNELS
+    outputs, path, ops = adapter.run(case.record, bound, case, inputs)
     return inputs.kept(outputs), path, ops

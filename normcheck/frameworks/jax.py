@@ -32,15 +32,15 @@ KERNELS = frozenset({"jax"})  # what known issues of JAX's kernels follow (Known
 AXIS = "devices"  # the mesh axis SyncBN reduces over
 
 
-def run(op, impl, case, inputs):
-    """One process: forward and backward of impl's function under the op's array contract."""
+def run(op, bound, case, inputs):
+    """One process: forward and backward of the bound record's function under the op's array contract."""
     arrays = master_arrays(inputs)
-    step = _step(impl.callable(), case)
+    step = _step(bound.impl.callable(), case)
     out = jax.device_get(step(_device_args(arrays, None)))
-    return to_outputs(op, case, out, arrays["x"].shape), impl.reported_path(case), KERNELS
+    return to_outputs(op, case, out, arrays["x"].shape), bound.impl.reported_path(case), KERNELS
 
 
-def run_devices(op, impl, case, inputs) -> list[dict[str, np.ndarray]]:
+def run_devices(op, bound, case, inputs) -> list[dict[str, np.ndarray]]:
     """Every device of the case's world: shard_map over W simulated devices; one outputs dict per device."""
     size = len(case.split)
     devices = jax.devices("cpu")
@@ -55,7 +55,7 @@ def run_devices(op, impl, case, inputs) -> list[dict[str, np.ndarray]]:
     for r, n in enumerate(case.split):
         mask[r * rows: r * rows + n] = True
     arrays = {**shares[0], **padded, "mask": mask}
-    step = _step(impl.callable(), case, devices=True)
+    step = _step(bound.impl.callable(), case, devices=True)
     out = jax.device_get(step(_device_args(arrays, _shardings(case))))
     per_device = []
     for r, n in enumerate(case.split):

@@ -7,8 +7,8 @@ import numpy as np
 from ..core.errors import ImplError
 
 
-def run(op, impl, case, inputs) -> tuple[dict[str, np.ndarray], str, frozenset[str]]:
-    outputs = impl.callable()(case, inputs.copied())
+def run(op, bound, case, inputs) -> tuple[dict[str, np.ndarray], str, frozenset[str]]:
+    outputs = bound.impl.callable()(case, inputs.copied())
     out = {}
     for name, value in outputs.items():
         if value is None or name not in op.outputs_of(case):
@@ -17,7 +17,7 @@ def run(op, impl, case, inputs) -> tuple[dict[str, np.ndarray], str, frozenset[s
         if np.shape(value) != tuple(shape):
             raise ImplError(f"{name} has shape {np.shape(value)}, expected {tuple(shape)}")
         out[name] = np.asarray(value, dtype=np.float64)
-    return out, impl.reported_path(case), frozenset()
+    return out, bound.impl.reported_path(case), frozenset()
 
 
 def run_rank(op, fn, case, inputs, rank, group, world_size, device=None):

@@ -33,20 +33,20 @@ tf.get_logger().setLevel("ERROR")  # (eager MirroredStrategy warns that it is sl
 KERNELS = frozenset({"tensorflow"})  # what known issues of TensorFlow's kernels follow (KnownIssue.code)
 
 
-def run(op, impl, case, inputs):
-    """One process: forward and backward of impl's function under the op's array contract."""
+def run(op, bound, case, inputs):
+    """One process: forward and backward of the bound record's function under the op's array contract."""
     arrays = master_arrays(inputs)
-    out = _step(op, impl.callable(), case, _tensors(arrays))
-    return to_outputs(op, case, _numpy(out), arrays["x"].shape), impl.reported_path(case), KERNELS
+    out = _step(op, bound.impl.callable(), case, _tensors(arrays))
+    return to_outputs(op, case, _numpy(out), arrays["x"].shape), bound.impl.reported_path(case), KERNELS
 
 
-def run_devices(op, impl, case, inputs) -> list[dict[str, np.ndarray]]:
+def run_devices(op, bound, case, inputs) -> list[dict[str, np.ndarray]]:
     """Every replica of the case's world under MirroredStrategy; one outputs dict per replica."""
     size = len(case.split)
     strategy = _strategy(size)
     starts = np.cumsum((0,) + case.split)
     shares = [master_arrays(inputs, slice(starts[r], starts[r + 1])) for r in range(size)]
-    fn = impl.callable()
+    fn = bound.impl.callable()
     values = strategy.experimental_distribute_values_from_function(
         lambda ctx: _tensors(shares[ctx.replica_id_in_sync_group]))
     out = strategy.run(lambda t: _replica_step(op, fn, case, t), args=(values,))

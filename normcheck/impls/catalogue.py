@@ -3,7 +3,8 @@
 One table (`IMPLS`, op -> name -> Impl) holds them all: torch's own from the op records, normcheck's
 same-precision baseline, our GroupNorm kernel (and torch's beside it at fixed thread counts), the
 SyncBN recipes, and whatever users `register`. `resolve_impl` turns a name, a `module:attr` spec,
-a function or a record into a bound record (its `runner` set), which the engine judges.
+a function or a record into a bound one (ops.core.Bound: the record and its world, runner, device, ...), which the
+engine judges.
 """
 from __future__ import annotations
 
@@ -20,11 +21,11 @@ from ..frameworks import FRAMEWORKS
 from ..frameworks.arrays import formats_of
 from ..frameworks.torch.layers import Layer, contract_parameters, is_factory, is_layer_class
 from ..frameworks.torch.tensors import device_missing
-from ..frameworks.torch.triton import Interpreted, interpreter_missing, own_support
+from ..frameworks.torch.triton import Interpreted, interpreter_missing
 from ..kernels.groupnorm.impls import IMPLS as GROUPNORM_KERNEL_IMPLS
 from ..kernels.syncbn.recipes import IMPLS as SYNCBN_RECIPES
 from ..kernels.parallel import IMPLS as PARALLEL_TEXTBOOKS
-from ..ops import OPS, Impl, get_op
+from ..ops import OPS, Bound, Impl, get_op
 from ..ops.core import ALL_ORDERS, supports_everything
 from ..worlds import BACKENDS, WORLDS, CaseLimit, as_limit, default_world, get_world
 from .frameworks import IMPLS as FRAMEWORK_IMPLS
@@ -70,10 +71,10 @@ def support_text(impl: Impl) -> str:
     return f"{', '.join(worlds_of(impl))} worlds; {text}" if get_op(impl.op).distributed else text
 
 
-def resolve_impl(op: str, spec: str | Impl | Callable | None = None, backend: str | None = None,
+def resolve_impl(op: str, spec: str | Impl | Bound | Callable | None = None, backend: str | None = None,
                  timeout: CaseLimit | float | None = None, framework: str | None = None,
-                 device: str | None = None, triton_interpret: bool = False, hints: bool = True) -> Impl:
-    """A registered name, a `module:attr` / `path/to/file.py:attr` spec, an Impl or a callable, bound
+                 device: str | None = None, triton_interpret: bool = False, hints: bool = True) -> Bound:
+    """A registered name, a `module:attr` / `path/to/file.py:attr` spec, an Impl (or a Bound) or a callable, bound
     to a world: `backend` (the record's own world when None) under `timeout`: seconds per case, a
     CaseLimit, or None (a limit that follows the cases' measured times; normcheck.worlds.limits).
     `framework`: whose contract a function follows (torch's when None; "jax", "tf": the op's array contract).
@@ -86,10 +87,10 @@ def resolve_impl(op: str, spec: str | Impl | Callable | None = None, backend: st
     the_op = get_op(op)
     if spec is None:
         spec = the_op.default_impl
-    if isinstance(spec, Impl):
-        if spec.runner is not None and backend is None and timeout is None and device is None and not triton_interpret:
-            return spec if hints else replace(spec, hints=None)
-        impl = spec
+    if isinstance(spec, Bound) and backend is None and timeout is None and device is None and not triton_interpret:
+        return spec if hints else replace(spec, hints=None)
+    if isinstance(spec, (Impl, Bound)):
+        impl = spec  # (a Bound is bound again: bind)
     elif callable(spec):
         impl = user_impl(op, spec, framework or "torch")
     elif spec in IMPLS[op]:
@@ -160,13 +161,15 @@ def layer(op, target: str | Callable, fn: Callable, name: str) -> Layer:
     return Layer(absolute_spec(target) if isinstance(target, str) else fn, contract_parameters(op.signature), name)
 
 
-def bind(impl: Impl, backend: str | None = None, timeout: CaseLimit | float | None = None,
-         device: str | None = None, triton_interpret: bool = False, hints: bool = True) -> Impl:
-    """The record with its world chosen, its time limit, its device (`device`: see resolve_impl) and its runner set:
-    runner(case, inputs, runs=1) -> worlds.core.Run (outputs, path, ops, and what a later run changed).
+def bind(impl: Impl | Bound, backend: str | None = None, timeout: CaseLimit | float | None = None,
+         device: str | None = None, triton_interpret: bool = False, hints: bool = True) -> Bound:
+    """The record bound (ops.core.Bound): its world chosen, its time limit, its device (`device`: see resolve_impl) and
+    its runner: runner(case, inputs, runs=1) -> worlds.core.Run (outputs, path, ops, and what a later run changed).
     `triton_interpret`: its worker process runs Triton's interpreter, and the cases that cannot run there are SKIP rows
-    (its `supports`). `hints`: the record gets a hint search of its
-    own (Impl.hints), which the records made from it share."""
+    (its `supports`). `hints`: it gets a hint search of its own (Bound.hints), which the bindings made from it share.
+    A Bound is bound again from its record, in the world it was bound to unless `backend` says otherwise."""
+    if isinstance(impl, Bound):
+        backend, impl = backend or impl.world, impl.impl
     op = get_op(impl.op)
     why = FRAMEWORKS.missing(impl.framework)
     if why:
@@ -181,9 +184,8 @@ def bind(impl: Impl, backend: str | None = None, timeout: CaseLimit | float | No
                          f"(its worlds: {', '.join(worlds_of(impl))})")
     limit = as_limit(timeout)
     device = device_of(impl, world, device)
-    supports = Interpreted(own_support(impl.supports)) if triton_interpret else own_support(impl.supports)
-    bound = replace(impl, world=world.name, runner=None, limit=limit, device=device, supports=supports,
-                    triton_interpret=triton_interpret)
+    supports = Interpreted(impl.supports) if triton_interpret else impl.supports
+    bound = Bound(impl, world.name, limit=limit, device=device, supports=supports, triton_interpret=triton_interpret)
     # A worker process (the isolated world's, a devices world's) rebuilds the record; gloo ranks load the function
     bound = replace(bound, portable=portable(bound) if world.ranks in ("worker", "devices", "process") else None)
     if triton_interpret:
@@ -218,26 +220,26 @@ def device_of(impl: Impl, world, device: str | None) -> str:
     return device
 
 
-def check_interpretable(impl: Impl, world) -> None:
-    """One-line UsageError unless `impl` runs in a worker process of its own that can take Triton's interpreter:
-    a torch implementation in the isolated world that pickles (the variable must be set before its module is
-    imported, so never in this process)."""
+def check_interpretable(bound: Bound, world) -> None:
+    """One-line UsageError unless the `bound` implementation runs in a worker process of its own that can take
+    Triton's interpreter: a torch implementation in the isolated world that pickles (the variable must be set before
+    its module is imported, so never in this process)."""
     why = interpreter_missing()
     if why:
         raise UsageError(why)
-    if impl.framework != "torch":
-        raise UsageError(f"--triton-interpret: {impl.name} is a {FRAMEWORKS.title(impl.framework)} implementation; "
+    if bound.framework != "torch":
+        raise UsageError(f"--triton-interpret: {bound.name} is a {FRAMEWORKS.title(bound.framework)} implementation; "
                          "Triton kernels are torch code")
     if world.ranks != "worker":
         raise UsageError(f"--triton-interpret runs a single-process op's implementation in the isolated world's worker "
                          f"process, not {'the ranks of ' if world.distributed else ''}the {world.name} world")
-    if impl.portable is None:
-        raise UsageError(f"--triton-interpret: {impl.name} does not pickle (a lambda, or a function defined inside "
+    if bound.portable is None:
+        raise UsageError(f"--triton-interpret: {bound.name} does not pickle (a lambda, or a function defined inside "
                          "another), so it would run in this process; the interpreter runs only in a worker process "
                          "(define it at module level)")
 
 
-def witness(limit: CaseLimit, bound: dict, device: str, issue, case) -> Impl | None:
+def witness(limit: CaseLimit, bound: dict, device: str, issue, case) -> Bound | None:
     """torch's own record that `issue` is recorded on and that takes `case`, bound once per binding (`bound`, under
     `limit`: the witnesses' own) in its default world on the binding's `device`: its outputs on the case tell whether a
     failure of code that calls torch's kernel is torch's."""
@@ -251,16 +253,17 @@ def witness(limit: CaseLimit, bound: dict, device: str, issue, case) -> Impl | N
     return None
 
 
-def portable(impl: Impl) -> Callable[[], Impl] | None:
-    """How a worker process gets this record: a built-in by name, anything else as the record itself
-    (without what only this process reads: its known issues and support rule) when it pickles;
+def portable(bound: Bound) -> Callable[[], Bound] | None:
+    """How a worker process gets this bound record (the record, its device): a built-in by name, anything else as the
+    record itself (without what only this process reads: its known issues and support rule) when it pickles;
     None when it cannot travel (a lambda, a function defined inside another)."""
+    impl = bound.impl
     key = (impl.op, impl.name)
-    if key in _BUILT_IN and _BUILT_IN[key] == replace(impl, world=_BUILT_IN[key].world, device="cpu"):
-        return partial(built_in, *key, impl.device)
+    if key in _BUILT_IN and _BUILT_IN[key] == replace(impl, world=_BUILT_IN[key].world):
+        return partial(built_in, *key, bound.world, bound.device, bound.triton_interpret)
     target = absolute_spec(impl.target) if isinstance(impl.target, str) else impl.target
-    travelling = replace(impl, target=target, known_issues=(), supports=supports_everything, world=None,
-                         limit=None)
+    travelling = replace(bound, impl=replace(impl, target=target, known_issues=(), supports=supports_everything,
+                                             world=None), supports=supports_everything, limit=None)
     try:
         pickle.dumps(travelling)
     except Exception:  # noqa: BLE001 - pickling fails in many ways; any of them means "run here"
@@ -268,21 +271,21 @@ def portable(impl: Impl) -> Callable[[], Impl] | None:
     return partial(_itself, travelling)
 
 
-def built_in(op: str, name: str, device: str = "cpu") -> Impl:
-    record = _BUILT_IN[(op, name)]
-    return record if device == "cpu" else replace(record, device=device)
+def built_in(op: str, name: str, world: str, device: str = "cpu", triton_interpret: bool = False) -> Bound:
+    """A built-in record bound in a worker process (by name: every process that imports normcheck has it)."""
+    return Bound(_BUILT_IN[(op, name)], world, device=device, triton_interpret=triton_interpret)
 
 
-def _itself(impl: Impl) -> Impl:
-    return impl
+def _itself(bound: Bound) -> Bound:
+    return bound
 
 
-def backend_of(impl: Impl) -> str | None:
+def backend_of(bound: Bound) -> str | None:
     """The world a bound implementation of a distributed op runs in (None for single-process ops):
     replay lines name it so they replay the same world."""
-    return impl.world if get_op(impl.op).distributed else None
+    return bound.world if get_op(bound.op).distributed else None
 
 
-def check_world(impl: Impl, case) -> None:
+def check_world(bound: Bound, case) -> None:
     """One-line UsageError when `case` cannot run in the bound implementation's world."""
-    get_world(impl.world).check(case)
+    get_world(bound.world).check(case)

@@ -5,7 +5,7 @@ a kernel that is only once differentiable skips every order-2 case, and the pair
 by none. So its explicit signals narrow the design, as a run's options do (cases.narrowing.Limit), and the covering
 array covers every pair again inside what it takes. The signals, and only these:
 
-* the cases its record says it skips (`Impl.unsupported`: the orders and modes it implements, its support rule);
+* the cases its record says it skips (`Bound.unsupported`: the orders and modes it implements, its support rule);
 * `normcheck.Unsupported` raised on a probe case (NotDifferentiable: a backward that is only once differentiable, a
   forward without a forward-mode formula; a layer whose constructor cannot express the case).
 
@@ -27,7 +27,7 @@ from ..cases.narrowing import Limit, Narrowing
 from ..cases.sweep import case_of, narrowed_design, probe_rows
 from ..core.errors import CaseTimeout, Unsupported, UsageError
 from ..engine.compare import case_inputs
-from ..ops import Impl, Op, get_op
+from ..ops import Bound, Op, get_op
 
 ROUNDS = 3  # a limit changes the usual levels the next probes start from; more rounds than this find nothing new
 # What probing may cost a run: its wall seconds, and the probes that fail (each restarts the implementation's worker
@@ -36,20 +36,20 @@ PROBE_SECONDS = 5.0
 FAILING_PROBES = 3
 
 
-def learned(impl: Impl, narrowing: Narrowing) -> Narrowing:
-    """The run's `narrowing` with the limits a bound `impl` declares or says on probe cases. A limit that would leave a
-    factor no level is not taken (the sweep's SKIP rows then say why)."""
-    op = get_op(impl.op)  # (fetched once: the probes read the record)
+def learned(bound: Bound, narrowing: Narrowing) -> Narrowing:
+    """The run's `narrowing` with the limits a `bound` implementation declares or says on probe cases. A limit that
+    would leave a factor no level is not taken (the sweep's SKIP rows then say why)."""
+    op = get_op(bound.op)  # (fetched once: the probes read the record)
     said = {}  # case -> what the implementation said of it: each probe case runs once
     budget = Budget()
-    with impl.limit.aside() if impl.limit is not None else nullcontext():
+    with bound.limit.aside() if bound.limit is not None else nullcontext():
         for _ in range(ROUNDS):
-            found = [lim for lim in probe(impl, op, narrowing, said, budget) if lim not in narrowing.limits]
+            found = [lim for lim in probe(bound, op, narrowing, said, budget) if lim not in narrowing.limits]
             if not found and budget.every_probe_declined and narrowing.fields:
                 # (the run's own options leave it nothing it takes: what it takes outside them says which option,
                 # and the run's fields still win, engine.coverage.overruled)
                 open_design = replace(narrowing, fields=tuple((k, v) for k, v in narrowing.fields if k in CONVENTIONS))
-                return narrowing.with_limits(probe(impl, op, open_design, said, budget))
+                return narrowing.with_limits(probe(bound, op, open_design, said, budget))
             if not found:
                 break
             try:
@@ -77,14 +77,14 @@ class Budget:
             self.deadline = perf_counter() + PROBE_SECONDS
 
 
-def probe(impl: Impl, op: Op, narrowing: Narrowing, said: dict, budget: Budget) -> list[Limit]:
-    """The limits `impl` shows on the probe cases of the design `narrowing` leaves (`said`: case -> what it said,
-    kept between rounds), within `budget`. Levels are probed from a case it runs (the usual one, else the first probe
+def probe(bound: Bound, op: Op, narrowing: Narrowing, said: dict, budget: Budget) -> list[Limit]:
+    """The limits the `bound` implementation shows on the probe cases of the design `narrowing` leaves (`said`:
+    case -> what it said, kept between rounds), within `budget`. Levels are probed from a case it runs (the usual one, else the first probe
     it runs): a plain decline of a case one level away from that case declines that level."""
     rows = probe_rows(op, narrowing)
     try:
         base = next((row for _, _, row in rows if row is not None and not budget.spent
-                     and _said(impl, op, row, narrowing, said, budget) is None), None)
+                     and _said(bound, op, row, narrowing, said, budget) is None), None)
     except CaseTimeout:  # (a probe that hangs tells nothing; the sweep's own limits deal with the rest)
         return []
     budget.every_probe_declined = base is None and not budget.spent
@@ -93,7 +93,7 @@ def probe(impl: Impl, op: Op, narrowing: Narrowing, said: dict, budget: Budget) 
     found = []
     for name, value, row in rows:  # (past the budget, what its record declares is still read: it costs no run)
         try:
-            declines = _said(impl, op, row, narrowing, said, budget)
+            declines = _said(bound, op, row, narrowing, said, budget)
         except CaseTimeout:
             break
         if declines is None:
@@ -107,8 +107,8 @@ def probe(impl: Impl, op: Op, narrowing: Narrowing, said: dict, budget: Budget) 
     return list(dict.fromkeys(found))
 
 
-def _said(impl: Impl, op: Op, row: dict | None, narrowing: Narrowing, said: dict, budget: Budget):
-    """What `impl` says of the case of `row` (declined: ...), asked once; None where it runs it (or no case is made)."""
+def _said(bound: Bound, op: Op, row: dict | None, narrowing: Narrowing, said: dict, budget: Budget):
+    """What `bound` says of the case of `row` (declined: ...), asked once; None where it runs it (or no case is made)."""
     if row is None:
         return None
     try:
@@ -116,11 +116,11 @@ def _said(impl: Impl, op: Op, row: dict | None, narrowing: Narrowing, said: dict
     except UsageError:
         return None
     if case not in said and budget.spent:
-        reason = impl.unsupported(case)
+        reason = bound.unsupported(case)
         return (reason, {}, {}) if reason else None
     if case not in said:
         try:
-            said[case] = declined(impl, case)
+            said[case] = declined(bound, case)
         except Failed:
             said[case] = None
             budget.failures_left -= 1
@@ -128,16 +128,16 @@ def _said(impl: Impl, op: Op, row: dict | None, narrowing: Narrowing, said: dict
     return said[case]
 
 
-def declined(impl: Impl, case) -> tuple[str, dict, dict] | None:
-    """(why, what it takes, what it declines) when `impl` declines `case` (its record, or Unsupported when it runs);
+def declined(bound: Bound, case) -> tuple[str, dict, dict] | None:
+    """(why, what it takes, what it declines) when `bound` declines `case` (its record, or Unsupported when it runs);
     None when it runs it, whatever the outputs (the sweep judges those); Failed when it raised otherwise."""
-    reason = impl.unsupported(case)
+    reason = bound.unsupported(case)
     if reason:
         return reason, {}, {}
     if case.record.distributed:  # (by its record alone: each run would start a world of ranks)
         return None
     try:
-        impl.runner(case, case_inputs(case))
+        bound.runner(case, case_inputs(case))
     except Unsupported as e:
         return str(e) or "the implementation declined the case", e.takes, e.declines
     except CaseTimeout:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from ..core.errors import UsageError
 from . import (adagn, adagn_silu, adaln, add_layernorm, add_rmsnorm, batchnorm, gated_rmsnorm, grouped_rmsnorm, groupnorm,
                groupnorm_silu, instancenorm, layernorm, layernorm_gate, parallel, rmsnorm, scalenorm, syncbn, syncbn_silu)
-from .core import ALL_CASES, GRADIENTS, CaseField, Impl, KnownIssue, Op, Operand, Result, Signature
+from .core import ALL_CASES, GRADIENTS, Bound, CaseField, Impl, KnownIssue, Op, Operand, Result, Signature
 from .design import Design, Exclusion, Factor, Level
 
 RECORDED_WITH_TORCH = "2.13"  # the torch the known issues were recorded (and are reproduced) with
@@ -78,5 +78,5 @@ def get_op(name: str) -> Op:
     return OPS[name]
 
 
-__all__ = ["ALL_CASES", "CASE_FIELDS", "CaseField", "GRADIENTS", "Operand", "Result", "Design", "Exclusion", "Factor", "Impl", "KnownIssue", "Level", "OPS", "Op", "RECORDED_WITH_TORCH",
+__all__ = ["ALL_CASES", "Bound", "CASE_FIELDS", "CaseField", "GRADIENTS", "Operand", "Result", "Design", "Exclusion", "Factor", "Impl", "KnownIssue", "Level", "OPS", "Op", "RECORDED_WITH_TORCH",
            "Signature", "PARALLEL_LAYOUTS", "distributed_ops", "get_op", "laid_out"]

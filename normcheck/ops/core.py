@@ -1,7 +1,8 @@
-"""The record types (in the spirit of PyTorch's OpInfo): Op, Impl and KnownIssue.
+"""The record types (in the spirit of PyTorch's OpInfo): Op, Impl, Bound and KnownIssue.
 
 An `Op` holds everything generic code needs about one op; an `Impl` is one implementation of an
-op (torch's, our kernels, a recipe, a user's function), whoever registers it; a `KnownIssue` is a
+op (torch's, our kernels, a recipe, a user's function), whoever registers it, as it is declared; a `Bound`
+is one bound to the world it runs in, which the engine judges; a `KnownIssue` is a
 recorded failure of code that is not ours to fix. Records are frozen data: `__post_init__`
 validates them, generic code reads them, nothing outside a record branches on an op's name.
 """
@@ -266,7 +267,7 @@ class Impl:
     contract, gradients from the framework's autodiff; "direct" — `target(case, tensors)` returns
     every output itself (the native backward ops called directly, the NumPy baseline). It runs in
     `world` unless told otherwise (None: its op's default world); `worlds` lists the worlds it can
-    run in (empty: any). `runner` is set when the catalogue binds the record to a world.
+    run in (empty: any). What it declares only: the catalogue binds it to a world (`Bound`).
     """
     name: str
     op: str
@@ -282,19 +283,6 @@ class Impl:
     threads: int | None = None          # the framework's intra-op threads while it runs
     path: Callable[[Any], str] | None = None  # the code path it took on the case it just ran
     prepare: Callable[[], Any] | None = None  # readies the code (a C++ build) before its first case in a process
-    runner: Callable | None = field(default=None, compare=False, repr=False)
-    # Set by binding: where a torch implementation's case tensors live (the run's --device: cpu, cuda, cuda:1, mps, ...);
-    # a distributed world's own device
-    device: str = "cpu"
-    # Set by binding: the run's --triton-interpret: its worker process runs Triton kernels in Triton's interpreter
-    # (TRITON_INTERPRET=1 there before the implementation is imported), and `supports` adds what that cannot run
-    triton_interpret: bool = False
-    # Set by binding: a picklable callable that rebuilds this record in a worker process (None: it cannot)
-    portable: Callable[[], "Impl"] | None = field(default=None, compare=False, repr=False)
-    limit: Any = field(default=None, compare=False, repr=False)  # the bound run's CaseLimit
-    # Set by binding: issue -> the bound record of torch's that a known issue is recorded on and that takes the
-    # case (None: none), whose outputs tell whether a failure of code that called torch's kernel is torch's
-    witness: Callable[[KnownIssue, Any], "Impl | None"] | None = field(default=None, compare=False, repr=False)
     # The case fields whose meaning the implementation fixes (RMSNorm: its weight offset and casting
     # chain): every case it is judged on has them. Pairs (field, value); a dict is accepted.
     follows: tuple[tuple[str, Any], ...] = ()
@@ -317,9 +305,6 @@ class Impl:
     # The torch adapter may watch the aten ops it runs (a TorchDispatchMode, which known issues follow). False for
     # compiled code: under a dispatch mode torch.compile silently runs the function eagerly.
     dispatch_mode: bool = True
-    # Set by binding: the bound run's hint search (engine.hints.HintSearch: mutable, shared by the records made from
-    # the bound one), which judges a failing row again under the conventions it did not declare; None: no hints
-    hints: Any = field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
         if self.orders is None:
@@ -353,9 +338,14 @@ class Impl:
         return str(self.path(case) or "") if self.path is not None else ""
 
     def unsupported(self, case) -> str | None:
-        """Why this implementation, in its world, skips `case` (None: it takes it)."""
-        if self.worlds and self.world not in self.worlds:
-            return f"{self.name} runs in the {' or '.join(self.worlds)} world, not {self.world}"
+        """Why this implementation, in the world it declares, skips `case` (None: it takes it); a bound one's
+        (Bound.unsupported) is in the world it was bound to."""
+        return self.declines(case, self.world) or self.supports(case)
+
+    def declines(self, case, world: str | None) -> str | None:
+        """Why what this record declares refuses `case` in `world` (None: nothing does), its support rule aside."""
+        if self.worlds and world not in self.worlds:
+            return f"{self.name} runs in the {' or '.join(self.worlds)} world, not {world}"
         if not expressible(self.formats, case.x_format, case.dy_format):
             return (f"{self.name} takes x and dy in one layout, {' or '.join(self.formats)} (the case has "
                     f"{case.x_format}/{case.dy_format}): its arrays have no strides, only an axis order")
@@ -379,13 +369,76 @@ class Impl:
             if case.order == 2 or 2 not in self.orders:
                 return f"{self.name} is only once differentiable ({how})"
             return f"{self.name} has no forward-mode derivatives ({how})"
-        return self.supports(case)
+        return None
+
+    def applicable_issues(self, case, ops_called=frozenset(), of_op: tuple[KnownIssue, ...] = (),
+                          device: str = "cpu") -> list[KnownIssue]:
+        """The known issues that may explain a failure on `case`: the record's own, and those of its op
+        whose kernels (`code`) the run called, recorded for the kernels of `device` (where it ran: Bound.device)."""
+        issues = list(self.known_issues) + [k for k in of_op if k not in self.known_issues and set(k.code) & ops_called]
+        return [k for k in issues if k.covers(device) and k.applies(case)]
+
+
+@dataclass(frozen=True)
+class Bound:
+    """An implementation bound to a world (impls.catalogue.bind): the record as declared (`impl`) and what binding
+    attaches, which judging one (engine.judge) reads. Every declared fact is read off `impl`, but for the three
+    every message and dispatch names (`name`, `op`, `framework`)."""
+    impl: Impl
+    world: str  # the world it runs in (its record's default, or the run's --backend)
+    # runner(case, inputs, runs=1) -> worlds.core.Run (outputs, path, ops, and what a later run changed); None in the
+    # worker process that runs it (worlds.workers: its framework adapter is the run)
+    runner: Callable | None = field(default=None, compare=False, repr=False)
+    # Where a torch implementation's case tensors live (the run's --device: cpu, cuda, cuda:1, mps, ...); a
+    # distributed world's own device
+    device: str = "cpu"
+    # The run's --triton-interpret: its worker process runs Triton kernels in Triton's interpreter (TRITON_INTERPRET=1
+    # there before the implementation is imported), and `supports` adds what that cannot run
+    triton_interpret: bool = False
+    # The support rule it is judged under (None: the record's own; frameworks.torch.triton.Interpreted adds the
+    # interpreter's gaps to it)
+    supports: Callable[[Any], "str | None"] | None = None
+    # A picklable callable that rebuilds this record in a worker process (None: it cannot)
+    portable: Callable[[], "Bound"] | None = field(default=None, compare=False, repr=False)
+    limit: Any = field(default=None, compare=False, repr=False)  # the bound run's CaseLimit
+    # issue -> the bound record of torch's that a known issue is recorded on and that takes the case (None: none),
+    # whose outputs tell whether a failure of code that called torch's kernel is torch's
+    witness: Callable[[KnownIssue, Any], "Bound | None"] | None = field(default=None, compare=False, repr=False)
+    # The bound run's hint search (engine.hints.HintSearch: mutable, shared by the records made from this one), which
+    # judges a failing row again under the conventions it did not declare; None: no hints
+    hints: Any = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self):
+        if self.supports is None:
+            object.__setattr__(self, "supports", self.impl.supports)
+
+    @property
+    def name(self) -> str:
+        return self.impl.name
+
+    @property
+    def op(self) -> str:
+        return self.impl.op
+
+    @property
+    def framework(self) -> str:
+        return self.impl.framework
+
+    def checking(self, names) -> "Bound":
+        """This binding of the record with the checks `names` added (Impl.checking)."""
+        return replace(self, impl=self.impl.checking(names))
+
+    def declaring(self, conventions: dict) -> "Bound":
+        """This binding of the record following `conventions` too (Impl.declaring)."""
+        return replace(self, impl=self.impl.declaring(conventions))
+
+    def unsupported(self, case) -> str | None:
+        """Why this implementation, in the world it is bound to, skips `case` (None: it takes it)."""
+        return self.impl.declines(case, self.world) or self.supports(case)
 
     def applicable_issues(self, case, ops_called=frozenset(), of_op: tuple[KnownIssue, ...] = ()) -> list[KnownIssue]:
-        """The known issues that may explain a failure on `case`: the record's own, and those of its op
-        whose kernels (`code`) the run called."""
-        issues = list(self.known_issues) + [k for k in of_op if k not in self.known_issues and set(k.code) & ops_called]
-        return [k for k in issues if k.covers(self.device) and k.applies(case)]
+        """The known issues that may explain a failure on `case` on the device it runs on (Impl.applicable_issues)."""
+        return self.impl.applicable_issues(case, ops_called, of_op, self.device)
 
 
 @dataclass(frozen=True)

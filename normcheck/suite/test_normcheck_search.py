@@ -18,11 +18,11 @@ def test_budgeted_search(normcheck_options):
     o = normcheck_options
     if o.interrupted:  # (a signal while the implementation was probed: the run stops here, reporting)
         raise KeyboardInterrupt
-    run = search(o.impl, search_cases(o.record, o.narrowing, o.impl.formats, o.impl.shares), o.budget, seed=o.seed,
-                 database=database_folder(o.op, o.impl.name, o.narrowing))
+    run = search(o.bound, search_cases(o.record, o.narrowing, o.bound.impl.formats, o.bound.impl.shares), o.budget,
+                 seed=o.seed, database=database_folder(o.op, o.bound.name, o.narrowing))
     if run.interrupted:
         raise KeyboardInterrupt
-    summary = search_summary_line(o.op, o.impl.name, run)
+    summary = search_summary_line(o.op, o.bound.name, run)
     if run.found is not None:
         printed.start()  # (what the search's many runs printed belongs to none of them in particular)
         details = "".join(f"\n{line}" for line in search_details(run))

@@ -28,7 +28,7 @@ def pytest_generate_tests(metafunc):
     if "sweep_case" in metafunc.fixturenames:
         options = metafunc.config.stash[OPTIONS]
         # in the conventions it follows, narrowed by the fields the run fixes
-        sweep = default_sweep(options.record, formats=options.impl.formats, shares=options.impl.shares,
+        sweep = default_sweep(options.record, formats=options.bound.impl.formats, shares=options.bound.impl.shares,
                               narrowing=options.narrowing)
         metafunc.parametrize("sweep_case", sweep, ids=[f"{c.label} seed={c.seed}" for c in sweep])
 
@@ -42,10 +42,10 @@ def check(options, case, reports: list | None = None):
     """Judge `case`; a FAIL fails the test with its replay line. `reports`: where its report is kept, failing or not."""
     if options.interrupted:  # (a signal while the implementation was probed: the run stops here, reporting)
         raise KeyboardInterrupt
-    if options.impl.limit is not None and options.impl.limit.stuck:  # the rest of the sweep would only time out
-        pytest.fail(f"not run: {options.impl.limit.stuck}", pytrace=False)
+    if options.bound.limit is not None and options.bound.limit.stuck:  # the rest of the sweep would only time out
+        pytest.fail(f"not run: {options.bound.limit.stuck}", pytrace=False)
     printed.start()
-    report = judge(case, options.impl)
+    report = judge(case, options.bound)
     if reports is not None:
         reports.append(report)
     if report.verdict == FAIL:
@@ -83,4 +83,4 @@ def test_something_was_tested(normcheck_options):
         pytest.skip("the default sweep did not run (deselected)")
     if not SWEEP["tested"]:
         pytest.fail(f"nothing was tested: all {SWEEP['ran']} cases of the default sweep were skipped by "
-                    f"{normcheck_options.impl.name}", pytrace=False)
+                    f"{normcheck_options.bound.name}", pytrace=False)

@@ -50,7 +50,8 @@ def _same_bits(a, b) -> bool:
 
 @dataclass(frozen=True)
 class World:
-    """`run(impl, case, inputs, limit, runs=1) -> Run` runs one case of `impl` here `runs` times on the same inputs,
+    """`run(bound, case, inputs, limit, runs=1) -> Run` runs one case of a bound implementation (ops.Bound) here `runs`
+    times on the same inputs,
     under the run's CaseLimit (`limit.run(case, work)` times the case itself, start-up excluded).
 
     distributed: it runs the ranks of a split case (False: the single-process ops' world);
@@ -136,9 +137,9 @@ def replicated(name: str, grads: list["np.ndarray | None"]) -> np.ndarray:
 
 
 def distributed(run_ranks: Callable) -> Callable:
-    """A World.run from `run_ranks(impl, case, inputs, limit) -> per-rank outputs` (each run under the limit)."""
+    """A World.run from `run_ranks(bound, case, inputs, limit) -> per-rank outputs` (each run under the limit)."""
 
-    def run(impl, case, inputs, limit: CaseLimit, runs: int = 1) -> Run:
-        return repeated(lambda: (assemble(case, run_ranks(impl, case, inputs, limit)), "", frozenset()), runs)
+    def run(bound, case, inputs, limit: CaseLimit, runs: int = 1) -> Run:
+        return repeated(lambda: (assemble(case, run_ranks(bound, case, inputs, limit)), "", frozenset()), runs)
 
     return run

@@ -13,6 +13,6 @@ from .inprocess import run_isolated
 from .limits import CaseLimit
 
 
-def run_devices(impl, case, inputs, limit: CaseLimit, runs: int = 1) -> Run:
-    run = run_isolated(impl, case, inputs, limit, runs)
+def run_devices(bound, case, inputs, limit: CaseLimit, runs: int = 1) -> Run:
+    run = run_isolated(bound, case, inputs, limit, runs)
     return run._replace(outputs=assemble(case, run.outputs))

@@ -151,8 +151,8 @@ def close_env_world() -> None:
         _ENV_WORLD.pop().close()
 
 
-def env_ranks(impl, case: Case, inputs, limit: CaseLimit) -> list[RankOutputs]:
+def env_ranks(bound, case: Case, inputs, limit: CaseLimit) -> list[RankOutputs]:
     """The env World's run_ranks. The job's process groups were made with one timeout (an explicit
     limit, else the default), which bounds each collective; the limit here only measures."""
     world = env_world(limit.fixed)
-    return limit.run(case, lambda timeout: world.run(case, impl.spec))
+    return limit.run(case, lambda timeout: world.run(case, bound.impl.spec))

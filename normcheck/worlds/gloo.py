@@ -116,6 +116,6 @@ def run_gloo(case: Case, impl_spec: str, timeout: float = DEFAULT_TIMEOUT) -> li
     return get_world(len(case.split), timeout).run(case, impl_spec)
 
 
-def gloo_ranks(impl, case: Case, inputs, limit: CaseLimit) -> list[RankOutputs]:
+def gloo_ranks(bound, case: Case, inputs, limit: CaseLimit) -> list[RankOutputs]:
     """The gloo World's run_ranks: every rank makes the case's inputs itself from the case."""
-    return get_world(len(case.split)).run(case, impl.spec, limit)
+    return get_world(len(case.split)).run(case, bound.impl.spec, limit)

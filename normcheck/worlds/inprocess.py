@@ -25,38 +25,39 @@ INTERPRETER_TIMEOUT = ("Triton's interpreter runs a grid's programs one after an
 _POOLS: dict[object, WorkerPool] = {}  # what its workers run first (None: nothing) -> the pool
 
 
-def run_here(impl, case, inputs, limit: CaseLimit, runs: int = 1) -> Run:
-    """The in-process world's run (the limit measures the case; nothing here can stop it)."""
-    if impl.prepare is not None:
-        impl.prepare()  # outside the case's time (idempotent: a build is cached)
-    return repeated(lambda: limit.run(case, lambda timeout: run_case(impl, case, inputs)), runs)
+def run_here(bound, case, inputs, limit: CaseLimit, runs: int = 1) -> Run:
+    """The in-process world's run of a bound implementation (the limit measures the case; nothing here can stop
+    it)."""
+    if bound.impl.prepare is not None:
+        bound.impl.prepare()  # outside the case's time (idempotent: a build is cached)
+    return repeated(lambda: limit.run(case, lambda timeout: run_case(bound, case, inputs)), runs)
 
 
-def run_isolated(impl, case, inputs, limit: CaseLimit, runs: int = 1) -> Run:
+def run_isolated(bound, case, inputs, limit: CaseLimit, runs: int = 1) -> Run:
     """The isolated world's run: the case in the worker process, its outcome re-raised here. A case run more than once
     runs again on the inputs the worker kept, which answers with the outputs whose bits changed: inputs and outputs
     cross between the processes once (each run under the case's limit, as when they crossed every time)."""
-    if impl.portable is None:
-        return run_here(impl, case, inputs, limit, runs)
+    if bound.portable is None:
+        return run_here(bound, case, inputs, limit, runs)
 
     def once():
-        return _in_worker(impl, case, ("solo", impl.portable, inputs, runs > 1), limit)
+        return _in_worker(bound, case, ("solo", bound.portable, inputs, runs > 1), limit)
 
     def again(first):
-        differ = _in_worker(impl, case, ("again",), limit)
+        differ = _in_worker(bound, case, ("again",), limit)
         return differ if differ is not None else differing(first, once()[0])  # (a worker that kept no case)
 
     return repeated(once, runs, again)
 
 
-def _in_worker(impl, case, job, limit: CaseLimit):
+def _in_worker(bound, case, job, limit: CaseLimit):
     """A job's outcome in the isolated worker process: its result, or how it failed raised here."""
     try:
-        pool = _pool(interpret_here if impl.triton_interpret else None)
-        [outcome] = pool.run_job(case, job, limit, load=("load", impl.portable))
+        pool = _pool(interpret_here if bound.triton_interpret else None)
+        [outcome] = pool.run_job(case, job, limit, load=("load", bound.portable))
     except ImplError as e:  # a one-process pool names its only rank: a single process needs no name
         message = str(e).removeprefix("rank 0: ")
-        if isinstance(e, CaseTimeout) and impl.triton_interpret:  # (the worker restarts as after any timeout)
+        if isinstance(e, CaseTimeout) and bound.triton_interpret:  # (the worker restarts as after any timeout)
             raise Unsupported(f"{message}: {INTERPRETER_TIMEOUT}") from None
         raise (CaseTimeout(message, e.seconds) if isinstance(e, CaseTimeout) else type(e)(message)) from None
     kind, *details = outcome

@@ -187,8 +187,8 @@ def lockstep_ranks(device_of: Callable | None = None) -> Callable:
     """A World's run_ranks for the lockstep world (on the CPU, or on the device `device_of()` yields
     with its primitives in place)."""
 
-    def run_ranks(impl, case: Case, inputs: CaseInputs, limit: CaseLimit) -> list[RankOutputs]:
-        fn = impl.callable()
+    def run_ranks(bound, case: Case, inputs: CaseInputs, limit: CaseLimit) -> list[RankOutputs]:
+        fn = bound.impl.callable()
         if device_of is None:
             return limit.run(case, lambda timeout: run_lockstep(case, fn, timeout, inputs=inputs))
         with device_of() as device:

@@ -195,7 +195,7 @@ def _run_job(job, case, rank: int, group, size: int, fns: dict):
         if isinstance(what, str):
             fns[what] = load_callable(what)
         else:
-            impl = what()
+            impl = what().impl  # (the record, rebuilt here: impls.catalogue.portable)
             FRAMEWORKS[impl.framework]  # the framework's own import (JAX's, TensorFlow's: seconds), not a case's
             impl.callable()
             if impl.prepare is not None:
@@ -212,14 +212,14 @@ def _run_job(job, case, rank: int, group, size: int, fns: dict):
         if job[0] == "again":
             if kept is None:
                 return ("differ", None)
-            impl, inputs, first = kept
+            bound, inputs, first = kept
             fns[_KEPT] = kept
-            return ("differ", differing(first, run_case(impl, case, inputs)[0]))
+            return ("differ", differing(first, run_case(bound, case, inputs)[0]))
         _, portable, inputs, keep = job
-        impl = portable()
-        result = run_case(impl, case, inputs)
+        bound = portable()  # (the bound record, rebuilt here: its device)
+        result = run_case(bound, case, inputs)
         if keep:
-            fns[_KEPT] = (impl, inputs, result[0])
+            fns[_KEPT] = (bound, inputs, result[0])
         return ("outputs", result)
     except UsageError as e:
         return ("usage", str(e))

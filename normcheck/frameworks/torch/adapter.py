@@ -316,12 +316,13 @@ def _guarded_run(t: TorchInputs, produce, watch: bool = True) -> Outputs:
     return outputs
 
 
-def run(op, impl, case, inputs) -> tuple[dict[str, np.ndarray], str, frozenset[str]]:
-    """One process: impl.target under its convention ("contract": the op's --impl contract through
+def run(op, bound, case, inputs) -> tuple[dict[str, np.ndarray], str, frozenset[str]]:
+    """One process: the bound record's target under its convention ("contract": the op's --impl contract through
     autograd; "direct": target(case, tensors) returns every output itself). Returns the outputs, the
-    path the implementation reports, and the aten ops it ran. The case's tensors live on impl.device (the run's
+    path the implementation reports, and the aten ops it ran. The case's tensors live on bound.device (the run's
     --device), in the case's exact strides and storage offsets."""
-    t = torch_inputs(inputs, device=None if impl.device == "cpu" else torch.device(impl.device))
+    impl = bound.impl
+    t = torch_inputs(inputs, device=None if bound.device == "cpu" else torch.device(bound.device))
     fn = impl.callable()
     call = (fn, case, t) if impl.convention == "direct" else (differentiate, op, fn, case, t)
     recorder, watch = OpRecorder(), impl.dispatch_mode and not compiled(fn)  # (modes would change compiled code)

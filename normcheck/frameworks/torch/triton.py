@@ -79,16 +79,12 @@ def interpreter_gap(case) -> str | None:
 @dataclass(frozen=True)
 class Interpreted:
     """An implementation's own support rule (`own`), and what Triton's interpreter cannot run: the bound record's
-    `supports` under --triton-interpret, so its gaps are SKIP rows like any unsupported case."""
+    `supports` under --triton-interpret (ops.core.Bound), so its gaps are SKIP rows like any unsupported case; its
+    record keeps its own rule, which binding again without the interpreter takes."""
     own: Callable[[Any], "str | None"]
 
     def __call__(self, case) -> str | None:
         return self.own(case) or interpreter_gap(case)
-
-
-def own_support(supports: Callable) -> Callable:
-    """A record's support rule without the interpreter's (binding again without --triton-interpret)."""
-    return supports.own if isinstance(supports, Interpreted) else supports
 
 
 def no_driver(e: BaseException) -> str | None:
