@@ -66,3 +66,15 @@ def test_a_cache_that_cannot_be_written_is_one_line_naming_it(tmp_path, monkeypa
         loader.load()
     message = str(raised.value)
     assert "\n" not in message and str(blocked / "cache") in message and "NORMCHECK_CACHE" in message
+
+
+def test_a_kernel_that_cannot_be_built_stops_the_run_in_one_line_not_a_fail_per_case(tmp_path):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    done = subprocess.run([sys.executable, "-m", "normcheck", "compare", "--op", "groupnorm", "--impl", "cl-auto-t1",
+                           "--one-case", "--shape", "2,6,3,3", "--memory-format", "channels_last", "--cases", "3"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env={**os.environ, "NORMCHECK_CACHE": str(blocked / "cache")})
+    assert done.returncode == 2 and "FAIL" not in done.stdout, done.stdout + done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith(
+        f"normcheck: error: normcheck's GroupNorm kernel is built into {blocked / 'cache'}"), done.stderr

@@ -52,7 +52,7 @@ from collections.abc import Callable
 from multiprocessing.connection import wait as _wait_any
 
 from ..cases import Case
-from ..core.errors import CaseTimeout, ImplError, NotDifferentiable, Unsupported, UsageError
+from ..core.errors import CaseTimeout, ImplError, NotDifferentiable, SetupError, Unsupported, UsageError
 from ..core.forkserver import context, main_hidden
 from ..core.loading import load_callable
 from ..core.text import clip, exception_text, raised_at, rank_list
@@ -198,8 +198,11 @@ def _run_job(job, case, rank: int, group, size: int, fns: dict):
             impl = what()
             FRAMEWORKS[impl.framework]  # the framework's own import (JAX's, TensorFlow's: seconds), not a case's
             impl.callable()
-            if impl.prepare is not None:
-                impl.prepare()
+            try:
+                if impl.prepare is not None:
+                    impl.prepare()
+            except SetupError as e:  # (normcheck's own setup: the run's error, not the implementation's failure)
+                return ("setup", str(e))
         return None
     if job[0] == "rank":
         spec = job[1]
@@ -645,7 +648,10 @@ class WorkerPool:
             try:
                 key = None if load is None else pickle.dumps(load, protocol=pickle.HIGHEST_PROTOCOL)
                 if key is not None and key not in workers.loaded:
-                    workers.run_case(case, load, self.startup_timeout)
+                    answers = workers.run_case(case, load, self.startup_timeout)
+                    setup = next((a[1] for a in answers if isinstance(a, tuple) and a[0] == "setup"), None)
+                    if setup is not None:
+                        raise SetupError(setup)
                     workers.loaded.add(key)
                 return limit.run(case, lambda seconds: workers.run_case(case, job, seconds, limit.first_look(case)))
             except Unsupported:  # every rank declined and finished the case: the workers stay as after a success

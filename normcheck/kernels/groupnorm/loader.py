@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from ...core.disk_cache import cache_root
+from ...core.errors import SetupError
 
 SOURCE = Path(__file__).with_name("group_norm_cl.cpp")
 CFLAGS = ["-O3", "-fopenmp", "-march=native", "-ffp-contract=off"]
@@ -32,7 +33,7 @@ _lock = threading.Lock()
 _module = None
 
 
-class BuildError(RuntimeError):
+class BuildError(SetupError):
     """The kernel could not be built (no compiler, or the compile failed)."""
 
 
