@@ -18,7 +18,7 @@ from ..engine.baseline import baseline_outputs
 from ..engine.hints import HintSearch
 from ..frameworks import FRAMEWORKS
 from ..frameworks.arrays import formats_of
-from ..frameworks.torch.layers import Layer, contract_parameters, is_factory, is_layer_class
+from ..frameworks.torch.layers import Layer, contract_parameters, is_factory, is_layer_class, is_layer_instance
 from ..frameworks.torch.tensors import device_missing
 from ..frameworks.torch.triton import Interpreted, interpreter_missing, own_support
 from ..kernels.groupnorm.impls import IMPLS as GROUPNORM_KERNEL_IMPLS
@@ -142,6 +142,10 @@ def layer_given(name: str, fn: Callable, signature: str) -> bool:
     what constructors take); else a function under the contract."""
     if is_layer_class(fn):
         return True
+    if is_layer_instance(fn):
+        raise UsageError(f"--impl {name} is a {type(fn).__name__} already built, whose sizes are fixed: give its class "
+                         f"({type(fn).__module__}:{type(fn).__qualname__}) or a function returning a configured module, "
+                         "and normcheck builds one per case")
     try:
         check_arity(name, fn, signature)
     except UsageError:
