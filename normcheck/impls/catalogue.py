@@ -119,7 +119,8 @@ def user_impl(op: str, target: str | Callable, framework: str = "torch") -> Impl
     why = FRAMEWORKS.missing(framework)
     if why:
         raise UsageError(why)
-    signature, _ = the_op.contract(FRAMEWORKS.contract(framework))
+    kind = FRAMEWORKS.contract(framework)
+    signature, _ = the_op.contract(kind)
     if callable(target):
         fn = target
         name = spec_of(fn) if the_op.distributed else getattr(fn, "__qualname__", repr(fn))
@@ -131,9 +132,10 @@ def user_impl(op: str, target: str | Callable, framework: str = "torch") -> Impl
     check_arity(name, fn, signature)
     # A contract that adds an argument in eval mode (SyncBN's training=False): a function without it has no
     # eval mode, and its eval cases are SKIP rows saying so
-    eval_mode = the_op.eval_keyword is None or takes_keyword(fn, the_op.eval_keyword)
+    eval_mode = kind == "direct" or the_op.eval_keyword is None or takes_keyword(fn, the_op.eval_keyword)
     arrays = {} if framework == "torch" else {"formats": formats_of(the_op)}
     return Impl(name, op, f"user implementation {name}", target, capabilities="unknown (user code)",
+                convention="direct" if kind == "direct" else "contract",
                 modes=("train", "eval") if eval_mode else ("train",), framework=framework, **arrays)
 
 
