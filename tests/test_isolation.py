@@ -306,3 +306,12 @@ def test_loading_the_implementation_is_outside_the_limit_also_after_a_restart():
     hanging = resolve_impl("batchnorm", f"{FAULTS}:hangs_on_bf16", timeout=1)
     assert compare("batchnorm", hanging, BF16).verdict == FAIL  # the worker is killed and replaced
     assert compare("batchnorm", impl, F32).verdict == PASS
+
+
+def test_a_worker_whose_parent_stopped_before_it_started_leaves_quietly(tmp_path, capfd):
+    """A Ctrl-C while a world's workers start: the parent removes the directory their stderr files go to, and a worker
+    starting after that returns at once (it printed a FileNotFoundError traceback on the user's terminal)."""
+    from normcheck.worlds.workers import _worker_main
+
+    assert _worker_main(0, 1, None, 1.0, None, None, str(tmp_path / "gone" / "rank0.stderr")) is None
+    assert capfd.readouterr().err == ""

@@ -246,7 +246,10 @@ def _worker_main(rank: int, size: int, port: int | None, gloo_timeout: float, co
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it kills us
     # What a worker prints (an implementation's debug output, a dying worker's C++ abort message) goes to a file the
     # parent quotes in its failure message, instead of interleaving with the report (or a JSON document) on stdout.
-    printed = os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        printed = os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    except OSError:  # (the parent stopped, a Ctrl-C, and took its directory before this worker started: it serves none)
+        return
     os.dup2(printed, 2)
     os.dup2(printed, 1)
     group = None
