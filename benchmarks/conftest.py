@@ -33,6 +33,17 @@ def pytest_configure(config):
 
 _MEDIANS = pytest.StashKey[dict]()
 
+# A body run once under --benchmark-disable (the gate) checks that its code runs and its assertions hold; it does so on
+# the first few of its cases, not on the whole workload a timing needs (tests/ judge those sweeps in full)
+SMOKE_CASES = 6
+
+
+@pytest.fixture
+def workload(benchmark):
+    """``workload(cases)``: the cases a benchmark times, every one when it times them and the first SMOKE_CASES when
+    the run only checks that the benchmark works."""
+    return lambda cases: list(cases) if not benchmark.disabled else list(cases)[:SMOKE_CASES]
+
 
 @pytest.fixture
 def record_median(request):

@@ -23,12 +23,13 @@ SWEEP = default_sweep("batchnorm", narrowing=Narrowing(scans="without"))
 
 
 @pytest.mark.parametrize("world", ["in-process", "isolated"])
-def test_batchnorm_sweep(benchmark, world):
+def test_batchnorm_sweep(benchmark, workload, world):
     impl = resolve_impl("batchnorm", "torch", world)
     judge(SWEEP[0], impl)  # warm: the worker started, torch's first-call imports done
     benchmark.group = "batchnorm default sweep, torch"
+    cases = workload(SWEEP)
 
-    reports = benchmark(lambda: [judge(case, impl) for case in SWEEP])
+    reports = benchmark(lambda: [judge(case, impl) for case in cases])
     assert not [r for r in reports if r.verdict == FAIL]
 
 
@@ -36,14 +37,15 @@ LARGE = [c for c in default_sweep("rmsnorm", narrowing=Narrowing(scans="without"
 
 
 @pytest.mark.parametrize("world", ["in-process", "isolated"])
-def test_large_cases_runs(benchmark, world):
+def test_large_cases_runs(benchmark, workload, world):
     impl = resolve_impl("rmsnorm", "torch", world, timeout=600.0)  # (a fixed limit: no reference computed)
-    inputs = {case: case.make_inputs() for case in LARGE}
-    impl.runner(LARGE[0], inputs[LARGE[0]])
+    large = workload(LARGE)
+    inputs = {case: case.make_inputs() for case in large}
+    impl.runner(large[0], inputs[large[0]])
     benchmark.group = "rmsnorm large design cases, torch: one run each"
 
-    outputs = benchmark(lambda: [impl.runner(case, inputs[case])[0] for case in LARGE])
-    assert len(LARGE) >= 5 and all(o["y"].shape == case.shape for o, case in zip(outputs, LARGE))
+    outputs = benchmark(lambda: [impl.runner(case, inputs[case])[0] for case in large])
+    assert len(LARGE) >= 5 and all(o["y"].shape == case.shape for o, case in zip(outputs, large))
 
 
 @pytest.mark.parametrize("rerun", ["inputs sent again", "in the worker"])

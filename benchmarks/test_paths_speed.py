@@ -22,14 +22,15 @@ SWEEP = [c for c in default_sweep("batchnorm", narrowing=Narrowing(scans="withou
 
 
 @pytest.mark.parametrize("runs", ["twice (deterministic)", "once"])
-def test_batchnorm_sweep(benchmark, runs):
+def test_batchnorm_sweep(benchmark, workload, runs):
     impl = resolve_impl("batchnorm", replace(IMPLS["batchnorm"]["torch"], deterministic=runs != "once"))
     judge(SWEEP[0], impl)  # warm: the worker started, torch's first-call imports done
     benchmark.group = "batchnorm default sweep, torch: determinism rerun"
+    cases = workload(SWEEP)
 
     def sweep():
         forget_cases()  # (each round computes every case's reference afresh, as a CLI run does)
-        return [judge(case, impl) for case in SWEEP]
+        return [judge(case, impl) for case in cases]
 
     reports = benchmark(sweep)
     assert not [r for r in reports if r.verdict == FAIL]

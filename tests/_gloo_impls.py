@@ -63,7 +63,7 @@ class _SyncBN(torch.autograd.Function):
             running_var.mul_(1 - momentum).add_(momentum * (g_m2 / (n - 1)).to(running_var.dtype))
         ctx.save_for_backward(xhat, weight, invstd, n)
         ctx.group = group
-        ctx.has_bias = bias is not None
+        ctx.bias_dtype = bias.dtype if bias is not None else None
         return y.to(x.dtype)
 
     @staticmethod
@@ -76,7 +76,7 @@ class _SyncBN(torch.autograd.Function):
         scale = invstd if weight is None else invstd * weight.double()
         dx = _per_channel(scale, dy) * (dyd - _per_channel(total[0] / n, dy) - xhat * _per_channel(total[1] / n, dy))
         dweight = local[1].to(weight.dtype) if weight is not None else None
-        dbias = local[0].to(weight.dtype if weight is not None else dy.dtype) if ctx.has_bias else None
+        dbias = local[0].to(ctx.bias_dtype) if ctx.bias_dtype is not None else None  # (in β's own dtype)
         return dx.to(dy.dtype), dweight, dbias, None, None, None, None, None, None
 
 

@@ -153,6 +153,12 @@ def test_eps_zero_is_legal_where_the_op_takes_it():
     (["compare", "--op", "batchnorm", "--impl", "math:pi"], "not callable"),
     (["compare", "--op", "batchnorm", "--impl", "math:sqrt"], "takes 1 positional arguments"),
     (["compare", "--op", "batchnorm", "--impl", "json:dumps"], "the contract is"),
+    (["compare", "--op", "layernorm", "--framework", "numpy", "--impl", "json:dumps"],
+     "the contract is fn(case, inputs) -> {output name: array}"),
+    (["compare", "--op", "layernorm", "--impl", "tests._exits_on_import:layer_norm"],
+     "cannot import tests._exits_on_import: its import called sys.exit(5)"),
+    (["compare", "--op", "layernorm", "--impl", "tests._layer_classes:BUILT_LAYER_NORM"],
+     "is a LayerNorm already built, whose sizes are fixed: give its class (torch.nn.modules.normalization:LayerNorm)"),
     (["compare", "--op", "batchnorm", "--impl", "nonsense"], "unknown implementation 'nonsense'"),
     (["compare", "--op", "rmsnorm2"], "invalid choice"),
     (["compare"], "required: --op"),
@@ -267,3 +273,12 @@ def test_an_empty_batch_is_one_line_not_a_traceback(op, capsys):
         assert main(["compare", *explicit, "--op", op, "--shape", "0,16"]) == 2
         assert capsys.readouterr().err == ("normcheck: error: shape 0x16 has no elements: an empty batch is not judged "
                                            "(a distributed op's empty rank is a 0 in --split)\n")
+
+
+def test_a_numpy_function_returns_every_output_itself():
+    """--framework numpy: fn(case, inputs) -> {output: array}, as README says (normcheck's same-precision baseline is
+    one such function, and passes)."""
+    code, out = run("compare", "--one-case", "--op", "layernorm", "--framework", "numpy", "--impl",
+                    "normcheck.engine.baseline:baseline_outputs", "--shape", "4,8", "--cases", "2")
+    assert code == 0 and out.splitlines()[-1].startswith(
+        "layernorm / normcheck.engine.baseline:baseline_outputs: 2 cases: 2 passed"), out

@@ -271,9 +271,10 @@ def test_autograd_honours_needs_input_grad():
     assert dw.shape == (4,)
 
 
-def test_no_compiler_is_one_clear_line(monkeypatch):
+def test_no_compiler_is_one_clear_line(monkeypatch, tmp_path):
     from normcheck.kernels.groupnorm import loader
 
+    monkeypatch.setenv("NORMCHECK_CACHE", str(tmp_path))  # (nothing built there: a build is needed)
     monkeypatch.setattr(loader, "_module", None)
     monkeypatch.setattr(loader, "_compiler", lambda: None)
     with pytest.raises(loader.BuildError, match="needs a C\\+\\+ compiler") as info:

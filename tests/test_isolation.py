@@ -209,6 +209,32 @@ def test_an_implementation_is_stuck_after_timeouts_with_nothing_finished_and_nev
     assert not fixed.stuck and not recovered.stuck  # a fixed limit is the user's; a finished case is not stuck
 
 
+def test_a_rank_that_always_hangs_is_stuck_though_one_rank_cases_finish_and_a_hang_at_one_size_is_not():
+    """Timeouts are counted per rank (a SyncBN whose rank 1 always hangs ran every case, ~2 s each, since its world-size-1
+    cases finished in between); a hang at one world size is one factor's value, whose neighbours finish."""
+    from types import SimpleNamespace
+
+    def world(size):
+        return SimpleNamespace(shape=(4 * size, 3), split=(4,) * size)
+
+    rank1, one_size = CaseLimit(yardstick=lambda c: 0.0), CaseLimit(yardstick=lambda c: 0.0)
+    for limit in (rank1, one_size):
+        limit.run(world(1), lambda timeout: None)
+    for size in (2, 4):
+        one_size.run(world(size), lambda timeout: None)
+    for i in range(2 * STUCK_AFTER):
+        assert not rank1.stuck or i == STUCK_AFTER
+        if rank1.stuck:
+            break
+        for limit, size in ((rank1, 2 + i % 3), (one_size, 3)):
+            with pytest.raises(CaseTimeout):
+                limit.run(world(size), _times_out)
+        rank1.run(world(1), lambda timeout: None)  # (the one-rank cases keep finishing)
+    assert rank1.stuck.startswith(f"stopped: {STUCK_AFTER} cases with a rank 1 timed out and none with a rank 1 "
+                                  "finished")
+    assert not one_size.stuck  # (rank 2's cases of world size 4 finished)
+
+
 def test_the_suite_fails_the_cases_after_a_stuck_implementation_without_running_them():
     from types import SimpleNamespace
 
@@ -280,3 +306,12 @@ def test_loading_the_implementation_is_outside_the_limit_also_after_a_restart():
     hanging = resolve_impl("batchnorm", f"{FAULTS}:hangs_on_bf16", timeout=1)
     assert compare("batchnorm", hanging, BF16).verdict == FAIL  # the worker is killed and replaced
     assert compare("batchnorm", impl, F32).verdict == PASS
+
+
+def test_a_worker_whose_parent_stopped_before_it_started_leaves_quietly(tmp_path, capfd):
+    """A Ctrl-C while a world's workers start: the parent removes the directory their stderr files go to, and a worker
+    starting after that returns at once (it printed a FileNotFoundError traceback on the user's terminal)."""
+    from normcheck.worlds.workers import _worker_main
+
+    assert _worker_main(0, 1, None, 1.0, None, None, str(tmp_path / "gone" / "rank0.stderr")) is None
+    assert capfd.readouterr().err == ""

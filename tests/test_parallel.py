@@ -204,7 +204,7 @@ def test_a_dtensor_records_sweep_takes_torch_chunks_shares_and_other_splits_skip
 @pytest.mark.parametrize("op, name", DTENSOR)
 def test_dtensor_records_pass_or_are_known_over_a_slice_of_their_sweep(op, name):
     """torch's own sharding propagation and DTensor's backward, in gloo worlds of 1-8 ranks, on every fourth case of
-    its covering design (torch.chunk's shares): PASS, or KNOWN by a recorded signature (docs: README's parallel
+    its covering design (torch.chunk's shares): PASS, or KNOWN by a recorded signature (docs/usage.md's parallel
     norms). (Its boundary scans keep the usual split, one rank holding the whole row: an even shard torch's rms_norm
     cannot take, so every rmsnorm_hp scan case is KNOWN; so are most of its class triples' cases, whose hidden sizes
     are mostly even: the slice is of the covering array's rows.)"""

@@ -1,6 +1,6 @@
-"""README stays true: every `$ command` block in README.md is run, and every line it shows (except the
-`...` that elide rows) must be a line the command prints. A change that alters a sample fails here
-until README is updated (`python tests/test_readme.py` prints the real output of each command)."""
+"""README and the docs stay true: every `$ command` block in README.md and in docs/*.md is run, and every line it
+shows (except the `...` that elide rows) must be a line the command prints. A change that alters a sample fails here
+until the page is updated (`python tests/test_readme.py` prints the real output of each command, page by page)."""
 from __future__ import annotations
 
 import contextlib
@@ -16,6 +16,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+# README, then every page of docs/ (those without a `$ command` block have nothing to check)
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(r"^( *)```\n(\1\$ .*?)^\1```", re.S | re.M)  # also inside list items (indented)
 # (pytest adds "(h:mm:ss)" to a time past a minute)
 TIMES = [(re.compile(r"\bin \d+(\.\d+)? ?s\b( \(\d+:\d\d:\d\d\))?"), "in <time>"),
@@ -24,10 +26,10 @@ TIMES = [(re.compile(r"\bin \d+(\.\d+)? ?s\b( \(\d+:\d\d:\d\d\))?"), "in <time>"
          (re.compile(r"^=+ (.*?) =+$"), r"= \1 =")]
 
 
-def samples() -> list[tuple[str, list[str]]]:
-    """(command, the lines README shows for it) for every `$ command` in a README code block."""
+def samples_of(page: Path) -> list[tuple[str, list[str]]]:
+    """(command, the lines the page shows for it) for every `$ command` in a code block of the page."""
     out = []
-    for indent, block in BLOCK.findall(README.read_text()):
+    for indent, block in BLOCK.findall(page.read_text()):
         block = "\n".join(line[len(indent):] for line in block.split("\n"))
         for chunk in re.split(r"(?m)^(?=\$ )", block):
             if chunk.strip():
@@ -54,16 +56,23 @@ def run(command: str, workdir: Path) -> str:
                                                   + "\nsync_bn = mean_dy_over_world_size\n")
         argv, cwd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *argv[1:]], workdir
     else:
-        raise AssertionError(f"README runs {argv[0]!r}: teach tests/test_readme.py how")
+        raise AssertionError(f"a page runs {argv[0]!r}: teach tests/test_readme.py how")
     proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     return proc.stdout + proc.stderr
 
 
-SAMPLES = samples()
+def name(page: Path) -> str:
+    return str(page.relative_to(ROOT))
+
+
+# {page: its samples} for every page that has some, README first
+CHECKED = {name(page): found for page in PAGES if (found := samples_of(page))}
+# (page, command, lines) for every sample of every page
+SAMPLES = [(page, command, lines) for page, found in CHECKED.items() for command, lines in found]
 
 
 def test_readme_has_samples_to_check():
-    assert len(SAMPLES) >= 8
+    assert len(CHECKED.get("README.md", ())) >= 8 and len(SAMPLES) >= 23
 
 
 def run_here(command: str, monkeypatch) -> str:
@@ -92,8 +101,8 @@ def pytest_here(command: str, pytester) -> str:
     return "\n".join(result.outlines + result.errlines)
 
 
-@pytest.mark.parametrize("command, lines", SAMPLES, ids=[c[:60] for c, _ in SAMPLES])
-def test_readme_sample_is_what_the_command_prints(command, lines, tmp_path, monkeypatch, request):
+@pytest.mark.parametrize("page, command, lines", SAMPLES, ids=[f"{page}: {c[:60]}" for page, c, _ in SAMPLES])
+def test_readme_sample_is_what_the_command_prints(page, command, lines, tmp_path, monkeypatch, request):
     if command.startswith("normcheck "):
         printed = run_here(command, monkeypatch)
     elif command.startswith("pytest ") and len(lines) == 1 and lines[0].startswith("ERROR: "):  # a usage error
@@ -104,7 +113,7 @@ def test_readme_sample_is_what_the_command_prints(command, lines, tmp_path, monk
         printed = run(command, tmp_path)
     printed = {normalise(line) for line in printed.splitlines()}
     stale = [line for line in lines if not line.lstrip().startswith("...") and normalise(line) not in printed]
-    assert not stale, f"README shows lines `{command}` does not print:\n" + "\n".join(stale)
+    assert not stale, f"{page} shows lines `{command}` does not print:\n" + "\n".join(stale)
 
 
 # "`normcheck compare --op OP` ... N cases" in one paragraph of prose
@@ -112,17 +121,20 @@ SWEEP_CLAIM = re.compile(r"`normcheck compare --op (\w+)`((?:(?!\n\n).)*?)\b(\d+
 
 
 def test_readmes_sweep_sizes_are_the_sweeps():
-    """What README says of a sweep's size in prose is what the default sweep has (its samples are checked above)."""
+    """What README and the docs with samples say of a sweep's size in prose is what the default sweep has (their
+    samples are checked above)."""
     from normcheck.cases.sweep import default_sweep
 
-    claims = [(op, int(n)) for op, _, n in SWEEP_CLAIM.findall(README.read_text())]
-    assert {op for op, _ in claims} >= {"batchnorm", "layernorm", "rmsnorm", "instancenorm"}
-    assert [(op, n) for op, n in claims if n != len(default_sweep(op))] == []
+    claims = [(page, op, int(n)) for page in CHECKED for op, _, n in SWEEP_CLAIM.findall((ROOT / page).read_text())]
+    assert {op for _, op, _ in claims} >= {"batchnorm", "layernorm", "rmsnorm", "instancenorm"}
+    assert [(page, op, n) for page, op, n in claims if n != len(default_sweep(op))] == []
 
 
-if __name__ == "__main__":  # print what each README command prints now
+if __name__ == "__main__":  # print what each command of README and the docs prints now, page by page
     import tempfile
 
-    for command, _ in SAMPLES:
-        with tempfile.TemporaryDirectory() as tmp:
-            print(f"$ {command}\n{run(command, Path(tmp))}")
+    for page, found in CHECKED.items():
+        print(f"==> {page} <==")
+        for command, _ in found:
+            with tempfile.TemporaryDirectory() as tmp:
+                print(f"$ {command}\n{run(command, Path(tmp))}")

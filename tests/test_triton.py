@@ -97,7 +97,7 @@ def test_each_buggy_kernel_fails_a_sweep_case_the_correct_one_passes(op, kernel,
 
 @needs_triton
 def test_the_cli_judges_a_triton_kernel_in_the_interpreter():
-    # (README's sample runs the same spelling as a command of its own: tests/test_readme.py)
+    # (docs/usage.md's sample runs the same spelling as a command of its own: tests/test_readme.py)
     code, text = run("compare", "--one-case", "--op", "layernorm", "--device", "cpu", "--impl", f"{KERNELS}:triton_layer_norm",
                      "--triton-interpret", "--shape", "3,5,17", "--normalized-dims", "2", "--memory-format", "strided",
                      "--cases", "2", "--json")

@@ -1,7 +1,8 @@
-"""The two exception types every layer shares.
+"""The exception types every layer shares.
 
 A `UsageError` is a ValueError whose message is a single line meant for a person: the CLI prints it
-and exits 2, the API lets it propagate. An `ImplError` says the implementation under test
+and exits 2, the API lets it propagate; a `SetupError` is one about normcheck's own setup on this machine. An
+`ImplError` says the implementation under test
 misbehaved at the interface (a wrong shape or dtype, a detached output, an input modified in
 place, a rank that hung): the engine turns it into a failing row.
 """
@@ -9,6 +10,12 @@ place, a rank that hung): the engine turns it into a failing row.
 
 class UsageError(ValueError):
     """Bad input from the user (case options, implementation spec, ...)."""
+
+
+class SetupError(UsageError):
+    """normcheck's own setup failed on this machine (a kernel it owns cannot be built, its cache cannot be written):
+    one line saying what to do, reported as the run's error wherever it is raised (a worker included), never as a
+    verdict on the implementation under test."""
 
 
 class ImplError(Exception):

@@ -53,6 +53,8 @@ def load_object(spec: str):
             module = importlib.import_module(module_name)
     except UsageError:
         raise
+    except SystemExit as e:  # (a script without a main guard that ends itself: not normcheck's exit)
+        raise UsageError(f"--impl {spec}: cannot import {module_name}: its import called sys.exit({e.code!r})") from None
     except Exception as e:  # ImportError, SyntaxError, or anything the module raises at import
         raise UsageError(f"--impl {spec}: cannot import {module_name}: {type(e).__name__}: {first_line(e)}") from None
     obj = module

@@ -26,7 +26,7 @@ from ..core.errors import UsageError
 # contracts its functions follow: Op.contract)
 _ADAPTERS = {
     "torch": ("torch", "torch", (), None, "torch"),
-    "numpy": ("numpy", "NumPy", (), None, None),  # (its one implementation returns every output itself)
+    "numpy": ("numpy", "NumPy", (), None, "direct"),  # (its functions return every output themselves)
     "jax": ("jax", "JAX", ("jax", "flax"), "jax", "array"),
     "tf": ("tensorflow", "TensorFlow", ("tensorflow", "keras"), "tf", "array"),
 }

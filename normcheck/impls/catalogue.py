@@ -19,7 +19,7 @@ from ..engine.baseline import baseline_outputs
 from ..engine.hints import HintSearch
 from ..frameworks import FRAMEWORKS
 from ..frameworks.arrays import formats_of
-from ..frameworks.torch.layers import Layer, contract_parameters, is_factory, is_layer_class
+from ..frameworks.torch.layers import Layer, contract_parameters, is_factory, is_layer_class, is_layer_instance
 from ..frameworks.torch.tensors import device_missing
 from ..frameworks.torch.triton import Interpreted, interpreter_missing
 from ..kernels.groupnorm.impls import IMPLS as GROUPNORM_KERNEL_IMPLS
@@ -120,7 +120,8 @@ def user_impl(op: str, target: str | Callable, framework: str = "torch") -> Impl
     why = FRAMEWORKS.missing(framework)
     if why:
         raise UsageError(why)
-    signature, _ = the_op.contract(FRAMEWORKS.contract(framework))
+    kind = FRAMEWORKS.contract(framework)
+    signature, _ = the_op.contract(kind)
     if callable(target):
         fn = target
         name = spec_of(fn) if the_op.distributed else getattr(fn, "__qualname__", repr(fn))
@@ -132,9 +133,10 @@ def user_impl(op: str, target: str | Callable, framework: str = "torch") -> Impl
     check_arity(name, fn, signature)
     # A contract that adds an argument in eval mode (SyncBN's training=False): a function without it has no
     # eval mode, and its eval cases are SKIP rows saying so
-    eval_mode = the_op.eval_keyword is None or takes_keyword(fn, the_op.eval_keyword)
+    eval_mode = kind == "direct" or the_op.eval_keyword is None or takes_keyword(fn, the_op.eval_keyword)
     arrays = {} if framework == "torch" else {"formats": formats_of(the_op)}
     return Impl(name, op, f"user implementation {name}", target, capabilities="unknown (user code)",
+                convention="direct" if kind == "direct" else "contract",
                 modes=("train", "eval") if eval_mode else ("train",), framework=framework, **arrays)
 
 
@@ -143,6 +145,10 @@ def layer_given(name: str, fn: Callable, signature: str) -> bool:
     what constructors take); else a function under the contract."""
     if is_layer_class(fn):
         return True
+    if is_layer_instance(fn):
+        raise UsageError(f"--impl {name} is a {type(fn).__name__} already built, whose sizes are fixed: give its class "
+                         f"({type(fn).__module__}:{type(fn).__qualname__}) or a function returning a configured module, "
+                         "and normcheck builds one per case")
     try:
         check_arity(name, fn, signature)
     except UsageError:

@@ -26,6 +26,9 @@ from .layouts import BATCH, SHARDED, Layout
 
 ALL_CASES = "all dtypes (f64, f32, f16, bf16, mixed), all memory formats, every rank the op takes"
 CONVENTIONS = ("contract", "direct")
+# The "direct" contract of a function in a framework without autodiff (NumPy): it returns every output itself
+DIRECT_SIGNATURE = ("fn(case, inputs) -> {output name: array}  (y, the saved statistics and the gradients the case asks "
+                    "for, from the case's float64 master copies: inputs.x, inputs.dy, inputs.weight, ...)")
 _OUTPUT_DTYPE_MEANS = {"input": "x's dtype",
                        "promote": "result_type over x and the parameters and buffers the case uses"}
 SECOND_ORDER_OUTPUTS = ("d2x", "d2weight", "d2dy")  # of order-2 cases (Case.directional: those not identically 0)
@@ -662,11 +665,14 @@ class Op:
             return (x_shape[-1],)  # a rank's slice of γ along the hidden dim it holds
         return self.view(case).param_shape
 
-    def contract(self, kind: str) -> tuple[str, Callable]:
-        """(signature, call) of the op's `--impl` contract of a framework kind: "torch" (tensors, autograd) or
-        "array" (JAX, TensorFlow: pure functions of arrays)."""
+    def contract(self, kind: str) -> tuple[str, Callable | None]:
+        """(signature, call) of the op's `--impl` contract of a framework kind: "torch" (tensors, autograd),
+        "array" (JAX, TensorFlow: pure functions of arrays) or "direct" (NumPy: every output computed by the function,
+        which the adapter calls itself)."""
         if kind == "torch":
             return self.signature, self.call
+        if kind == "direct":
+            return DIRECT_SIGNATURE, None
         if self.array_signature is None:
             raise UsageError(f"{self.name} has no array contract yet: its implementations are torch functions")
         return self.array_signature, self.array_call

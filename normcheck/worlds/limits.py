@@ -33,7 +33,9 @@ LOOK_AGAIN = 2.0    # seconds: and how often after that, while it is
 MULTIPLE = 20.0     # generous: a correct case varies by far less than this between cases of one sweep
 FLOOR = 1.5         # seconds: well above a stalled scheduler's hiccup, well below a person's patience
 # Timeouts with no case finished before a run calls the implementation stuck: enough that a hang on one value
-# of one factor (the sweep mixes every factor's values from its first cases on) never looks like a hang on all
+# of one factor (the sweep mixes every factor's values from its first cases on) never looks like a hang on all. Counted
+# per rank: timeouts of cases that have rank r, while no case that has rank r finished (a rank that always hangs stops
+# the run though the one-rank cases finish; a hang at one world size does not, as its neighbours' sizes finish)
 STUCK_AFTER = 10
 
 T = TypeVar("T")
@@ -62,17 +64,21 @@ class CaseLimit:
         self._largest: tuple[int, float] | None = None
         self.finished = 0
         self.timed_out = 0
+        self._timed_out_with: dict[int, int] = {}  # rank -> timeouts of cases that have that rank
+        self._finished_with: set[int] = set()      # the ranks some finished case had
         self._expected: tuple[object, float] | None = None  # (case, seconds): expect()'s
 
     @contextmanager
     def aside(self):
         """Cases run inside leave the run's measurements as they were: a run's probes of what an implementation takes
         (impls.limits) say nothing of how long its cases take, and a hung probe is not one of its cases."""
-        saved = (self.longest, self._largest, self.finished, self.timed_out, self._expected)
+        saved = (self.longest, self._largest, self.finished, self.timed_out, dict(self._timed_out_with),
+                 set(self._finished_with), self._expected)
         try:
             yield
         finally:
-            self.longest, self._largest, self.finished, self.timed_out, self._expected = saved
+            (self.longest, self._largest, self.finished, self.timed_out, self._timed_out_with, self._finished_with,
+             self._expected) = saved
 
     def expect(self, case, seconds: float) -> None:
         """Take `seconds` as `case`'s yardstick instead of measuring it: a case derived from a judged one, whose own
@@ -107,12 +113,18 @@ class CaseLimit:
 
     @property
     def stuck(self) -> str:
-        """Why a run should stop here: STUCK_AFTER cases timed out under an adaptive limit and none finished
-        ('' while that is not so)."""
-        if self.fixed is not None or self.finished or self.timed_out < STUCK_AFTER:
+        """Why a run should stop here: under an adaptive limit, STUCK_AFTER cases that have some rank timed out and
+        none that has it finished (a single process: its rank 0; '' while that is not so)."""
+        if self.fixed is not None:
             return ""
-        return (f"stopped: {self.timed_out} cases timed out and none finished, so the implementation looks stuck "
-                "(--timeout S gives every case S seconds and never stops early)")
+        rank = next((r for r, n in sorted(self._timed_out_with.items())
+                     if n >= STUCK_AFTER and r not in self._finished_with), None)
+        if rank is None:
+            return ""
+        never = "none finished" if not self.finished else f"none with a rank {rank} finished"
+        which = "" if rank == 0 else f" with a rank {rank}"
+        return (f"stopped: {self._timed_out_with[rank]} cases{which} timed out and {never}, so the implementation "
+                "looks stuck (--timeout S gives every case S seconds and never stops early)")
 
     def describe(self) -> dict:
         """The rule as data (the JSON report's time_limit)."""
@@ -131,6 +143,8 @@ class CaseLimit:
             result = work(timeout)
         except CaseTimeout as e:
             self.timed_out += 1
+            for r in _ranks(case):
+                self._timed_out_with[r] = self._timed_out_with.get(r, 0) + 1
             if rule:
                 raise CaseTimeout(f"{e} ({rule})", e.seconds) from None
             raise
@@ -138,6 +152,7 @@ class CaseLimit:
         self.longest = max(self.longest, seconds)
         self._largest = max(self._largest or (0, 0.0), (_elements(case), seconds))
         self.finished += 1
+        self._finished_with.update(_ranks(case))
         return result
 
     @property
@@ -168,6 +183,12 @@ def as_limit(timeout: "CaseLimit | float | None") -> CaseLimit:
     """A CaseLimit from what callers pass: a limit (kept: it carries the run's measurements), seconds
     (fixed), or None (adaptive)."""
     return timeout if isinstance(timeout, CaseLimit) else CaseLimit(timeout)
+
+
+def _ranks(case) -> range:
+    """The ranks a case has: its split's (a distributed op's), else the one process's rank 0."""
+    split = getattr(case, "split", None)
+    return range(len(split) if split else 1)
 
 
 def _elements(case) -> int:

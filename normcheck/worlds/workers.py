@@ -52,7 +52,7 @@ from collections.abc import Callable
 from multiprocessing.connection import wait as _wait_any
 
 from ..cases import Case
-from ..core.errors import CaseTimeout, ImplError, NotDifferentiable, Unsupported, UsageError
+from ..core.errors import CaseTimeout, ImplError, NotDifferentiable, SetupError, Unsupported, UsageError
 from ..core.forkserver import context, main_hidden
 from ..core.loading import load_callable
 from ..core.text import clip, exception_text, raised_at, rank_list
@@ -198,8 +198,11 @@ def _run_job(job, case, rank: int, group, size: int, fns: dict):
             impl = what().impl  # (the record, rebuilt here: impls.catalogue.portable)
             FRAMEWORKS[impl.framework]  # the framework's own import (JAX's, TensorFlow's: seconds), not a case's
             impl.callable()
-            if impl.prepare is not None:
-                impl.prepare()
+            try:
+                if impl.prepare is not None:
+                    impl.prepare()
+            except SetupError as e:  # (normcheck's own setup: the run's error, not the implementation's failure)
+                return ("setup", str(e))
         return None
     if job[0] == "rank":
         spec = job[1]
@@ -243,7 +246,10 @@ def _worker_main(rank: int, size: int, port: int | None, gloo_timeout: float, co
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it kills us
     # What a worker prints (an implementation's debug output, a dying worker's C++ abort message) goes to a file the
     # parent quotes in its failure message, instead of interleaving with the report (or a JSON document) on stdout.
-    printed = os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        printed = os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    except OSError:  # (the parent stopped, a Ctrl-C, and took its directory before this worker started: it serves none)
+        return
     os.dup2(printed, 2)
     os.dup2(printed, 1)
     group = None
@@ -645,7 +651,10 @@ class WorkerPool:
             try:
                 key = None if load is None else pickle.dumps(load, protocol=pickle.HIGHEST_PROTOCOL)
                 if key is not None and key not in workers.loaded:
-                    workers.run_case(case, load, self.startup_timeout)
+                    answers = workers.run_case(case, load, self.startup_timeout)
+                    setup = next((a[1] for a in answers if isinstance(a, tuple) and a[0] == "setup"), None)
+                    if setup is not None:
+                        raise SetupError(setup)
                     workers.loaded.add(key)
                 return limit.run(case, lambda seconds: workers.run_case(case, job, seconds, limit.first_look(case)))
             except Unsupported:  # every rank declined and finished the case: the workers stay as after a success

@@ -56,6 +56,11 @@ def is_layer_class(target) -> bool:
     return isinstance(target, type) and issubclass(target, torch.nn.Module)
 
 
+def is_layer_instance(target) -> bool:
+    """A module already built: its sizes are fixed, where a case's vary (normcheck builds one per case)."""
+    return isinstance(target, torch.nn.Module)
+
+
 def is_factory(fn: Callable) -> bool:
     """`fn` returns a configured module: annotated so, or every parameter it requires is one a constructor of a norm
     layer takes (sizes, groups, eps, ...)."""

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from ....core.disk_cache import cache_root
+from ....core.errors import SetupError
 
 SOURCE = Path(__file__).with_name("syncbn_kernels.cu")
 LIBRARY_NAME = "libnormcheck_syncbn.so"
@@ -66,7 +67,7 @@ _lock = threading.Lock()
 _library: ctypes.CDLL | None = None
 
 
-class BuildError(RuntimeError):
+class BuildError(SetupError):
     """The CUDA library could not be built or loaded (no nvcc, a compile error, a bad library)."""
 
 
