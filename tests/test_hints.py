@@ -7,6 +7,7 @@ import io
 import json
 
 import pytest
+import torch
 
 from normcheck import Case, resolve_impl
 from normcheck.cli import main
@@ -152,3 +153,22 @@ def test_the_json_report_and_the_plugins_failure_text_carry_the_hint():
         "hint: it passes with --normcheck-output-dtype promote --normcheck-casting before-weight declared")
     returns, _ = judged("add_rmsnorm", "tests._hint_layers:add_rms_norm_returning_y", Case("add_rmsnorm", (8, 64)))
     assert "hint: it passes with --normcheck-follows returns=y declared" in failure_message(returns, None)
+
+
+_CALLS = []
+
+
+def noisy_at_first_layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """Other bits on its first two calls (a racing reduction's signature), the same bits on every later one."""
+    _CALLS.append(1)
+    y = torch.nn.functional.layer_norm(input, normalized_shape, weight, bias, eps)
+    return y + (torch.rand_like(y) * torch.finfo(y.dtype).eps * y.abs()).detach() if len(_CALLS) <= 2 else y
+
+
+def test_a_row_that_fails_a_promise_not_its_values_gets_no_hint():
+    """Nondeterminism is no convention: a probe that happens to run deterministically under --output-dtype promote
+    (an f64 case, where promoting changes nothing) does not explain it."""
+    bound = resolve_impl("layernorm", noisy_at_first_layer_norm, backend="in-process")
+    report = judge(Case("layernorm", (64, 32), "f64", normalized_dims=1), bound)
+    assert report.verdict == FAIL and report.message.startswith("not deterministic") and report.hint is None
+    assert bound.hints.probes == 0

@@ -75,6 +75,8 @@ class HintSearch:
         found, or not searched). `judge(case, bound)`: the engine's judge, run on each probe with hints off."""
         if report.verdict != FAIL or ran_out(report) or self.hung:
             return None  # (no declaration explains a hang; each probe of one would wait out a limit)
+        if report.tensors and not any(t.verdict == FAIL for t in report.tensors):
+            return None  # (its values pass: a promise failed, determinism or batch invariance, which no convention explains)
         probe = _Prober(case, replace(bound, hints=None), judge, self)
         for known in self.explained:
             declared = {k: v for k, v in known.items() if getattr(case, k) != v}
