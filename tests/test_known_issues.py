@@ -13,6 +13,7 @@ from normcheck.engine import FAIL, KNOWN, PASS
 from normcheck.impls import IMPLS
 from normcheck.ops import RECORDED_WITH_TORCH, Bound, batchnorm as bn, groupnorm as gn, instancenorm as inorm, layernorm as ln, syncbn
 from normcheck.ops import scalenorm as sn
+from normcheck.ops import Impl
 from normcheck.ops.add_layernorm import add_layer_norm
 from normcheck.ops.add_layernorm import OP as ADD_LAYERNORM
 from normcheck.ops.fused import through_stages
@@ -211,6 +212,26 @@ def test_code_that_reproduces_torchs_issue_exactly_is_known_and_says_torch_fails
     report = compare("batchnorm", USER_BN, case)
     assert report.verdict == KNOWN and report.message.startswith("known issue torch-bn-f16-intermediates")
     assert report.message.endswith("(torch's own `torch` record fails this case alike)")
+
+
+def f32_layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """torch's LayerNorm computed in float32, y returned so (declared: --compute-dtype f32 --output-dtype promote)."""
+    return F.layer_norm(input.float(), normalized_shape, None if weight is None else weight.float(),
+                        None if bias is None else bias.float(), eps)
+
+
+def test_a_torch_issue_met_through_declared_conventions_is_checked_against_torch_under_its_own():
+    """torch's record is run on the case as torch is judged (its own conventions): the code's --output-dtype promote
+    says nothing of torch's kernel. Its reproduction failed on y's dtype ('y has dtype f16, expected f32'); now it
+    says what torch's record does on that case (raise, in mixed precision with a bias alone: another of its issues)."""
+    impl = Impl("f32", "layernorm", "test code", f32_layer_norm, follows={"output_dtype": "promote", "compute_dtype": "f32"})
+    case = Case("layernorm", (16, 16, 1, 2), "f16", "f32", normalized_dims=2, affine="bias", frozen="x", order=2,
+                output_dtype="promote", compute_dtype="f32")
+    report = compare("layernorm", impl, case)
+    assert report.verdict == FAIL and "resembles known issue torch-ln-double-backward-bias-without-weight" in report.message
+    assert "has dtype" not in report.message and "it raised RuntimeError: expected scalar type Half but found Float" \
+        in report.message, report.message
+    assert "raised raised" not in report.message
 
 
 def test_torch_code_that_raises_in_a_kernel_with_a_known_issue_is_known_by_the_kernel_it_ran():

@@ -13,8 +13,9 @@ from dataclasses import replace
 import numpy as np
 
 from ..cases import Case, CaseInputs
+from ..cases.case import default_conventions
 from ..core.caching import cache_by_bytes
-from ..core.errors import ImplError, UsageError, Unsupported
+from ..core.errors import ImplError, RaisedElsewhere, UsageError, Unsupported
 from ..core.text import exception_text, raised_at
 from ..ops import Bound
 from ..ops.core import BATCH_INVARIANCE
@@ -144,30 +145,35 @@ def reproduced(case: Case, bound: Bound, followed, tensors, message: str, output
     failure = message or worst_failure(tensors)
     known = attribute(followed, tensors, message)[1]
     issue = next(k for k in followed if _explained([k], tensors, message)[0])
-    witness = bound.witness(issue, case) if bound.witness is not None else None
+    # torch's record runs the case under its own conventions: what the code under test declared of its own outputs
+    # (--output-dtype promote, --compute-dtype f32) says nothing of torch's kernel
+    theirs = case.with_(**default_conventions(case.op))
+    witness = bound.witness(issue, theirs) if bound.witness is not None else None
     if witness is None:
         return FAIL, f"{failure} (resembles known issue {issue.key}; no record of torch's that has it takes this case)"
-    why = _not_reproduced(case, witness, issue, tensors, message, outputs, constants)
+    why = _not_reproduced(case, theirs, witness, issue, tensors, message, outputs, constants)
     if why is None:
         return KNOWN, f"{known} (torch's own `{witness.name}` record fails this case alike)"
     return FAIL, (f"{failure} (resembles known issue {issue.key}, but torch's own `{witness.name}` record does not "
                   f"reproduce it on this case: {why})")
 
 
-def _not_reproduced(case, witness: Bound, issue, tensors, message: str, outputs: dict, constants) -> str | None:
-    """None when `witness` (torch's record) fails the case as the implementation did; else why not, in a clause."""
+def _not_reproduced(case, own: Case, witness: Bound, issue, tensors, message: str, outputs: dict,
+                    constants) -> str | None:
+    """None when `witness` (torch's record), run on `own` (the case under its own conventions), fails as the
+    implementation did on `case`; else why not, in a clause."""
     try:
-        theirs = witness.runner(case, case_inputs(case))[0]
+        theirs = witness.runner(own, case_inputs(own))[0]
     except Exception as e:  # noqa: BLE001 - torch's record raising is data here
-        raised = exception_text(e)
+        raised = str(e) if isinstance(e, RaisedElsewhere) else exception_text(e)  # (its text says 'raised' already)
         if message and issue.signature.explains_message(raised):
             return None
-        return f"it raised {raised}" if not message else f"it raised {raised}, not what this code raised"
+        return f"it {raised}" if not message else f"it {raised}, not what this code raised"
     if message:
         return "it runs the case without raising"
     op = case.record
     ref, bounds, baseline = expectations(case, constants)
-    their_ratios = {t.name: t for t in tensor_reports(case, theirs, constants)}
+    their_ratios = {t.name: t for t in tensor_reports(own, theirs, constants)}
     for t in (t for t in tensors if t.verdict == FAIL):
         name = t.name.split("[")[0]
         if name not in theirs:
