@@ -157,6 +157,8 @@ class Normalised:
     slope: np.ndarray | None = None
     slope_error: np.ndarray | None = None
     statistic: np.ndarray | None = None  # s (training mode)
+    # Where a correct kernel's λ·h may be anything up to √(Σg²/D) (StatisticForm.ambiguous; None: nowhere)
+    ambiguous: np.ndarray | None = None
 
 
 def normalised(case: Case, x: np.ndarray, stats: Statistics, u: Precisions, rounding: float) -> Normalised:
@@ -172,7 +174,8 @@ def normalised(case: Case, x: np.ndarray, stats: Statistics, u: Precisions, roun
         xhat_error = xhat_error + rounding * u.accumulation * rstd * (np.abs(x) + np.abs(stats.mean))
         return Normalised(deviation, rstd, rel, xhat, xhat_error)
     return Normalised(deviation, rstd, rel, xhat, xhat_error, form.slope_value(stats.var, eps),
-                      form.slope_error(stats.var, stats.var_error, eps), stats.var)
+                      form.slope_error(stats.var, stats.var_error, eps), stats.var,
+                      form.ambiguous(stats.var, stats.var_error, eps))
 
 
 def read_either(norm: Normalised, other: Normalised) -> Normalised:
@@ -267,9 +270,15 @@ def input_gradient_error(case: Case, sums: SetSums, norm: Normalised, gamma, dy,
         h, slope_error = h * norm.slope, np.where(norm.slope_error > 0, np.abs(h) * norm.slope_error, 0.0)
         h_error = h_error * np.maximum(np.abs(norm.slope), 1.0)
     dx = rstd * (g - gbar - xhat * h)
-    return (rounding * u.storage * rstd * (np.abs(g) + np.abs(gbar) + np.abs(xhat * h))
-            + rstd * (g_error + gbar_error + np.abs(xhat) * (h_error + slope_error) + np.abs(h) * norm.xhat_error)
-            + np.abs(dx) * norm.rstd_rel_error)
+    bound = (rounding * u.storage * rstd * (np.abs(g) + np.abs(gbar) + np.abs(xhat * h))
+             + rstd * (g_error + gbar_error + np.abs(xhat) * (h_error + slope_error) + np.abs(h) * norm.xhat_error)
+             + np.abs(dx) * norm.rstd_rel_error)
+    if norm.ambiguous is not None and case.training:
+        # λ·h of either sign up to √(Σg²/D) where the set's deviations are rounding's ("Statistic forms"): times a
+        # kernel's x̂, within δx̂ of the reference's
+        spread = np.where(norm.ambiguous, np.sqrt(sums.statistic(g * g)), 0.0)
+        bound = bound + rstd * (np.abs(xhat) + norm.xhat_error) * spread
+    return bound
 
 
 def parameter_gradient_errors(sums: SetSums, norm: Normalised, flips, dy, dy_error, u: Precisions,

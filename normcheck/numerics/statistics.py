@@ -84,7 +84,7 @@ class StatisticForm:
         """2λ'(s) under `ar` (λ̇ = 2λ'(s)·w); None where λ does not vary with s (added, floored)."""
         if self.root != "outside":
             return None
-        return ar.apply(lambda v: self._rate_value(v, eps), lambda q, v, e: _finite(np.abs(q) * 1.5 * e / v), s)
+        return ar.apply(lambda v: self._rate_value(v, eps), lambda q, v, e: self._rate_error(q, v, e), s)
 
     # ---------------------------------------------------------------- NumPy values and error maps
     def r_value(self, s, eps: float):
@@ -139,6 +139,18 @@ class StatisticForm:
             return (np.abs(s - eps * eps) <= ds).astype(float)
         with np.errstate(divide="ignore", invalid="ignore"):
             return _finite(np.where(s > 0, (eps / np.sqrt(s)) * 0.5 * ds / s, 0.0))
+
+    def ambiguous(self, s, ds, eps: float):
+        """Where a correct kernel's λ·h may be anything up to √(Σg²/D) although the reference's is about 0: outside
+        the root, a set whose statistic lies within its error ds of 0. There λ·h = Σ(g·d)/(D·√s) depends on the
+        deviations' direction alone, which rounding sets (a row of equal values whose mean rounds); None for a root
+        under which λ·h is continuous at s = 0 (eps added to s, or r held by the floor)."""
+        return s <= ds if self.root == "outside" else None
+
+    def _rate_error(self, rate, s, ds):
+        """|δ(2λ')| for an error ds in s: |2λ'|·(3/2)·δs/s (0 where s = 0, as the rate)."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return _finite(np.abs(rate) * 1.5 * ds / s)
 
     def _rate_value(self, s, eps: float):
         """2λ'(s) = −eps·s^(−3/2) outside the root (0 in a set whose statistic is 0, as λ's)."""
