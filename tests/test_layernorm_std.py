@@ -153,3 +153,30 @@ def test_torchs_nan_double_backward_on_rows_of_equal_values_is_its_known_issue_a
     assert report.verdict == KNOWN and ZERO_STD_DOUBLE_BACKWARD.key in report.message
     assert report.worst.name == "d2x" and "NaN" in report.message
     assert compare("layernorm_std", bound("layernorm_std", CORRECT["fused"]), case).verdict not in (FAIL, KNOWN)
+
+
+@pytest.mark.parametrize("order", [1, 2, "fwd-rev"])
+def test_a_float32_kernel_whose_mean_of_equal_values_rounds_passes_and_its_bound_says_why(order):
+    """A row of equal values whose mean a float32 kernel rounds: its deviations are rounding's, pointing anywhere, and
+    λ·h = Σ(g·d)/((H − 1)·std) with them (the fused textbook's); the bound's range for such sets (StatisticForm.ambiguous,
+    error_terms.kink_spread) takes it there, many times the rounding bound."""
+    from normcheck import compare
+    from normcheck.engine import FAIL
+    from normcheck.engine.tolerance import element_bounds
+    from tests.mutants import bound
+    from tests.mutants.layernorm_std import CORRECT
+
+    case = Case("layernorm_std", (64, 7), "f32", profile="near_constant", eps=1e-6, normalized_dims=1, order=order,
+                seed=1)
+    assert compare("layernorm_std", bound("layernorm_std", CORRECT["fused"]), case).verdict != FAIL
+    inputs = case.make_inputs()
+    name = {1: "dx", 2: "d2dy", "fwd-rev": "jvp_y"}[order]
+    with_range = element_bounds(case, inputs)[name]
+    statistics = __import__("normcheck.numerics.statistics", fromlist=["StatisticForm"]).StatisticForm
+    ambiguous, statistics.ambiguous = statistics.ambiguous, lambda self, s, ds, eps: None
+    try:
+        without = element_bounds(case, inputs)[name]
+    finally:
+        statistics.ambiguous = ambiguous
+    equal_rows = np.ptp(inputs.x, axis=-1) == 0  # (and rows whose few distinct values are rounding's, near them)
+    assert (with_range >= without).all() and (with_range[equal_rows] > 10 * without[equal_rows]).any()

@@ -281,6 +281,33 @@ def input_gradient_error(case: Case, sums: SetSums, norm: Normalised, gamma, dy,
     return bound
 
 
+def kink_spread(case: Case, sums: SetSums, norm: Normalised, g) -> dict[str, np.ndarray] | None:
+    """What the directional derivatives (order 2, forward mode) of a correct kernel may be off by in the sets where its
+    λ·h jumps ("Statistic forms": StatisticForm.ambiguous, a statistic within its error of 0 with eps outside the
+    root), by formula (d2dy, d2weight, d2x); None where no set is. Rounding sets the direction of such a set's
+    deviations d, and every form bounds what any direction gives: |λ·w| ≤ λ·√s·√stat(ḋ²) and λ·r·√s ≤ 1, so
+    ṙ = −λr³w lies within ±r²·√stat(ḋ²), λ·h within ±√stat(g²), d·ṙ within ±(|x̂| + δx̂)·r·√stat(ḋ²) (|d|·r ≤ |x̂| +
+    δx̂), and x̂·(λh)˙ within ±((|x̂| + δx̂)·√stat(ġ²) + 2r·√D·√stat(g²)·√stat(ḋ²)) (|d|/√s ≤ √D). `g`: the grouped
+    inputs (engine.expected.Grouped)."""
+    if norm.ambiguous is None or not case.training or not norm.ambiguous.any():
+        return None
+    view, r, xhat = sums.view, norm.rstd, norm.xhat
+    d_dot = g.ddx - sums.mean(g.ddx) if case.record.centred else g.ddx
+    grad, grad_dot = g.gamma * g.dy, g.ddweight * g.dy
+    tangent = np.sqrt(sums.statistic(d_dot * d_dot))
+    jump = np.sqrt(sums.statistic(grad * grad))  # λ·h's range
+    size = np.abs(xhat) + norm.xhat_error  # a kernel's |x̂|
+    moved = size * r * tangent  # d·ṙ's range
+    gbar = np.abs(sums.mean(grad)) if case.record.centred else 0.0
+    d2x = (r * r * tangent * (np.abs(grad) + gbar + size * jump)
+           + r * ((np.abs(d_dot) * r + moved) * jump + size * np.sqrt(sums.statistic(grad_dot * grad_dot))
+                  + 2 * r * np.sqrt(view.form.divisor_of(sums.size)) * jump * tangent))
+    where = norm.ambiguous
+    return {"d2dy": np.where(where, np.abs(g.gamma) * moved, 0.0),
+            "d2weight": view.channel_sum(np.where(where, np.abs(g.dy) * moved, 0.0)),
+            "d2x": np.where(where, d2x, 0.0)}
+
+
 def parameter_gradient_errors(sums: SetSums, norm: Normalised, flips, dy, dy_error, u: Precisions,
                               rounding: float) -> dict[str, np.ndarray]:
     """B(dγ) = u_a·ρ·Σ|dy·x̂| + Σ(|dy|·(δx̂ + flips) + δdy·|x̂|) + c·u_p·|dγ| and B(dβ) = u_a·ρ·Σ|dy| + Σδdy + c·u_p·|dβ|,
