@@ -21,7 +21,9 @@ in s): what reference.setwise's directional derivatives (the double backward, fo
 Each function of s comes as a value (NumPy, in s's own dtype: the float64 reference and the same-precision baseline)
 and an error map (how far an error δs in s moves it: the running-error bound), applied through the `Arithmetic`
 hook `apply` (reference.setwise), so one spelling serves all three; the first-order tolerance model reads the same
-maps (`relative_error`, `slope_value`, `slope_error`). A form is a frozen record: ops compare and hash it.
+maps (`relative_error`, `slope_value`, `slope_error`), and `ambiguous`: where a kernel's rounding may point a set's
+deviations anywhere while λ·h depends on their direction (eps outside the root, s within its error of 0), which the
+bounds widen by the range every form allows (engine.error_terms). A form is a frozen record: ops compare and hash it.
 """
 from __future__ import annotations
 
