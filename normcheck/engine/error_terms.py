@@ -49,7 +49,12 @@ class SetSums:
         return self.view.set_size
 
     def mean(self, a: np.ndarray) -> np.ndarray:
-        """The set's statistic of `a`: its mean (its total where the view's statistic is one: ScaleNorm's)."""
+        """The set's mean of `a` (what centring subtracts: μ, ḡ)."""
+        return self.view.mean(a)
+
+    def statistic(self, a: np.ndarray) -> np.ndarray:
+        """The set's statistic of `a`, Σa/D in the view's form: its mean (its total where the form's statistic is
+        one: ScaleNorm's; Σa/(M − 1) for an unbiased one)."""
         return self.view.reduce(a)
 
     def rho(self, n: int) -> float:
@@ -81,7 +86,8 @@ def independent_errors_sum(errors: np.ndarray, summed, count: int, growth: float
 
 @dataclass(frozen=True)
 class Statistics:
-    """Per set: the mean and biased variance the layer normalises with, and how wrong a correct kernel's may be."""
+    """Per set: the mean and the statistic s the layer normalises with (the biased variance, in the standard form),
+    and how wrong a correct kernel's may be."""
     mean: np.ndarray
     var: np.ndarray
     mean_error: np.ndarray
@@ -104,18 +110,20 @@ def batch_statistics(case: Case, x: np.ndarray, sums: SetSums, u: Precisions, ro
     μ = 0 exactly, σ² being the mean of squares. Two-pass and Welford variances both lose about u_a·ρ(M) of σ², and
     Welford's running mean adds a term in |μ|·mean|x − μ|; E[x²] − E[x]² would lose u_a·μ², which is what must not
     pass. Σ(x − μ̃)² = Σ(x − μ)² + M·δμ², and the variance may be held in the moments' dtype; SyncBN's primitives pass
-    invstd between ranks and recover σ² from it, losing u_a·(σ² + eps)."""
-    centred = case.record.centred
+    invstd between ranks and recover σ² from it, losing u_a·(σ² + eps). In another statistic form (Σd²/D) the same
+    terms are the statistic's, and δμ² counts M/D times."""
+    centred, form = case.record.centred, sums.view.form
     mean = sums.mean(x) if centred else np.zeros_like(sums.mean(x))
     deviation = x - mean
-    var = sums.mean(deviation * deviation)
+    var = sums.statistic(deviation * deviation)
     growth = sums.per_set(x)
     mean_error = ((u.accumulation * growth * sums.mean(np.abs(x)) + rounding * u.moments * np.abs(mean)) if centred
                   else np.zeros_like(mean))
     if case.split is not None and case.record.layout.splits_sets:
         mean_error = mean_error + merged_rank_means_error(case, x, sums, u, rounding)
-    var_error = (u.accumulation * growth * (var + np.abs(mean) * sums.mean(np.abs(deviation)))
-                 + mean_error * mean_error + rounding * u.moments * var + rounding * u.accumulation * case.eps_value)
+    var_error = (u.accumulation * growth * (var + np.abs(mean) * sums.statistic(np.abs(deviation)))
+                 + mean_error * mean_error * form.per_mean(sums.size) + rounding * u.moments * var
+                 + rounding * u.accumulation * case.eps_value)
     return Statistics(mean, var, mean_error, var_error)
 
 
@@ -137,33 +145,37 @@ def running_statistics(case: Case, inputs: CaseInputs, x: np.ndarray, sums: SetS
 
 @dataclass(frozen=True)
 class Normalised:
-    """x̂ = (x − μ)·r with r = 1/√(σ² + eps), and their errors (Rule 1, δr/r and δx̂)."""
+    """x̂ = (x − μ)·r with r = φ(s) (1/√(σ² + eps) in the standard form), and their errors (Rule 1, δr/r and δx̂)."""
     deviation: np.ndarray    # x − μ
     rstd: np.ndarray         # r
     rstd_rel_error: np.ndarray  # δr/r
     xhat: np.ndarray
     xhat_error: np.ndarray   # δx̂
-    # Where eps floors r (SetView.floors): 1 where r moves with the statistics, 0 where the floor holds it, and
-    # True in a set whose statistic is within its error of the floor, which a kernel may put on either side
-    moving: np.ndarray | None = None
-    either_side: np.ndarray | None = None
+    # The form's slope λ = −2φ'(s)/r³, in dx = r·(g − ḡ − λ·x̂·h) (None: 1, eps added to s), and its error δλ: where
+    # eps floors r, 1 where r moves with the statistics and 0 where the floor holds it, δλ = 1 in a set whose
+    # statistic is within its error of the floor, which a kernel may put on either side
+    slope: np.ndarray | None = None
+    slope_error: np.ndarray | None = None
+    statistic: np.ndarray | None = None  # s (training mode)
+    # Where a correct kernel's λ·h may be anything up to √(Σg²/D) (StatisticForm.ambiguous; None: nowhere)
+    ambiguous: np.ndarray | None = None
 
 
 def normalised(case: Case, x: np.ndarray, stats: Statistics, u: Precisions, rounding: float) -> Normalised:
     """r and x̂ from the statistics; in eval mode kernels fold the statistics into y = x·(γr) + (β − μγr), rounding
     x·s and μ·s separately."""
-    view, eps = case.view, case.eps_value
-    operand = view.rsqrt_operand(stats.var, eps)  # σ² + eps (max(σ², eps²) where eps floors r)
+    form, eps = case.view.form, case.eps_value
     deviation = x - stats.mean
-    rstd = 1.0 / np.sqrt(operand)
+    rstd = form.r_value(stats.var, eps)  # 1/√(σ² + eps) (1/√max(σ², eps²) where eps floors r)
     xhat = deviation * rstd
-    rel = 0.5 * stats.var_error / operand + rounding * u.moments
+    rel = form.relative_error(stats.var, stats.var_error, eps) + rounding * u.moments  # ½·δσ²/(σ² + eps)
     xhat_error = rstd * stats.mean_error + np.abs(xhat) * rel
     if not case.training:  # (the running statistics are constants: nothing moves r, whatever floors it)
         xhat_error = xhat_error + rounding * u.accumulation * rstd * (np.abs(x) + np.abs(stats.mean))
         return Normalised(deviation, rstd, rel, xhat, xhat_error)
-    return Normalised(deviation, rstd, rel, xhat, xhat_error, view.moving(stats.var, eps),
-                      view.either_side(stats.var, stats.var_error, eps))
+    return Normalised(deviation, rstd, rel, xhat, xhat_error, form.slope_value(stats.var, eps),
+                      form.slope_error(stats.var, stats.var_error, eps), stats.var,
+                      form.ambiguous(stats.var, stats.var_error, eps))
 
 
 def read_either(norm: Normalised, other: Normalised) -> Normalised:
@@ -174,16 +186,16 @@ def read_either(norm: Normalised, other: Normalised) -> Normalised:
     (dγ's terms move with x̂ each, and their moves need not cancel). The other value's mean is not allowed: a row
     centred on another row's mean is off centre by what rounding moved the mean, times r."""
     rstd_moved = 2 * np.abs(other.rstd - norm.rstd)  # (twice, as the prologue's moved outputs: docs/tolerance.md)
-    return Normalised(norm.deviation, norm.rstd, norm.rstd_rel_error + rstd_moved / norm.rstd, norm.xhat,
-                      norm.xhat_error + 2 * np.abs(other.xhat - norm.xhat) + np.abs(norm.deviation) * rstd_moved)
+    return replace(norm, rstd_rel_error=norm.rstd_rel_error + rstd_moved / norm.rstd,
+                   xhat_error=norm.xhat_error + 2 * np.abs(other.xhat - norm.xhat) + np.abs(norm.deviation) * rstd_moved)
 
 
 def inexact_input(case: Case, norm: Normalised, error: np.ndarray, sums: SetSums) -> Normalised:
     """The norm's input known to within `error` element by element (a stage before it that a kernel may round:
     "Fused stages"): δμ = mean δv, δσ² ≤ 2·mean(|v − μ|·δv) to first order, so δr/r gains mean(|v − μ|·δv)/(σ² + eps)
-    and δx̂ gains r·(δv + δμ) + |x̂|·that."""
-    var_eps = 1.0 / (norm.rstd * norm.rstd)
-    rel = sums.mean(np.abs(norm.deviation) * error) / var_eps
+    (in the view's form: StatisticForm.input_relative_error) and δx̂ gains r·(δv + δμ) + |x̂|·that."""
+    moved = sums.statistic(np.abs(norm.deviation) * error)
+    rel = sums.view.form.input_relative_error(moved, norm.rstd, norm.statistic)
     mean_error = sums.mean(error) if case.record.centred else 0.0
     return replace(norm, rstd_rel_error=norm.rstd_rel_error + rel,
                    xhat_error=norm.xhat_error + norm.rstd * (error + mean_error) + np.abs(norm.xhat) * rel)
@@ -232,10 +244,11 @@ def epilogue_errors(epilogue, y_norm, y_error, dz, u: Precisions, rounding: floa
 
 def input_gradient_error(case: Case, sums: SetSums, norm: Normalised, gamma, dy, dy_error, u: Precisions,
                          rounding: float) -> np.ndarray:
-    """B(dx) for dx = r·(g − ḡ − x̂·h), g = γ·dy (eval mode: dx = r·g, the statistics do not depend on x; an
-    uncentred op has no ḡ): the three terms' own rounding at u_o, each sum's growth at u_a, what δx̂ and δr/r carry in,
-    and the error of the dy received (a fused epilogue's). A casting chain that rounds x̂ rounds the gradient reaching
-    it too (autograd casts it to x̂'s dtype, the input's): δg gains u_o·|g|."""
+    """B(dx) for dx = r·(g − ḡ − x̂·λh), g = γ·dy, h = Σ(g·x̂)/D (eval mode: dx = r·g, the statistics do not depend
+    on x; an uncentred op has no ḡ; λ = 1 unless the statistic form says otherwise): the three terms' own rounding
+    at u_o, each sum's growth at u_a, what δx̂, δr/r and δλ carry in, and the error of the dy received (a fused
+    epilogue's). A casting chain that rounds x̂ rounds the gradient reaching it too (autograd casts it to x̂'s dtype,
+    the input's): δg gains u_o·|g|."""
     xhat, rstd = norm.xhat, norm.rstd
     zeros = np.zeros_like(sums.mean(xhat))
     g = gamma * dy
@@ -244,18 +257,55 @@ def input_gradient_error(case: Case, sums: SetSums, norm: Normalised, gamma, dy,
         g_error = g_error + u.storage * np.abs(g)
     with_gbar = case.record.centred and case.training
     gbar = sums.mean(g) if with_gbar else zeros
-    h = sums.mean(g * xhat) if case.training else zeros
-    # (a set whose r eps floors has no h; one at the floor may have it or not: "Floored statistics")
-    h, floor_error = (h, 0.0) if norm.moving is None else (h * norm.moving, np.where(norm.either_side, np.abs(h), 0.0))
+    h = sums.statistic(g * xhat) if case.training else zeros
     gbar_error = (u.accumulation * sums.per_set(g) * sums.mean(np.abs(g)) + sums.mean(g_error) if with_gbar
                   else zeros)
-    h_error = (u.accumulation * sums.per_set(g * xhat) * sums.mean(np.abs(g * xhat))
-               + sums.mean(np.abs(g) * norm.xhat_error) + sums.mean(g_error * np.abs(xhat))
+    h_error = (u.accumulation * sums.per_set(g * xhat) * sums.statistic(np.abs(g * xhat))
+               + sums.statistic(np.abs(g) * norm.xhat_error) + sums.statistic(g_error * np.abs(xhat))
                if case.training else zeros)
+    slope_error = 0.0
+    if norm.slope is not None:
+        # λ·h and |h|·δλ: a set whose r eps floors has no h, and one at the floor may have it or not ("Floored
+        # statistics"); δh counts as λ's on the side where r moves (1 for the floor)
+        h, slope_error = h * norm.slope, np.where(norm.slope_error > 0, np.abs(h) * norm.slope_error, 0.0)
+        h_error = h_error * np.maximum(np.abs(norm.slope), 1.0)
     dx = rstd * (g - gbar - xhat * h)
-    return (rounding * u.storage * rstd * (np.abs(g) + np.abs(gbar) + np.abs(xhat * h))
-            + rstd * (g_error + gbar_error + np.abs(xhat) * (h_error + floor_error) + np.abs(h) * norm.xhat_error)
-            + np.abs(dx) * norm.rstd_rel_error)
+    bound = (rounding * u.storage * rstd * (np.abs(g) + np.abs(gbar) + np.abs(xhat * h))
+             + rstd * (g_error + gbar_error + np.abs(xhat) * (h_error + slope_error) + np.abs(h) * norm.xhat_error)
+             + np.abs(dx) * norm.rstd_rel_error)
+    if norm.ambiguous is not None and case.training:
+        # λ·h of either sign up to √(Σg²/D) where the set's deviations are rounding's ("Statistic forms"): times a
+        # kernel's x̂, within δx̂ of the reference's
+        spread = np.where(norm.ambiguous, np.sqrt(sums.statistic(g * g)), 0.0)
+        bound = bound + rstd * (np.abs(xhat) + norm.xhat_error) * spread
+    return bound
+
+
+def kink_spread(case: Case, sums: SetSums, norm: Normalised, g) -> dict[str, np.ndarray] | None:
+    """What the directional derivatives (order 2, forward mode) of a correct kernel may be off by in the sets where its
+    λ·h jumps ("Statistic forms": StatisticForm.ambiguous, a statistic within its error of 0 with eps outside the
+    root), by formula (d2dy, d2weight, d2x); None where no set is. Rounding sets the direction of such a set's
+    deviations d, and every form bounds what any direction gives: |λ·w| ≤ λ·√s·√stat(ḋ²) and λ·r·√s ≤ 1, so
+    ṙ = −λr³w lies within ±r²·√stat(ḋ²), λ·h within ±√stat(g²), d·ṙ within ±(|x̂| + δx̂)·r·√stat(ḋ²) (|d|·r ≤ |x̂| +
+    δx̂), and x̂·(λh)˙ within ±((|x̂| + δx̂)·√stat(ġ²) + 2r·√D·√stat(g²)·√stat(ḋ²)) (|d|/√s ≤ √D). `g`: the grouped
+    inputs (engine.expected.Grouped)."""
+    if norm.ambiguous is None or not case.training or not norm.ambiguous.any():
+        return None
+    view, r, xhat = sums.view, norm.rstd, norm.xhat
+    d_dot = g.ddx - sums.mean(g.ddx) if case.record.centred else g.ddx
+    grad, grad_dot = g.gamma * g.dy, g.ddweight * g.dy
+    tangent = np.sqrt(sums.statistic(d_dot * d_dot))
+    jump = np.sqrt(sums.statistic(grad * grad))  # λ·h's range
+    size = np.abs(xhat) + norm.xhat_error  # a kernel's |x̂|
+    moved = size * r * tangent  # d·ṙ's range
+    gbar = np.abs(sums.mean(grad)) if case.record.centred else 0.0
+    d2x = (r * r * tangent * (np.abs(grad) + gbar + size * jump)
+           + r * ((np.abs(d_dot) * r + moved) * jump + size * np.sqrt(sums.statistic(grad_dot * grad_dot))
+                  + 2 * r * np.sqrt(view.form.divisor_of(sums.size)) * jump * tangent))
+    where = norm.ambiguous
+    return {"d2dy": np.where(where, np.abs(g.gamma) * moved, 0.0),
+            "d2weight": view.channel_sum(np.where(where, np.abs(g.dy) * moved, 0.0)),
+            "d2x": np.where(where, d2x, 0.0)}
 
 
 def parameter_gradient_errors(sums: SetSums, norm: Normalised, flips, dy, dy_error, u: Precisions,

@@ -78,35 +78,33 @@ def exact(a, u: float) -> Tracked:
 
 
 def tracked_arithmetic(view, ua: float, growth: float) -> Arithmetic:
-    """A view's set statistics (means, or totals: SetView.reduce) over sets of its set_size and parameter sums over
-    its channel_count terms, accumulated at ua."""
+    """A view's set means and statistics (in its form: SetView.reduce) over sets of its set_size and parameter sums
+    over its channel_count terms, accumulated at ua; the form's functions of a statistic carried through their own
+    error maps (numerics.statistics: an error in s, and the value's own rounding unless it is exact)."""
     def rho(n):
         return growth * np.sqrt(max(n, 1))
 
-    def mean(a: Tracked) -> Tracked:
-        accumulated = ua * rho(view.set_size) * view.reduce(np.abs(a.value))
-        return a._rounded(view.reduce(a.value), _plus(_through(view.reduce, a.bound), accumulated))
+    def reduced(reduce):
+        def over_set(a: Tracked) -> Tracked:
+            accumulated = ua * rho(view.set_size) * reduce(np.abs(a.value))
+            return a._rounded(reduce(a.value), _plus(_through(reduce, a.bound), accumulated))
+        return over_set
 
     def total(a: Tracked) -> Tracked:
         value, count = view.channel_sum(a.value), view.channel_count
         accumulated = ua * rho(count) * view.channel_sum(np.abs(a.value))
         return a._rounded(value, _plus(_through(view.channel_sum, a.bound), accumulated))
 
-    def rsqrt(var: Tracked, eps: float) -> Tracked:
-        operand = view.rsqrt_operand(var.value, eps)
+    def apply(value, error, s: Tracked, rounded: bool = True) -> Tracked:
+        """value(s), moved by error(value, s, δs) (a statistic within its error of a floor: a mask uncertain there,
+        bound 1)."""
         with np.errstate(divide="ignore"):
-            r = 1 / np.sqrt(operand)
-        return var._rounded(r, 0.5 * r * var.bound / operand)  # δr/r = ½·δσ²/(σ² + eps)
-
-    def moving(var: Tracked, eps: float) -> Tracked | None:
-        """The floor's mask (SetView.moving), uncertain (bound 1) in a set whose statistic is within its error of
-        the floor: a kernel's rounding may put it on either side."""
-        mask = view.moving(var.value, eps)
-        if mask is None:
-            return None
-        return Tracked(mask, view.either_side(var.value, var.bound, eps).astype(float), var.u)
+            v = value(s.value)
+        bound = error(v, s.value, s.bound)
+        return s._rounded(v, bound) if rounded else Tracked(v, bound, s.u)
 
     def either(a: Tracked, b: Tracked) -> Tracked:
         return Tracked(a.value, np.maximum(a.bound, b.bound), a.u)
 
-    return Arithmetic(mean, total, rsqrt, either, moving)
+    return Arithmetic(mean=reduced(view.mean), statistic=reduced(view.reduce), param_sum=total, apply=apply,
+                      either=either, form=view.form)

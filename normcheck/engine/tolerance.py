@@ -25,11 +25,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..cases import Case, CaseInputs
+from ..ops.core import DIRECTIONAL
 from ..ops.layouts import REPLICATED
 from ..numerics.dtypes import FINITE_MAX, TINY, UNIT_ROUNDOFF, quantise
 from .error_terms import (Precisions, SetSums, batch_statistics, casting_flips, inexact_input, input_gradient_error,
-                          normalised, output_error, parameter_gradient_errors, read_either, replicated_rounding_errors,
-                          running_statistics, running_update_errors, saved_statistics_errors)
+                          kink_spread, normalised, output_error, parameter_gradient_errors, read_either,
+                          replicated_rounding_errors, running_statistics, running_update_errors,
+                          saved_statistics_errors)
 from .expected import Grouped, as_output, directional_outputs, effective_affine, grouped
 from .running_error import exact, tracked_arithmetic
 from .stage_bounds import fused_bounds
@@ -88,18 +90,21 @@ def element_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS, *, 
     if op.tracks(case):
         bounds.update(running_update_errors(case, inputs, sums, stats, u, rounding))
     if case.order != 1:
-        bounds.update(directional_bounds(case, inputs, c))
+        bounds.update(directional_bounds(case, inputs, c, norm=norm, sums=sums))
     return bounds
 
 
-def directional_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS) -> dict[str, np.ndarray]:
+def directional_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS, *, norm=None,
+                       sums=None) -> dict[str, np.ndarray]:
     """K₂ × the running-error bound (engine.running_error) of the directional-derivative formulas (reference.setwise:
     order 2's outputs and forward mode's JVPs alike),
     every element-wise step rounded in the storage dtype and every sum accumulated at u_a. Not derived by hand
-    like the first-order bounds above; calibrated (docs/tolerance.md)."""
+    like the first-order bounds above; calibrated (docs/tolerance.md). Given the first order's `norm` and `sums`,
+    plus what a set whose λ·h jumps may move them by (error_terms.kink_spread; none in the other forms)."""
     view = case.view
     uo, ua = case.dtypes.unit(case.dtype), UNIT_ROUNDOFF[case.dtypes.accumulation]
     g = grouped(case, inputs)
+    spread = None if norm is None else kink_spread(case, sums, norm, g)
 
     def known(a):
         return exact(a, uo)
@@ -109,7 +114,10 @@ def directional_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS)
                       known(g.ddx), known(g.ddweight), known(g.ddbias))
     ar = tracked_arithmetic(view, ua, c.growth)
     out = directional_outputs(case, tracked, ar)
-    return {name: c.second_order * as_output(case, name, t.bound) for name, t in out.items()}
+    if spread is None:
+        return {name: c.second_order * as_output(case, name, t.bound) for name, t in out.items()}
+    return {name: c.second_order * as_output(case, name, t.bound) + as_output(case, name, spread[DIRECTIONAL[name]])
+            for name, t in out.items()}
 
 
 def budget_ratio(

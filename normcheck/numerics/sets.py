@@ -10,15 +10,16 @@ Every op here is one reduction over `axes` of x viewed as (N, K, L, S), with γ 
   leading_dims (LayerNorm   x (N, *D, *T), k = len(D)           N = N, K = 1, L = prod(D), S = prod(T): sets
   channels-first)                                               are (sample, position in T): reduce over L
                                                                 only, γ and β per element of D
-The op record (normcheck.ops) says which view its cases take. Works for NumPy arrays (and anything
-with NumPy's reshape/transpose/sum spelling).
+The op record (normcheck.ops) says which view its cases take, and the view the set's statistic form
+(numerics.statistics.StatisticForm: how the statistic is formed from the deviations, how r comes from it and eps).
+Works for NumPy arrays (and anything with NumPy's reshape/transpose/sum spelling).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from math import prod
 
-import numpy as np
+from .statistics import STANDARD, StatisticForm
 
 
 @dataclass(frozen=True)
@@ -32,10 +33,9 @@ class SetView:
     # The grouped axes a parameter is indexed over: (K, L), γ per channel or per element of D; () for one scalar
     # gain (ScaleNorm's g), whose gradient sums over every element
     param_axes: tuple[int, ...] = (1, 2)
-    # The set's statistic is its total, not its mean: ScaleNorm's ‖x‖² = Σx² where RMSNorm takes mean(x²)
-    totals: bool = False
-    # eps floors the root, r = 1/max(√s, eps) (F.normalize, ScaleNorm), where the other ops add it: r = 1/√(s + eps)
-    floors: bool = False
+    # How the set's statistic s is formed and r from it: 1/√(mean(d²) + eps) unless the op declares another form
+    # (ScaleNorm's total Σx² under a floor, 1/max(‖x‖, eps); the annotated transformer's 1/(std + eps))
+    form: StatisticForm = STANDARD
 
     @classmethod
     def per_channel(cls, shape: tuple[int, ...]) -> "SetView":
@@ -83,28 +83,19 @@ class SetView:
         """The grouped axes a parameter's gradient sums over: N and S, or every axis for a scalar."""
         return tuple(a for a in range(4) if a not in self.param_axes)
 
+    def mean(self, a):
+        """The set's mean of a grouped array, kept broadcastable (what centring subtracts: μ, ḡ)."""
+        return a.mean(axis=self.axes, keepdims=True)
+
     def reduce(self, a):
-        """The set's statistic of a grouped array, kept broadcastable: its mean over each set, or its total."""
-        return a.sum(axis=self.axes, keepdims=True) if self.totals else a.mean(axis=self.axes, keepdims=True)
-
-    def rsqrt_operand(self, s, eps: float):
-        """What r is 1/√ of, from a set's statistic s: s + eps, or max(s, eps²) where eps floors the root."""
-        return np.maximum(s, eps * eps) if self.floors else s + eps
-
-    def moving(self, s, eps: float):
-        """1 where r moves with the statistic s, 0 where eps floors it (None: eps floors nothing)."""
-        return (s > eps * eps).astype(s.dtype) if self.floors else None
-
-    def either_side(self, s, error, eps: float):
-        """Where a statistic s, known to within `error`, may lie on either side of eps's floor in a correct kernel
-        (None: eps floors nothing)."""
-        return np.abs(s - eps * eps) <= error if self.floors else None
+        """The set's statistic of a grouped array, kept broadcastable: Σa/D as its form says (the mean, the total,
+        Σa/(M − 1))."""
+        return self.form.reduce(a, self.axes, self.set_size)
 
     def eps_as_mean_square(self, eps: float) -> float:
         """The mean square of a set's values at which eps and its statistic are the same size (what the data
-        profiles aim at eps): eps for a mean, eps/M for a total, and eps² per set where eps floors the root."""
-        level = eps * eps if self.floors else eps
-        return level / self.set_size if self.totals else level
+        profiles aim at eps: StatisticForm.eps_as_mean_square)."""
+        return self.form.eps_as_mean_square(eps, self.set_size)
 
     @property
     def set_count(self) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from ..core.errors import UsageError
 from . import (adagn, adagn_silu, adaln, add_layernorm, add_rmsnorm, batchnorm, gated_rmsnorm, grouped_rmsnorm, groupnorm,
                groupnorm_silu, instancenorm, layernorm, layernorm_gate, parallel, rmsnorm, scalenorm, syncbn, syncbn_silu)
+from . import layernorm_std, rmsnorm_eps_out
 from .core import ALL_CASES, GRADIENTS, Bound, CaseField, Impl, KnownIssue, Op, Operand, Result, Signature
 from .design import Design, Exclusion, Factor, Level
 
@@ -32,6 +33,8 @@ _RECORDS = (
     adagn.OP,
     adagn_silu.OP,
     layernorm_gate.OP,
+    layernorm_std.OP,
+    rmsnorm_eps_out.OP,
     parallel.LAYERNORM_SP,
     parallel.RMSNORM_SP,
     parallel.LAYERNORM_HP,

@@ -2,10 +2,11 @@
 scalar gain g for the whole layer; no mean, no bias.
 
 It is RMSNorm's math with three differences a kernel can get wrong, all declared by its view: the statistic is the
-row's total Σx², not its mean (x̂ has norm 1, not RMS 1: `totals`); eps floors the norm, as F.normalize and
-norm.clamp(min=eps) do (`floors`: a row whose norm is below eps is scaled by 1/eps, and its statistics then take no
-part in the backward), or, as a convention an implementation declares (--eps-at sum), is added to Σx²; and the parameter is one scalar, whose gradient sums dy·x̂
-over every element of the batch (`param_axes`). x-transformers' `F.normalize(x) · √dim · g` is a gain of g·√H;
+row's total Σx², not its mean (x̂ has norm 1, not RMS 1), and eps floors the norm, as F.normalize and
+norm.clamp(min=eps) do (a row whose norm is below eps is scaled by 1/eps, and its statistics then take no part in the
+backward), or, as a convention an implementation declares (--eps-at sum), is added to Σx²: its statistic form
+(`FORMS`, numerics.statistics); and the parameter is one scalar, whose gradient sums dy·x̂ over every element of the
+batch (`param_axes`). x-transformers' `F.normalize(x) · √dim · g` is a gain of g·√H;
 its unit_offset is weight_offset 1.
 """
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy as np
 from .. import reference
 from ..numerics.formats import base_format
 from ..numerics.sets import SetView
+from ..numerics.statistics import StatisticForm
 from .batchnorm import drop_none
 from .core import AMONG_CHOICES, CaseField, Impl, KnownIssue, Op, Signature
 from .design import Design, Factor, eps_factor, levels
@@ -46,6 +48,11 @@ EPS_AT = CaseField("eps_at", "floor", "where eps enters: floor (the norm floored
                              "sum": "adds eps to the sum of squares, sqrt(Σx² + eps)"}, draw=AMONG_CHOICES)
 
 
+# Its statistic form by its eps_at convention: the row's total Σx², its root floored at eps (1/max(‖x‖, eps)) or eps
+# added to it (1/√(Σx² + eps))
+FORMS = {"floor": StatisticForm("total", "floored"), "sum": StatisticForm("total", "added")}
+
+
 def floors(case) -> bool:
     return case.eps_at == "floor"
 
@@ -53,7 +60,7 @@ def floors(case) -> bool:
 def view(case) -> SetView:
     """The rows' sets, whose statistic is a total (eps flooring its root, or added to it), and one gain over every
     element."""
-    return replace(row_view(case), param_shape=(1,), param_axes=(), totals=True, floors=floors(case))
+    return replace(row_view(case), param_shape=(1,), param_axes=(), form=FORMS[case.eps_at])
 
 
 def call(fn, t, case, group=None, world_size=1):

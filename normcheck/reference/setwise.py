@@ -1,9 +1,13 @@
 """Every op's math written once over its normalisation sets: eval mode and the double backward.
 
 Arrays are in the grouped view (N, K, L, S) of normcheck.numerics.sets, sets reduced over `axes`; γ and β are
-broadcast against it (per channel, per element of D, ...). y = γ·x̂ + β with x̂ = (x − μ)·r, r = 1/sqrt(σ² + eps);
-μ and σ² are the set's own (training: μ = mean(x), σ² = mean((x − μ)²); uncentred ops such as RMSNorm hold μ = 0)
-or constants (eval mode: the running statistics).
+broadcast against it (per channel, per element of D, ...). y = γ·x̂ + β with x̂ = d·r, d = x − μ, r = φ(s) of the
+set's statistic s = Σd²/D in the view's statistic form (numerics.statistics: φ(s) = 1/sqrt(s + eps) and D = M unless
+an op declares another); μ and s are the set's own (training: μ = mean(x), s the statistic of d²; uncentred ops such
+as RMSNorm hold μ = 0) or constants (eval mode: the running statistics).
+
+Training mode (first order). With g = γ·dy, ḡ = mean(g), h = Σ(g·x̂)/D (the statistic of g·x̂) and λ = −2φ'(s)/r³
+(the form's slope: 1 for φ = 1/sqrt(s + eps)): dx = r·(g − ḡ − λ·x̂·h), dγ = Σ dy·x̂, dβ = Σ dy.
 
 Eval mode (first order). With μ and r constant, y is affine in x: dx = γ·r·dy, dγ = Σ dy·x̂, dβ = Σ dy.
 
@@ -13,18 +17,20 @@ cotangents t = (ddx, ddγ, ddβ) of it, L = ⟨t, ∇f⟩ = ⟨ddx, dx⟩ + ⟨d
   ∂L/∂dy = J·t         (∇f is linear in dy: L = ⟨dy, J·t⟩, J the Jacobian of y) = the derivative of y along t.
 So every second-order output is a directional derivative (forward mode) through the first-order formulas, taken
 here in closed form; ∂L/∂β = 0. With ẋ = ddx, γ̇ = ddγ, β̇ = ddβ (zero for an input that does not require grad):
-  training:  ḋ = ẋ − mean(ẋ)  (uncentred: ẋ),  ṙ = −r³·mean((x − μ)·ḋ),  x̂̇ = ḋ·r + (x − μ)·ṙ
+  training:  ḋ = ẋ − mean(ẋ)  (uncentred: ẋ),  w = Σ(d·ḋ)/D,  ṙ = −λ·r³·w,  x̂̇ = ḋ·r + d·ṙ
   eval:      x̂̇ = ẋ·r
   d2dy = γ·x̂̇ + γ̇·x̂ + β̇
-  g = γ·dy, ġ = γ̇·dy, h = mean(g·x̂): dx = r·(g − mean(g) − x̂·h)  (eval: r·g)
-  d2x = ṙ·(g − mean(g) − x̂·h) + r·(ġ − mean(ġ) − x̂̇·h − x̂·mean(ġ·x̂ + g·x̂̇))   (eval: r·ġ)
+  g = γ·dy, ġ = γ̇·dy, H = λ·h: dx = r·(g − mean(g) − x̂·H)  (eval: r·g)
+  Ḣ = λ·Σ(ġ·x̂ + g·x̂̇)/D + λ̇·h,  λ̇ = 2λ'(s)·w  (the form's slope_rate; none where λ is constant in s)
+  d2x = ṙ·(g − mean(g) − x̂·H) + r·(ġ − mean(ġ) − x̂̇·H − x̂·Ḣ)   (eval: r·ġ)
   d2weight = Σ dy·x̂̇   (over the elements that share a parameter)
 The means of g and ġ are absent for an uncentred op. tests/test_reference.py checks these against central finite
 differences of the first-order reference and against torch's float64 double backward.
 
-The formulas only add, subtract and multiply their values and call `ar` for the rest (`ar.mean`, `ar.param_sum`,
-`ar.rsqrt`), so one spelling serves three evaluations: float64 (the reference), the case's accumulation precision
-(normcheck's same-precision baseline) and a running-error analysis (the tolerance model's bound for them).
+The formulas only add, subtract and multiply their values and call `ar` for the rest (`ar.mean`, `ar.statistic`,
+`ar.param_sum`, and `ar.apply` for the form's functions of s), so one spelling serves three evaluations: float64 (the
+reference), the case's accumulation precision (normcheck's same-precision baseline) and a running-error analysis (the
+tolerance model's bound for them).
 """
 from __future__ import annotations
 
@@ -33,34 +39,78 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..numerics.statistics import STANDARD, StatisticForm
+from ._moments import as_working, working
+
 
 @dataclass(frozen=True)
 class Arithmetic:
-    """How `second_order` and `eval_mode` reduce: a set's statistic (its mean, or its total), sums over the elements
-    sharing a parameter, and r = 1/sqrt(var + eps) (or 1/max(sqrt(var), eps)); `either(a, b)`: two spellings of one
-    value, equal in exact arithmetic, that a kernel may write (a's value; a running error covers both); `moving(var,
-    eps)`: 1 where r moves with var, 0 where eps floors it (None: it floors nothing)."""
+    """How `training`, `second_order` and `eval_mode` reduce and apply functions: a set's mean (μ, ḡ: what centring
+    subtracts), its statistic of an array (Σ/D in the statistic form `form`: the mean, the total, ...), sums over
+    the elements sharing a parameter; `apply(value, error, s, rounded=True)`: an element-wise function of a set's
+    statistic (value(s) on NumPy arrays; error(value, s, δs), how far an error δs in s moves it, for a running
+    error, which adds the value's own rounding unless it is exact, `rounded=False`: a mask); `either(a, b)`: two
+    spellings of one value, equal in exact arithmetic, that a kernel may write (a's value; a running error covers
+    both)."""
     mean: Callable[[Any], Any]
+    statistic: Callable[[Any], Any]
     param_sum: Callable[[Any], Any]
-    rsqrt: Callable[[Any, float], Any]
+    apply: Callable[..., Any]
     either: Callable[[Any, Any], Any] = lambda a, b: a
-    moving: Callable[[Any, float], Any] = lambda var, eps: None
+    form: StatisticForm = STANDARD
 
 
 def numpy_arithmetic(view) -> Arithmetic:
     """NumPy arrays in their own dtype (float64 for the reference), reduced as `view` (numerics.sets.SetView) says:
-    each set's statistic (its mean, or its total) and the sum over each parameter's elements."""
-    def rsqrt(var, eps):
-        with np.errstate(divide="ignore"):
-            return 1 / np.sqrt(view.rsqrt_operand(var, eps))  # a Python eps rounds to the array's dtype, as in torch
-    return Arithmetic(view.reduce, view.channel_sum, rsqrt, moving=view.moving)
+    each set's mean and statistic (in its form) and the sum over each parameter's elements."""
+    def apply(value, error, s, rounded=True):
+        return value(s)
+    return Arithmetic(view.mean, view.reduce, view.channel_sum, apply, form=view.form)
+
+
+def training(x, dy, gamma, beta, eps: float, ar: Arithmetic, *, centred: bool = True) -> dict:
+    """y, the first-order gradients and the set's mean and r with the batch's own statistics, in the statistic form
+    of `ar` (module docstring: dx = r·(g − ḡ − λ·x̂·h)); an op whose form is its only difference from the others
+    takes its reference from here. A zero set with eps = 0 gives 0·inf = NaN, as in torch."""
+    form = ar.form
+    mu = ar.mean(x) if centred else None
+    dev = x - mu if centred else x
+    s = ar.statistic(dev * dev)
+    r = form.r(ar, s, eps)
+    slope = form.slope(ar, s, eps)
+    with np.errstate(invalid="ignore"):
+        xhat = dev * r
+        g = gamma * dy
+        h = ar.statistic(g * xhat)
+        h = h if slope is None else h * slope
+        inner = g - ar.mean(g) - xhat * h if centred else g - xhat * h
+        return {"y": gamma * xhat + beta, "dx": r * inner, "dweight": ar.param_sum(dy * xhat),
+                "dbias": ar.param_sum(dy), "mean": mu, "rstd": r}
+
+
+def reference(view, x, dy, weight, bias, eps: float, *, offset: float = 0.0, centred: bool = True) -> dict:
+    """The training-mode reference of a norm that is its view's sets and statistic form alone (`training`), from
+    x-shaped x and dy and the parameters as given (None where absent; γ = weight + offset): y and dx shaped like x,
+    dweight and dbias like the parameters (None without them), the mean and r one per set (view.stats_shape). Computes
+    in the working precision (float64; the same-precision baseline's inside `working_precision`)."""
+    x, dy = view.group(as_working(x)), view.group(as_working(dy))
+    ones = np.ones(view.param_shape, working())
+    gamma = ones if weight is None else as_working(weight).reshape(view.param_shape) + float(offset)
+    beta = 0 * ones if bias is None else as_working(bias).reshape(view.param_shape)
+    out = training(x, dy, view.per_channel_values(gamma), view.per_channel_values(beta), eps, numpy_arithmetic(view),
+                   centred=centred)
+    stats = {"mean": out["mean"] if centred else np.zeros(view.stats_shape, working()), "rstd": out["rstd"]}
+    return {"y": view.ungroup(out["y"]), "dx": view.ungroup(out["dx"]),
+            "dweight": None if weight is None else out["dweight"].reshape(np.shape(weight)),
+            "dbias": None if bias is None else out["dbias"].reshape(np.shape(bias)),
+            **{name: a.reshape(view.stats_shape) for name, a in stats.items()}}
 
 
 def eval_mode(x, dy, gamma, beta, mu, var, eps: float, ar: Arithmetic, epilogue=None) -> dict:
     """y and the first-order gradients with the constant statistics μ, σ² (the running ones).
 
     `epilogue` (reference.stages.ElementFunction, an activation's): z = f(y) is the output and dz·f'(y) the gradient reaching the norm."""
-    r = ar.rsqrt(var, eps)
+    r = ar.form.r(ar, var, eps)
     xhat = (x - mu) * r
     y = gamma * xhat + beta
     if epilogue is not None:
@@ -79,33 +129,38 @@ def second_order(x, dy, gamma, ddx, ddweight, ddbias, eps: float, ar: Arithmetic
 
     `stats`: None for the batch's statistics (training), or the constant (μ, σ²) of eval mode. The cotangents
     are broadcast like x, γ and β (zeros for a gradient not asked for)."""
-    moving = None
+    form = ar.form
+    slope = rate = None
     if stats is None:
         mu = ar.mean(x) if centred else None
         dev = x - mu if centred else x
-        var = ar.mean(dev * dev)
-        r = ar.rsqrt(var, eps)
-        moving = ar.moving(var, eps)
+        s = ar.statistic(dev * dev)
+        r = form.r(ar, s, eps)
+        slope, rate = form.slope(ar, s, eps), form.slope_rate(ar, s, eps)
     else:
-        mu, var = stats
+        mu, s = stats
         dev = x - mu
-        r = ar.rsqrt(var, eps)
+        r = form.r(ar, s, eps)
 
     def held(a):
-        """a where r moves with the statistics, 0 in a set whose r eps floors (its statistics then enter nowhere)."""
-        return a if moving is None else a * moving
+        """λ·a: a itself where λ = 1, 0 in a set whose r eps floors (its statistics then enter nowhere)."""
+        return a if slope is None else a * slope
     xhat = dev * r
     out = {}
     if stats is None:
         d_dot = ddx - ar.mean(ddx) if centred else ddx
-        # mean((x − μ)·ḋ) = mean((x − μ)·ẋ) in exact arithmetic, and a kernel may write either (as the backward's
-        # h = mean(g·x̂) takes g uncentred); the uncentred product's rounding carries mean(x − μ)'s times mean(ẋ)
-        r_dot = held(r * r * r * ar.either(ar.mean(dev * d_dot), ar.mean(dev * ddx)) * -1.0)
+        # Σ(d·ḋ) = Σ(d·ẋ) in exact arithmetic, and a kernel may write either (as the backward's h = Σ(g·x̂)/D takes
+        # g uncentred); the uncentred product's rounding carries mean(x − μ)'s times mean(ẋ)
+        w = ar.either(ar.statistic(dev * d_dot), ar.statistic(dev * ddx))
+        r_dot = held(r * r * r * w * -1.0)
         xhat_dot = d_dot * r + dev * r_dot
         if "d2x" in wanted:
             g, g_dot = gamma * dy, ddweight * dy
-            h = held(ar.mean(g * xhat))
-            h_dot = held(ar.mean(g_dot * xhat + g * xhat_dot))
+            h_own = ar.statistic(g * xhat)
+            h = held(h_own)
+            h_dot = held(ar.statistic(g_dot * xhat + g * xhat_dot))
+            if rate is not None:  # λ̇·h, where λ varies with s
+                h_dot = h_dot + rate * w * h_own
             if centred:
                 inner = g - ar.mean(g) - xhat * h
                 inner_dot = g_dot - ar.mean(g_dot) - xhat_dot * h - xhat * h_dot
