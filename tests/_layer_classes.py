@@ -175,3 +175,18 @@ class FixedEpsLayerNorm(nn.Module):
 
 # A module already built (its sizes fixed), given where its class is meant: a usage line naming the class
 BUILT_LAYER_NORM = nn.LayerNorm(8)
+
+
+class AnnotatedTransformerLayerNorm(nn.Module):
+    """The annotated transformer's LayerNorm, as the tutorial writes it (its parameters named a_2 and b_2)."""
+
+    def __init__(self, features, eps=1e-6):
+        super().__init__()
+        self.a_2 = nn.Parameter(torch.ones(features))
+        self.b_2 = nn.Parameter(torch.zeros(features))
+        self.eps = eps
+
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        std = x.std(-1, keepdim=True)
+        return self.a_2 * (x - mean) / (std + self.eps) + self.b_2

@@ -163,3 +163,12 @@ def test_promote_counts_a_bias_only_layer():
     case = Case("layernorm", (4, 32), "bf16", "f32", affine="bias", output_dtype="promote", compute_dtype="f32")
     assert compare("layernorm", "tests._real_layers:promoting_layer_norm", case).verdict in OK
 
+
+
+def test_the_annotated_transformers_layer_norm_class_is_built_and_judged_as_it_is_written():
+    """Its parameters are a_2 and b_2 (it SKIPped every case: no weight by any name the binder knew); judged on its op,
+    layernorm_std, it passes, and on LayerNorm's, whose statistic it does not form, it fails."""
+    case = Case("layernorm_std", (6, 32), "f64", eps=1e-6)
+    assert judged("layernorm_std", "AnnotatedTransformerLayerNorm", case).verdict in OK
+    wrong = judged("layernorm", "AnnotatedTransformerLayerNorm", Case("layernorm", (6, 32), "f64", eps=1e-6))
+    assert wrong.verdict == FAIL

@@ -35,8 +35,8 @@ RUNNING_NAMES = ("track_running_stats",)
 IGNORED_NAMES = ("device", "dtype")  # (the module's tensors are replaced by the case's)
 # The module's tensors by role: the names layers give their parameters and buffers
 TENSOR_NAMES = {
-    "weight": ("weight", "gamma", "scale", "g", "w"),
-    "bias": ("bias", "beta", "shift", "b", "offset"),
+    "weight": ("weight", "gamma", "scale", "g", "w", "a_2"),  # (a_2, b_2: the annotated transformer's LayerNorm)
+    "bias": ("bias", "beta", "shift", "b", "offset", "b_2"),
     "running_mean": ("running_mean", "moving_mean"),
     "running_var": ("running_var", "moving_var"),
 }
