@@ -1,5 +1,5 @@
-"""`python -m normcheck` and the `normcheck` command: start the workers' fork server first when the
-run will need one, so its torch import overlaps this process's."""
+"""`python -m normcheck` and the `normcheck` command: check the arguments (normcheck.arguments loads no framework),
+then start the workers' fork server first when the run will need one, so its torch import overlaps this process's."""
 import atexit
 import os
 import signal
@@ -18,6 +18,14 @@ def run(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _terminated)
     signal.signal(signal.SIGINT, _interrupt)
     try:
+        from .arguments import parse  # (torch-free: a usage error is told before torch loads, here or in a server)
+        from .core.errors import UsageError
+
+        try:
+            parse(argv)
+        except UsageError as e:
+            print(f"normcheck: error: {e}", file=sys.stderr)
+            return 2
         if argv[:1] == ["compare"] and not any(b.startswith(_NO_WORKERS) for b in _option_values(argv, "--backend")):
             start_early()
         from .cli import main

@@ -9,7 +9,8 @@ import pytest
 from normcheck import OPS, Case, compare, resolve_impl
 from normcheck.cases.case import CONVENTIONS, OP_FIELDS
 from normcheck.cases.sweep import default_sweep
-from normcheck.cli import build_parser, main
+from normcheck.arguments import build_parser
+from normcheck.cli import main
 from normcheck.core.errors import UsageError
 from normcheck.engine import FAIL, PASS
 from normcheck.ops import CASE_FIELDS

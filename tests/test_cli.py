@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -201,6 +202,25 @@ def test_usage_error_from_a_real_process_has_no_traceback():
     proc = run_process("compare", "--one-case", "--op", "groupnorm", "--shape", "2,6,4", "--groups", "4")
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr == "normcheck: error: C=6 is not divisible by groups=4\n"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["compare", "--op", "nosuch"], "argument --op: invalid choice: 'nosuch'"),
+    (["compare", "--op", "layernorm", "--dtype", "f99"], "argument --dtype: unknown dtype 'f99'"),
+])
+def test_the_command_checks_its_arguments_before_it_imports_torch(argv, message):
+    # The command's own entry (normcheck.__main__.run) in a fresh interpreter: one line, exit 2, at once (importing
+    # torch took 6-15 s before the parser ran), and nothing loaded torch (nor started a fork server that does)
+    code = ("import sys\nfrom normcheck.__main__ import run\nstatus = run(sys.argv[1:])\n"
+            "print('torch' in sys.modules)\nsys.exit(status)")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", code, *argv], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=60)
+    elapsed = time.perf_counter() - start
+    assert (proc.returncode, proc.stdout) == (2, "False\n"), proc.stderr
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("normcheck: error:") and message in proc.stderr
+    assert elapsed < 2, f"{elapsed:.1f} s for a usage error"
 
 
 def test_a_token_runs_exactly_its_case():

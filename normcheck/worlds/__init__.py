@@ -18,40 +18,43 @@ are described in one vocabulary (failures). Adding a world: a module with its ru
 from __future__ import annotations
 
 from ..core.errors import UsageError
-from . import inprocess
-from .devices import MAX_DEVICES, run_devices
-from .core import DEFAULT_TIMEOUT, World, assemble, distributed
+from ..frameworks.arrays import SIMULATED_DEVICES as MAX_DEVICES
+from .core import DEFAULT_TIMEOUT, MAX_WORLD_SIZE, Later, World, assemble, distributed
 from .limits import CaseLimit, as_limit
-from .cuda import cuda_missing, cuda_primitives
-from .env import close_env_world, env_ranks, env_world
-from .gloo import gloo_ranks
-from .lockstep import MAX_WORLD_SIZE, lockstep_ranks
 
+# Each world's code is named and imported when it first runs a case: this catalogue loads no framework (the
+# command line checks its arguments, --backend's choices among them, before torch loads)
 _EVERY = ("torch", "numpy", "jax", "tf")
 _CUDA = "the lockstep world with every rank's tensors on one CUDA device"
 
+
+def _cuda_missing(backend: str):
+    return lambda: Later(f"{__name__}.cuda:cuda_missing")(backend)
+
+
 WORLDS: dict[str, World] = {w.name: w for w in (
-    World("isolated", "a worker process of its own (single-process ops)", False, inprocess.run_isolated,
-          ranks="worker", frameworks=_EVERY),
-    World("in-process", "this process (single-process ops)", False, inprocess.run_here, frameworks=_EVERY),
-    World("lockstep", "threads of this process meeting at barriers", True, distributed(lockstep_ranks()),
-          ranks="threads", max_size=MAX_WORLD_SIZE),
+    World("isolated", "a worker process of its own (single-process ops)", False,
+          Later(f"{__name__}.inprocess:run_isolated"), ranks="worker", frameworks=_EVERY),
+    World("in-process", "this process (single-process ops)", False, Later(f"{__name__}.inprocess:run_here"),
+          frameworks=_EVERY),
+    World("lockstep", "threads of this process meeting at barriers", True,
+          distributed(Later(f"{__name__}.lockstep:cpu_ranks")), ranks="threads", max_size=MAX_WORLD_SIZE),
     World("gloo", "real torch.distributed over gloo on localhost, one persistent process per rank", True,
-          distributed(gloo_ranks), ranks="processes", max_size=8),
-    World("env", "the launcher's process group (torchrun): this process is one rank", True, distributed(env_ranks),
-          ranks="launcher"),
+          distributed(Later(f"{__name__}.gloo:gloo_ranks")), ranks="processes", max_size=8),
+    World("env", "the launcher's process group (torchrun): this process is one rank", True,
+          distributed(Later(f"{__name__}.env:env_ranks")), ranks="launcher"),
     World("lockstep-cuda", f"{_CUDA}, on torch's CUDA SyncBN primitives", True,
-          distributed(lockstep_ranks(cuda_primitives("torch"))), ranks="threads", max_size=MAX_WORLD_SIZE,
-          device="cuda", available=lambda: cuda_missing("lockstep-cuda")),
+          distributed(Later(f"{__name__}.cuda:torch_ranks")), ranks="threads", max_size=MAX_WORLD_SIZE,
+          device="cuda", available=_cuda_missing("lockstep-cuda")),
     World("lockstep-cuda-normcheck", f"{_CUDA}, on normcheck's CUDA SyncBN kernels", True,
-          distributed(lockstep_ranks(cuda_primitives("normcheck"))), ranks="threads", max_size=MAX_WORLD_SIZE,
-          device="cuda", available=lambda: cuda_missing("lockstep-cuda-normcheck")),
+          distributed(Later(f"{__name__}.cuda:normcheck_ranks")), ranks="threads", max_size=MAX_WORLD_SIZE,
+          device="cuda", available=_cuda_missing("lockstep-cuda-normcheck")),
     World("jax-devices", "JAX's host platform split into CPU devices, shard_map over them in a worker process (one "
           "traced program for every device: a raising or hanging program fails the case, naming no device)", True,
-          run_devices, ranks="devices", max_size=MAX_DEVICES, frameworks=("jax",)),
+          Later(f"{__name__}.devices:run_devices"), ranks="devices", max_size=MAX_DEVICES, frameworks=("jax",)),
     World("tf-devices", "TensorFlow's CPU split into logical devices, MirroredStrategy over them in a worker process "
-          "(a replica that raises is named)", True, run_devices, ranks="devices", max_size=MAX_DEVICES,
-          frameworks=("tf",)),
+          "(a replica that raises is named)", True, Later(f"{__name__}.devices:run_devices"), ranks="devices",
+          max_size=MAX_DEVICES, frameworks=("tf",)),
 )}
 
 # The worlds a split case can run in: the CLI's --backend choices.
@@ -72,4 +75,4 @@ def get_world(name: str) -> World:
     return WORLDS[name]
 
 
-__all__ = ["BACKENDS", "default_world", "DEFAULT_TIMEOUT", "CaseLimit", "WORLDS", "as_limit", "World", "assemble", "close_env_world", "env_world", "get_world"]
+__all__ = ["BACKENDS", "default_world", "DEFAULT_TIMEOUT", "CaseLimit", "WORLDS", "as_limit", "World", "assemble", "get_world"]

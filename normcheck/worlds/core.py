@@ -4,6 +4,7 @@ distributed world shares (assembling the ranks' outputs; the time limits live in
 from __future__ import annotations
 
 from dataclasses import dataclass
+from importlib import import_module
 from typing import Callable, NamedTuple
 
 import numpy as np
@@ -12,6 +13,8 @@ from ..core.errors import ImplError, UsageError
 from ..numerics.dtypes import quantise
 from ..ops.layouts import SHARDED
 from .limits import DEFAULT_TIMEOUT, CaseLimit, positive_seconds  # noqa: F401 - shared by every world
+
+MAX_WORLD_SIZE = 64  # the lockstep worlds' ranks (threads of this process)
 
 RankOutputs = dict[str, "np.ndarray | None"]  # one rank's float64 outputs (framework adapters' run_rank)
 
@@ -134,6 +137,18 @@ def replicated(name: str, grads: list["np.ndarray | None"]) -> np.ndarray:
     held = f"rank{'s' if len(agreed) > 1 else ''} {', '.join(map(str, agreed))}"
     raise ImplError(f"{name} is not the same on every rank (a replicated parameter's gradient, reduced by the function "
                     f"under reduces_grads): it differs from {held}'s: {'; '.join(parts)}")
+
+
+class Later:
+    """A world's function named `module:attr`, imported on its first call: the catalogue (and with it the command
+    line's --backend choices) loads no framework, so a run's arguments are checked before torch loads."""
+
+    def __init__(self, spec: str):
+        self.spec = spec
+
+    def __call__(self, *args, **kwargs):
+        module, _, attr = self.spec.partition(":")
+        return getattr(import_module(module), attr)(*args, **kwargs)
 
 
 def distributed(run_ranks: Callable) -> Callable:

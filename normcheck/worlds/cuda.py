@@ -7,6 +7,7 @@ import contextlib
 import torch
 
 from ..kernels.syncbn.cuda.primitives import using
+from .lockstep import lockstep_ranks
 
 
 def cuda_missing(backend: str) -> str | None:
@@ -26,3 +27,8 @@ def cuda_primitives(provider: str):
             yield torch.device("cuda", torch.cuda.current_device())
 
     return device
+
+
+# The CUDA lockstep worlds' ranks (worlds.WORLDS names them)
+torch_ranks = lockstep_ranks(cuda_primitives("torch"))
+normcheck_ranks = lockstep_ranks(cuda_primitives("normcheck"))

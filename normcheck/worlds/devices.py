@@ -7,7 +7,6 @@ framework runs the devices as one), named by the adapter where the framework say
 """
 from __future__ import annotations
 
-from ..frameworks.arrays import SIMULATED_DEVICES as MAX_DEVICES
 from .core import Run, assemble
 from .inprocess import run_isolated
 from .limits import CaseLimit

@@ -21,7 +21,6 @@ from ..kernels.syncbn import cpu_primitives
 from .core import DEFAULT_TIMEOUT, CaseLimit, RankOutputs
 from .failures import declined, describe_failures, failure_of, never_joined, timed_out
 
-MAX_WORLD_SIZE = 64
 
 
 class RankFailed(Exception):
@@ -195,3 +194,6 @@ def lockstep_ranks(device_of: Callable | None = None) -> Callable:
             return limit.run(case, lambda timeout: run_lockstep(case, fn, timeout, device, inputs))
 
     return run_ranks
+
+
+cpu_ranks = lockstep_ranks()  # the lockstep world's (worlds.WORLDS names it)
