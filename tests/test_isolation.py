@@ -277,6 +277,33 @@ def test_a_limit_must_be_positive(value):
         CaseLimit(value)
 
 
+@pytest.mark.parametrize("unstarted, yardstick, says", [
+    ("the worker was still reading the case in, before the implementation began", 0.0, "reading the case in"),
+    (None, 0.01, "the float64 reference alone takes 0.01 s on"),
+])
+def test_a_fixed_limit_too_short_to_start_a_case_is_the_runs_error_not_a_verdict(unstarted, yardstick, says):
+    # --timeout 0.001 FAILed torch's own kernel "timed out ... at <string>:1 in <module>" (the worker's bootstrap)
+    def runs_out(timeout):
+        raise CaseTimeout("timed out", timeout, unstarted)
+
+    with pytest.raises(UsageError, match=f"^--timeout 0.001 s is too short to judge a case: it ran out while .*{says}"
+                                         if unstarted else f"^--timeout 0.001 s is too short to judge a case: {says}"):
+        CaseLimit(0.001, "--timeout", yardstick=lambda case: yardstick).run(F32, runs_out)
+    # a limit the case could have met, which ran out inside the implementation: its timeout, a verdict
+    with pytest.raises(CaseTimeout):
+        CaseLimit(0.5, "--timeout", yardstick=lambda case: 0.001).run(
+            F32, lambda timeout: (_ for _ in ()).throw(CaseTimeout("timed out at impl.py:3 in f", timeout)))
+
+
+def test_torchs_kernel_under_a_millisecond_limit_is_one_line_exit_2(capsys):
+    code = main(["compare", "--op", "layernorm", "--one-case", "--shape", "64,512", "--timeout", "0.001"], io.StringIO())
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    # (the reference's 1.6 ms on the case, or the worker still reading it in: whichever the limit met first)
+    assert err.startswith("normcheck: error: --timeout 0.001 s is too short to judge a case: ") and \
+        err.endswith("; give more seconds\n"), err
+
+
 def test_a_slow_correct_implementation_is_not_cut():
     # 0.2 s a case over torch's time: the limit follows it (20 × 0.2 s), so nothing times out
     impl = resolve_impl("batchnorm", f"{FAULTS}:slow")

@@ -24,11 +24,14 @@ class ImplError(Exception):
 
 class CaseTimeout(ImplError):
     """The implementation ran past the case's time limit (the message says where it was); `seconds`: the limit
-    that applied, where it is not the case's whole limit (the first case, cut at a look that found it stuck)."""
+    that applied, where it is not the case's whole limit (the first case, cut at a look that found it stuck);
+    `unstarted`: where the case still was when the limit ran out, while it had not started (a worker still reading
+    the case in, or importing): a fixed limit too short to start anything, which no verdict may blame (None: it had)."""
 
-    def __init__(self, message: str = "", seconds: float | None = None):
+    def __init__(self, message: str = "", seconds: float | None = None, unstarted: str | None = None):
         super().__init__(message)
         self.seconds = seconds
+        self.unstarted = unstarted
 
 
 class RaisedElsewhere(ImplError):

@@ -59,7 +59,8 @@ def _in_worker(bound, case, job, limit: CaseLimit):
         message = str(e).removeprefix("rank 0: ")
         if isinstance(e, CaseTimeout) and bound.triton_interpret:  # (the worker restarts as after any timeout)
             raise Unsupported(f"{message}: {INTERPRETER_TIMEOUT}") from None
-        raise (CaseTimeout(message, e.seconds) if isinstance(e, CaseTimeout) else type(e)(message)) from None
+        raise (CaseTimeout(message, e.seconds, e.unstarted) if isinstance(e, CaseTimeout) else type(e)(message)) \
+            from None
     kind, *details = outcome
     if kind in ("outputs", "differ"):
         return details[0]

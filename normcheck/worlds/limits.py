@@ -57,6 +57,7 @@ class CaseLimit:
     def __init__(self, fixed: float | None = None, name: str = "timeout",
                  yardstick: Callable[[object], float] = reference_seconds):
         self.fixed = None if fixed is None else positive_seconds(fixed, name)
+        self.name = name
         self.yardstick = yardstick  # seconds a case takes that need nothing of the implementation
         # All the estimate needs of the finished cases: the longest time, and (elements, seconds) of
         # the largest case (the slower one among equals); None before any case finished.
@@ -142,6 +143,11 @@ class CaseLimit:
         try:
             result = work(timeout)
         except CaseTimeout as e:
+            if self.fixed is not None:  # a limit too short for any implementation: the run's setting, not a verdict
+                short = self._too_short(case, e)
+                if short:
+                    raise UsageError(f"{self.name} {self.fixed:g} s is too short to judge a case: {short}; give more "
+                                     "seconds") from None
             self.timed_out += 1
             for r in _ranks(case):
                 self._timed_out_with[r] = self._timed_out_with.get(r, 0) + 1
@@ -154,6 +160,16 @@ class CaseLimit:
         self.finished += 1
         self._finished_with.update(_ranks(case))
         return result
+
+    def _too_short(self, case, e: CaseTimeout) -> str | None:
+        """Why the fixed limit, not the implementation, ended `case`: it ran out before the implementation began,
+        or within the time normcheck's own float64 reference takes on the case (no hang told from the work)."""
+        if e.unstarted:
+            return f"it ran out while {e.unstarted}"
+        own = self.yardstick(case)
+        if self.fixed < own:
+            return f"the float64 reference alone takes {own:.2g} s on {case.label}"
+        return None
 
     @property
     def _starting(self) -> bool:

@@ -71,7 +71,7 @@ _FAILURE_GRACE = 0.25         # after one rank fails, how long the others get to
 _DEADLOCK_GRACE = 0.2         # after one rank finished, when to look whether the others are stuck in a collective
 _DEADLOCK_POLL = 0.2          # and how often after that (a deadlock is two identical looks in a row)
 _WHERE_BUDGET = 1.0           # how long the parent waits for "where is your main thread" answers
-_NOWHERE = (None, None, False)  # a rank that gave none: (collective, location, starting), _describe_stack's
+_NOWHERE = (None, None, False, True)  # a rank that gave none: (collective, location, starting, begun), _describe_stack's
 _EXIT_GRACE = 3.0             # close(): how long workers get to exit on their own before SIGKILL
 _START_ATTEMPTS = 3
 
@@ -150,15 +150,20 @@ _STARTING_UP = ("<frozen importlib", "importlib/", "subprocess.py", "torch/_dyna
                 "numba/core/")
 
 
-def _describe_stack(frame) -> tuple[str | None, str | None, bool]:
-    """(collective, location, starting) of a thread's current stack: the torch.distributed call it waits in,
+def _describe_stack(frame) -> tuple[str | None, str | None, bool, bool]:
+    """(collective, location, starting, begun) of a thread's current stack: the torch.distributed call it waits in,
     its innermost frame outside torch, the standard library and normcheck's own machinery (the adapter's
-    function mode, the worlds): the implementation's line ("file.py:12 in fn"), and whether it is starting up
-    (_STARTING_UP)."""
+    function mode, the worlds): the implementation's line ("file.py:12 in fn"), whether it is starting up
+    (_STARTING_UP), and whether it has begun a job at all (not still reading a message in)."""
     if frame is None:
         return _NOWHERE
     stack = traceback.extract_stack(frame)
     starting = any(marker in f.filename.replace(os.sep, "/") for f in stack for marker in _STARTING_UP)
+    # (the frames under the job are the worker's own loop and its bootstrap, "<string>:1": never the place to name)
+    job = next((i for i, f in enumerate(stack) if f.name == _run_job.__name__ and f.filename == __file__), None)
+    if job is None:  # still reading a message in (or not in a worker)
+        return collective_of(stack), None, starting, False
+    stack = stack[job:]
     torch_dir, _ = _torch_dirs()
     stdlib = {sysconfig.get_paths()[k] + os.sep for k in ("stdlib", "platstdlib")}
     outside = [f for f in stack if not f.filename.startswith(torch_dir)
@@ -166,7 +171,7 @@ def _describe_stack(frame) -> tuple[str | None, str | None, bool]:
     theirs = [f for f in outside if not f.filename.startswith(_MACHINERY)]
     loc = (theirs or outside or stack)[-1] if stack else None
     where = f"{os.path.basename(loc.filename)}:{loc.lineno} in {loc.name}" if loc else None
-    return collective_of(stack), where, starting
+    return collective_of(stack), where, starting, True
 
 
 def _control_loop(ctrl, main_ident: int) -> None:
@@ -488,7 +493,7 @@ class _Workers:
         if failures or (declines and results):
             raise ImplError(describe_failures({**failures, **declines}))
         if pending:
-            raise CaseTimeout(self._timeout_message(pending, sorted([*results, *declines]), timeout), timeout)
+            raise CaseTimeout(*self._timeout_message(pending, sorted([*results, *declines]), timeout))
         if declines:  # (every rank declined the case: a SKIP)
             raise Unsupported(declined(declines, self.size))
         return [results[r] for r in range(self.size)]
@@ -538,8 +543,8 @@ class _Workers:
     def _starting_up(self, pending: set[int]) -> bool:
         """Some pending rank is importing or compiling, and the others wait for it in a collective."""
         answers = self.where(sorted(pending))
-        places = [answers.get(r, _NOWHERE) for r in pending]  # (collective, location, starting)
-        return any(starting for _, _, starting in places) and all(starting or coll for coll, _, starting in places)
+        places = [answers.get(r, _NOWHERE) for r in pending]  # (collective, location, starting, begun)
+        return any(starting for _, _, starting, _ in places) and all(starting or coll for coll, _, starting, _ in places)
 
     def _stuck(self, pending: set[int], finished: list[int]) -> str | None:
         """The deadlock message when every pending rank waits in a torch.distributed collective that
@@ -550,8 +555,16 @@ class _Workers:
         places = {f"{answers[r][0]}" + (f" at {answers[r][1]}" if answers[r][1] else "") for r in pending}
         return never_joined(finished, sorted(pending), "; ".join(sorted(places)))
 
-    def _timeout_message(self, pending: set[int], finished: list[int], timeout: float) -> str:
+    def _timeout_message(self, pending: set[int], finished: list[int], timeout: float) -> tuple[str, float, str | None]:
+        """(what timed out where, the limit, where the case still was if no pending rank had begun the
+        implementation's part: CaseTimeout's)."""
         answers = self.where(sorted(pending))
+        places = [answers.get(r, _NOWHERE) for r in sorted(pending)]
+        unstarted = None
+        if not finished and all(not begun or starting for _, _, starting, begun in places):
+            unstarted = "the worker was still reading the case in, before the implementation began" \
+                if not any(begun for *_, begun in places) else "the case was still importing or compiling (at " \
+                f"{'; '.join(sorted({loc for _, loc, _, _ in places if loc}))})"
         waiting = {r: answers[r][0] for r in pending if r in answers and answers[r][0]}
         culprits = sorted(r for r in pending if r not in waiting)
         parts = []
@@ -573,7 +586,7 @@ class _Workers:
         text = "; ".join(parts)
         if finished:
             text += f" (other ranks finished: {', '.join(map(str, finished))})"
-        return text
+        return text, timeout, unstarted
 
     # -- shutdown ---------------------------------------------------------------------------
     def alive(self) -> bool:
