@@ -12,7 +12,7 @@ import torch
 from normcheck import Case, resolve_impl
 from normcheck.cli import main
 from normcheck.engine import FAIL, judge
-from normcheck.engine.hints import SEARCHES
+from normcheck.engine.hints import SEARCHES, further
 from normcheck.pytest_plugin import failure_message
 
 LAYERS = "tests._real_layers"
@@ -99,6 +99,19 @@ def test_a_bug_that_only_a_wider_budget_would_hide_gets_no_hint():
     assert report.verdict == FAIL and report.hint is None, report.summary()
     assert {"compute_dtype": "f32"} in impl.hints.probed
     assert judge(case.with_(compute_dtype="f32"), resolve_impl("batchnorm", naive_variance)).verdict != FAIL
+
+
+def test_a_declaration_under_which_an_output_moves_further_from_what_was_computed_explains_nothing():
+    """An RMSNorm whose mean of squares is accumulated in float16 (a bug) passes under --casting rstd-input, whose
+    wider budget takes dx's ratio 1.11 under 1, while y's and dweight's errors grow: it was hinted so. A hint explains
+    the error on every output."""
+    case = Case("rmsnorm", (4096, 16), dtype="f16", param_dtype="f32", eps=None)
+    spec = "tests._hint_layers:rms_norm_f16_variance"
+    report, impl = judged("rmsnorm", spec, case)
+    assert report.verdict == FAIL and report.hint is None, report.summary()
+    assert {"casting": "rstd-input"} in impl.hints.probed
+    under = judge(case.with_(casting="rstd-input"), resolve_impl("rmsnorm", spec))
+    assert under.verdict != FAIL and further(report, under) == ["y", "dweight"], under.summary()
 
 
 def test_a_passing_run_judges_nothing_again():
