@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import signal
@@ -459,6 +460,19 @@ def main(argv: list[str] | None = None, out=None) -> int:
     except BrokenPipeError:  # `normcheck ... | head`: the reader left; say nothing more
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141  # 128 + SIGPIPE, as shells report it
+    except OSError as e:
+        if e.errno not in _UNWRITABLE:
+            raise
+        # `normcheck ... > /dev/full`: the report cannot be written. One line, and nothing left for the exit's flush
+        if out is sys.stdout:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        print(f"normcheck: error: the report could not be written: {e.strerror}", file=sys.stderr)
+        return _IO_ERROR
+
+
+# Writing the report failed (a full disk, a quota, a device error), and its exit status (sysexits' EX_IOERR)
+_UNWRITABLE = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG)
+_IO_ERROR = 74
 
 
 if __name__ == "__main__":

@@ -223,6 +223,15 @@ def test_the_command_checks_its_arguments_before_it_imports_torch(argv, message)
     assert elapsed < 2, f"{elapsed:.1f} s for a usage error"
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux), a file every write to fails")
+def test_a_report_that_cannot_be_written_is_one_line_and_exit_74(capsys):
+    # (`normcheck list > /dev/full` printed a traceback, exit 1)
+    with io.TextIOWrapper(io.FileIO("/dev/full", "w"), write_through=True) as full:
+        code = main(["list", "--op", "layernorm"], full)
+    err = capsys.readouterr().err
+    assert code == 74 and err == "normcheck: error: the report could not be written: No space left on device\n"
+
+
 def test_a_token_runs_exactly_its_case():
     code, out = run("compare", "--op", "batchnorm", "--case", TOKEN)
     assert code == 0 and out.splitlines()[0].split()[2:6] == ["4x3x5", "f16", "contiguous", "normal"]
