@@ -129,6 +129,18 @@ def test_wrong_shape_on_one_rank_is_named():
         run_lockstep(Case("syncbn", (6, 3, 4), split=(2, 2, 2)), bad, timeout=5)
 
 
+def test_os_exit_on_a_lockstep_rank_is_a_failing_row_not_normcheck_gone():
+    # (a rank is a thread of normcheck's process here: os._exit there ended the run silently, exit 4, no summary)
+    import os
+
+    from normcheck.worlds import lockstep
+    from tests._world_faults import dies_on_rank1
+
+    with pytest.raises(Exception, match=r"^rank 1: called os._exit\(3\): the implementation exits the process"):
+        run_lockstep(Case("syncbn", (6, 3, 4), split=(2, 2, 2)), dies_on_rank1, timeout=5)
+    assert os._exit is lockstep._REAL_EXIT  # (restored once no rank runs)
+
+
 def test_master_worker_needs_the_lockstep_world():
     impl = resolve_impl("syncbn", "master-worker", "gloo")
     report = compare("syncbn", impl, Case("syncbn", (4, 3, 4), split=(2, 2)))

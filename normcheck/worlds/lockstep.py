@@ -8,6 +8,8 @@ while others wait in a collective it never joined ends the case at once (a deadl
 """
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 import time
 from typing import Callable
@@ -93,6 +95,39 @@ class _Rendezvous:
                 self._cond.wait(left)
 
 
+class _Exited(ImplError):
+    """os._exit called on a rank: in this world a rank is a thread of normcheck's own process, which must go on."""
+
+    def __init__(self, status):
+        super().__init__(f"called os._exit({status}): the implementation exits the process (its ranks are threads "
+                         "of normcheck's in the lockstep world; the gloo world runs each in a process of its own)")
+
+
+_REAL_EXIT = os._exit
+_RANK_THREADS: set[int] = set()  # the running lockstep ranks' thread idents, whose os._exit is a failure of theirs
+_EXIT_LOCK = threading.Lock()
+
+
+def _exit(status):
+    if threading.get_ident() in _RANK_THREADS:
+        raise _Exited(status)
+    _REAL_EXIT(status)
+
+
+@contextlib.contextmanager
+def _ranks_cannot_exit():
+    """os._exit on a rank thread raises there instead of ending normcheck silently (exit 4, no summary): the rank
+    fails and the row says why. Any other thread's call exits as always."""
+    with _EXIT_LOCK:
+        os._exit = _exit
+    try:
+        yield
+    finally:
+        with _EXIT_LOCK:
+            if not _RANK_THREADS:
+                os._exit = _REAL_EXIT
+
+
 class LockstepGroup:
     """What a recipe receives as `process_group` in the lockstep world."""
 
@@ -139,23 +174,26 @@ def run_lockstep(case: Case, fn: Callable, timeout: float = DEFAULT_TIMEOUT,
     errors: dict[int, BaseException] = {}
 
     def rank_main(rank: int) -> None:
+        _RANK_THREADS.add(threading.get_ident())
         try:
             results[rank] = run_rank(case.record, fn, case, inputs, rank, LockstepGroup(rendezvous, rank), size,
                                      device)
         except BaseException as e:  # noqa: BLE001 - every failure is reported, none escapes the thread
             errors[rank] = e
         finally:
+            _RANK_THREADS.discard(threading.get_ident())
             if rank in errors:
                 rendezvous.abort()  # peers waiting in a collective stop waiting
             rendezvous.leave(rank)
 
     threads = [threading.Thread(target=rank_main, args=(r,), daemon=True, name=f"rank{r}") for r in range(size)]
-    for th in threads:
-        th.start()
     # Collectives give up after `timeout`; the grace lets the waiting ranks report where they were.
     deadline = time.monotonic() + timeout + max(1.0, 0.1 * timeout)
-    for th in threads:
-        th.join(max(0.0, deadline - time.monotonic()))
+    with _ranks_cannot_exit():
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(max(0.0, deadline - time.monotonic()))
     hung = [r for r, th in enumerate(threads) if th.is_alive()]
     if hung:
         rendezvous.abort()  # a hung thread cannot be killed; it is a daemon and is abandoned
