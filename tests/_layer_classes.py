@@ -284,6 +284,11 @@ class ConditionedLayerNorm(nn.Module):
         return self.norm(x) * (1 + scale) + shift
 
 
+def make_conditioned_layer_norm(embedding_dim):
+    """The same layer from a factory: its projection is seen on the module it returns."""
+    return ConditionedLayerNorm(embedding_dim)
+
+
 # -- size arguments: one int or a shape (issue 62) -------------------------------------------------------------------
 class ChannelsFirstOneSizeLayerNorm(nn.Module):
     """A channels-first LayerNorm as detection backbones write it (ViTDet's): `normalized_shape` is one int, the

@@ -221,12 +221,14 @@ def test_a_factory_requiring_eps_and_a_layer_without_group_size():
     assert report.verdict == SKIP and "takes no group_size" in report.message
 
 
-def test_a_layer_conditioned_through_a_projection_is_one_line():
+@pytest.mark.parametrize("layer", ["ConditionedLayerNorm", "make_conditioned_layer_norm"])
+def test_a_layer_conditioned_through_a_projection_is_one_line(layer):
     """diffusers' AdaLayerNorm: its Linear's weight is not the norm's (it was bound as the weight, and every case
-    SKIPped after building a Linear(D, 2D)); one line says what normcheck cannot bind."""
+    SKIPped after building a Linear(D, 2D)); one line says what normcheck cannot bind: from the class's source when it
+    is given, from the module a factory returns on the first case."""
     with pytest.raises(UsageError, match=r"its forward takes timestep and temb, which the op's contract does not pass, "
                                          r"and its linear \(Linear.*\) projects a conditioning input"):
-        judged("adaln", "ConditionedLayerNorm", Case("adaln", (4, 8), "f32"))
+        judged("adaln", layer, Case("adaln", (4, 8), "f32"))
 
 
 def test_binding_by_role_skips_projections():

@@ -137,6 +137,21 @@ def reached(fn: Callable) -> list[tuple[inspect.Parameter, Callable]]:
     return list({p.name: (p, callee) for p, callee in found}.values())
 
 
+def constructed(fn: Callable) -> list[tuple[str, type]]:
+    """(attribute, class) for each object of a class `fn` makes and keeps on self (`self.linear = nn.Linear(D, 2D)`):
+    what a constructor holds, known before it runs."""
+    tree = _tree(fn)
+    found = []
+    for node in ast.walk(tree) if tree is not None else ():
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            made = _resolve(fn, node.value.func)
+            names = [t.attr for t in node.targets if isinstance(t, ast.Attribute)
+                     and isinstance(t.value, ast.Name) and t.value.id == "self"]
+            if isinstance(made, type) and names:
+                found.append((names[0], made))
+    return found
+
+
 def constants(fn: Callable, roles: dict[str, tuple[str, ...]], every: bool = False):
     """role -> the number `fn` passes to a parameter of one of the role's names in the calls it makes (GroupNorm(32, C,
     eps=1e-6)), where it passes one value only; `every`: each (role, number) passed, as found."""

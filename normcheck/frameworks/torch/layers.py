@@ -149,6 +149,8 @@ class Layer:
                              f"the configured module")
         if is_layer_class(self.factory):
             self._forward_roles(self.factory.forward)
+            held = [(n, c.__name__) for n, c in layer_source.constructed(self.builder) if issubclass(c, PROJECTIONS)]
+            self._check_conditioning(self.factory.forward, held)  # (before any worker starts, where the source says)
 
     def _forward_roles(self, forward) -> list[str]:
         """The contract roles a forward's parameters after the input take, in order (UsageError for one it needs
@@ -200,12 +202,13 @@ class Layer:
                 arguments[p.name] = value
         unfilled = [k for k in self.optional if given.get(k) is not None and k not in arguments]
         if unfilled:  # (the case passes it, group_size=G, and the layer cannot take it)
-            raise Unsupported(f"{self.name}'s {self.kind} takes no {', '.join(unfilled)}: the cases that set it are not "
-                              "judged")
+            raise Unsupported(f"{self.name}'s {self.kind} takes no {', '.join(unfilled)}: the cases that set it are "
+                              "not judged")
         module = self.factory(**arguments)
         if not isinstance(module, torch.nn.Module):
             raise UsageError(f"{self.name} returned {type(module).__name__}, not an nn.Module")
-        self._check_conditioning(module)
+        self._check_conditioning(module.forward,
+                                 [(n, m) for n, m in module.named_modules() if isinstance(m, PROJECTIONS)])
         module = module.to(given["input"].device)
         training = given.get("training", given.get("use_input_stats", True))
         module.train(bool(training))
@@ -265,12 +268,12 @@ class Layer:
                               f"{len(shape)} dims {shape}", takes={"normalized_dims": (1,)})
         return shape[0]
 
-    def _check_conditioning(self, module: torch.nn.Module) -> None:
+    def _check_conditioning(self, forward, held: list) -> None:
         """One line for a layer conditioned through a projection (diffusers' AdaLayerNorm: forward(x, timestep=None,
-        temb=None), a Linear(D, 2D) making its scale and shift from temb): what normcheck cannot bind, said on the
-        first (tiny) case rather than a SKIP per case after building a projection for each."""
-        unpassed = self._unpassed(module.forward)
-        held = [(n, m) for n, m in module.named_modules() if isinstance(m, PROJECTIONS)]
+        temb=None), a Linear(D, 2D) making its scale and shift from temb) it `held`s ((attribute, projection)): what
+        normcheck cannot bind, said when the layer is given (its constructor's source shows the projection) or on the
+        first, tiny case (a factory's module), rather than a SKIP per case after building a projection for each."""
+        unpassed = self._unpassed(forward)
         if unpassed and held:
             where, projection = held[0]
             raise UsageError(f"{self.name}: its forward takes {' and '.join(unpassed)}, which the op's contract does "
