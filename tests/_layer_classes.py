@@ -190,3 +190,228 @@ class AnnotatedTransformerLayerNorm(nn.Module):
         mean = x.mean(-1, keepdim=True)
         std = x.std(-1, keepdim=True)
         return self.a_2 * (x - mean) / (std + self.eps) + self.b_2
+
+
+# -- gated and grouped norms (issue 62) ------------------------------------------------------------------------------
+class GroupedGatedRMSNorm(nn.Module):
+    """A gated RMSNorm as state-space blocks write it (Mamba2's RMSNormGated): `group_size` cuts the row into groups
+    with a statistic each, the gate `z` is applied before the norm or after it (`norm_before_gate`), statistics in
+    float32, y in x's dtype; no bias (a parameter slot left empty)."""
+
+    def __init__(self, hidden_size, eps=1e-5, group_size=None, norm_before_gate=True, device=None, dtype=None):
+        super().__init__()
+        self.eps, self.group_size, self.norm_before_gate = eps, group_size, norm_before_gate
+        self.weight = nn.Parameter(torch.ones(hidden_size, device=device, dtype=dtype))
+        self.register_parameter("bias", None)
+
+    def _groups(self, h):
+        size = self.group_size or h.shape[-1]
+        return h.unflatten(-1, (-1, size))
+
+    def forward(self, x, z=None):
+        dtype, h = x.dtype, x.float()
+        gate = None if z is None else F.silu(z.float())
+        if gate is not None and not self.norm_before_gate:
+            h = h * gate
+        grouped = self._groups(h)
+        h = (grouped * torch.rsqrt(grouped.pow(2).mean(-1, keepdim=True) + self.eps)).flatten(-2)
+        h = h * self.weight.float()
+        if gate is not None and self.norm_before_gate:
+            h = h * gate
+        return h.to(dtype)
+
+
+class BrokenGroupedGatedRMSNorm(GroupedGatedRMSNorm):
+    """The gated RMSNorm with its groups taken strided across the row (every G-th value) instead of consecutive."""
+
+    def _groups(self, h):
+        size = self.group_size or h.shape[-1]
+        return h.unflatten(-1, (size, -1)).transpose(-1, -2)
+
+    def forward(self, x, z=None):
+        dtype, h = x.dtype, x.float()
+        gate = None if z is None else F.silu(z.float())
+        if gate is not None and not self.norm_before_gate:
+            h = h * gate
+        grouped = self._groups(h)
+        h = (grouped * torch.rsqrt(grouped.pow(2).mean(-1, keepdim=True) + self.eps)).transpose(-1, -2).flatten(-2)
+        h = h * self.weight.float()
+        if gate is not None and self.norm_before_gate:
+            h = h * gate
+        return h.to(dtype)
+
+
+class GateFirstRMSNorm(nn.Module):
+    """A gated RMSNorm as transformers' Mamba2 port writes it: forward(hidden_states, gate=None), the gate applied
+    before the norm, Llama's casting (x̂ in x's dtype before the weight)."""
+
+    def __init__(self, hidden_size, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.variance_epsilon = eps
+
+    def forward(self, hidden_states, gate=None):
+        dtype = hidden_states.dtype
+        h = hidden_states.to(torch.float32)
+        if gate is not None:
+            h = h * F.silu(gate.to(torch.float32))
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
+        return self.weight * h.to(dtype)
+
+
+def make_grouped_rms_norm(hidden_size, eps, group_size=None):
+    """A factory that requires eps (it raised on every row while eps never reached it)."""
+    return GroupedGatedRMSNorm(hidden_size, eps=eps, group_size=group_size)
+
+
+# -- a norm conditioned through a projection (issue 62) --------------------------------------------------------------
+class ConditionedLayerNorm(nn.Module):
+    """An adaptive LayerNorm as diffusion models write it (diffusers' AdaLayerNorm): a conditioning embedding `temb`
+    goes through SiLU and a Linear(D, 2D) to a scale and a shift; the norm itself has no parameters."""
+
+    def __init__(self, embedding_dim, num_embeddings=None, output_dim=None, norm_elementwise_affine=False,
+                 norm_eps=1e-5):
+        super().__init__()
+        output_dim = output_dim or embedding_dim * 2
+        self.emb = nn.Embedding(num_embeddings, embedding_dim) if num_embeddings is not None else None
+        self.linear = nn.Linear(embedding_dim, output_dim)
+        self.norm = nn.LayerNorm(output_dim // 2, norm_eps, norm_elementwise_affine)
+
+    def forward(self, x, timestep=None, temb=None):
+        if self.emb is not None:
+            temb = self.emb(timestep)
+        scale, shift = self.linear(F.silu(temb)).chunk(2, dim=-1)
+        return self.norm(x) * (1 + scale) + shift
+
+
+def make_conditioned_layer_norm(embedding_dim):
+    """The same layer from a factory: its projection is seen on the module it returns."""
+    return ConditionedLayerNorm(embedding_dim)
+
+
+# -- size arguments: one int or a shape (issue 62) -------------------------------------------------------------------
+class ChannelsFirstOneSizeLayerNorm(nn.Module):
+    """A channels-first LayerNorm as detection backbones write it (ViTDet's): `normalized_shape` is one int, the
+    statistics over dim 1 of (N, C, H, W), the weight broadcast as weight[:, None, None]. Declares --normalized-at
+    channels."""
+
+    def __init__(self, normalized_shape, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(normalized_shape))
+        self.bias = nn.Parameter(torch.zeros(normalized_shape))
+        self.eps = eps
+        self.normalized_shape = (normalized_shape,)
+
+    def forward(self, x):
+        mean = x.mean(1, keepdim=True)
+        var = (x - mean).pow(2).mean(1, keepdim=True)
+        x = (x - mean) / torch.sqrt(var + self.eps)
+        spread = (slice(None),) + (None,) * (x.dim() - 2)
+        return self.weight[spread] * x + self.bias[spread]
+
+
+class LastDimOneSizeLayerNorm(nn.Module):
+    """ConvNeXt's LayerNorm in its channels-last form: `normalized_shape` one int, kept as a 1-tuple for
+    F.layer_norm."""
+
+    def __init__(self, normalized_shape, eps=1e-6, data_format="channels_last"):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(normalized_shape))
+        self.bias = nn.Parameter(torch.zeros(normalized_shape))
+        self.eps, self.data_format = eps, data_format
+        self.normalized_shape = (normalized_shape, )
+
+    def forward(self, x):
+        return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+
+
+class ChannelsNamedLayerNorm(nn.LayerNorm):
+    """A LayerNorm subclass whose size is named `num_channels` and handed to nn.LayerNorm's normalized_shape (timm's
+    LayerNorm): a shape under another name."""
+
+    def __init__(self, num_channels, eps=1e-6, affine=True):
+        super().__init__(num_channels, eps=eps, elementwise_affine=affine)
+
+
+class ShapeAnnotatedRMSNorm(nn.Module):
+    """An RMSNorm whose `dim` is annotated to take a shape: its weight is shaped so, its statistics over as many
+    trailing dims."""
+
+    def __init__(self, dim: int | tuple[int, ...], eps: float = 1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x):
+        return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+
+
+class SingleGroupNorm(nn.GroupNorm):
+    """timm's GroupNorm1: one group, every other argument (eps, affine) passed through **kwargs to nn.GroupNorm."""
+
+    def __init__(self, num_channels, **kwargs):
+        super().__init__(1, num_channels, **kwargs)
+
+    def forward(self, x):
+        return F.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
+
+
+def make_group_norm32(in_channels):
+    """A factory with a fixed group count and eps (Flux's autoencoder `Normalize`)."""
+    return nn.GroupNorm(num_groups=32, num_channels=in_channels, eps=1e-6, affine=True)
+
+
+# -- eps written in forward (issue 62) -------------------------------------------------------------------------------
+class LiteralEpsRMSNorm(nn.Module):
+    """An RMSNorm with its eps a literal in forward (Flux's): the weight named `scale`, statistics in float32, x̂
+    rounded to x's dtype before the weight."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        dtype = x.dtype
+        h = x.float()
+        rrms = torch.rsqrt(torch.mean(h ** 2, dim=-1, keepdim=True) + 1e-6)
+        return (h * rrms).to(dtype=dtype) * self.scale
+
+
+class LiteralEpsLayerNorm(nn.Module):
+    """A LayerNorm without parameters whose eps is a keyword literal in forward (OLMo's)."""
+
+    def __init__(self, hidden_size: int):
+        super().__init__()
+        self.normalized_shape = (hidden_size,)
+
+    def forward(self, hidden_states):
+        dtype = hidden_states.dtype
+        return F.layer_norm(hidden_states.to(torch.float32), self.normalized_shape, None, None, eps=1e-5).to(dtype)
+
+
+class LiteralEpsFrozenBatchNorm2d(nn.Module):
+    """A frozen BatchNorm with eps assigned in forward (DETR's). Declares --mode eval --output-dtype promote."""
+
+    def __init__(self, n):
+        super().__init__()
+        for name, value in (("weight", 1.0), ("bias", 0.0), ("running_mean", 0.0), ("running_var", 1.0)):
+            self.register_buffer(name, torch.full((n,), value))
+
+    def forward(self, x):
+        eps = 1e-5
+        scale = self.weight.reshape(1, -1, 1, 1) * (self.running_var.reshape(1, -1, 1, 1) + eps).rsqrt()
+        return x * scale + (self.bias.reshape(1, -1, 1, 1) - self.running_mean.reshape(1, -1, 1, 1) * scale)
+
+
+# -- a scalar gain (issue 62) ----------------------------------------------------------------------------------------
+class ScalarGainScaleNorm(nn.Module):
+    """ScaleNorm as its paper writes it: one learned scalar g, a 0-d parameter initialised to √dim, y = g·x/max(‖x‖,
+    eps)."""
+
+    def __init__(self, dim, eps=1e-5):
+        super().__init__()
+        self.g = nn.Parameter(torch.tensor(dim ** 0.5))
+        self.eps = eps
+
+    def forward(self, x):
+        return x * (self.g / torch.norm(x, dim=-1, keepdim=True).clamp(min=self.eps))

@@ -172,3 +172,116 @@ def test_the_annotated_transformers_layer_norm_class_is_built_and_judged_as_it_i
     assert judged("layernorm_std", "AnnotatedTransformerLayerNorm", case).verdict in OK
     wrong = judged("layernorm", "AnnotatedTransformerLayerNorm", Case("layernorm", (6, 32), "f64", eps=1e-6))
     assert wrong.verdict == FAIL
+
+
+# -- issue 62: gated and grouped ops, conditioning projections, sizes, arguments through **kwargs, constants ---------
+F32_STATISTICS = dict(compute_dtype="f32")
+
+
+def test_the_contracts_optional_argument_is_parsed_as_one():
+    """`eps[, group_size]` is eps and an optional group_size (it was parsed into 'eps[' and 'group_size]'); a function
+    without group_size fits the contract and declines the grouped cases only."""
+    from normcheck.core.loading import check_arity, contract_arguments
+    from normcheck.ops import get_op
+    signature = get_op("gate_rmsnorm").signature
+    arguments = contract_arguments(signature)
+    assert arguments.positional == ("input", "gate", "normalized_shape", "weight", "eps")
+    assert arguments.optional == ("group_size",)
+    assert contract_arguments(get_op("grouped_rmsnorm").array_signature).keywords == ("axes", "eps")
+
+    def ungrouped(input, normalized_shape, weight, eps):
+        return input
+    check_arity("ungrouped", ungrouped, get_op("grouped_rmsnorm").signature)
+
+
+@pytest.mark.parametrize("op", ["gate_rmsnorm", "rmsnorm_gate"])
+def test_a_gated_layer_with_groups_is_judged_by_class(op):
+    """Mamba2's RMSNormGated by class: its gate `z` is the op's gate, group_size and eps reach its constructor, and
+    norm_before_gate is set for the op (the gate before the norm or after it); the twin whose groups are strided
+    fails."""
+    case = Case(op, (4, 24), "f64", group_size=6, eps=1e-3, **F32_STATISTICS)
+    assert judged(op, "GroupedGatedRMSNorm", case).verdict in OK, judged(op, "GroupedGatedRMSNorm", case).summary()
+    assert judged(op, "BrokenGroupedGatedRMSNorm", case).verdict == FAIL
+
+
+def test_a_forward_parameter_named_gate_takes_the_gate():
+    """transformers' Mamba2 gated norm names it `gate` (it was dropped: 'dgate is None'); its gate comes first, so
+    it passes gate_rmsnorm and fails rmsnorm_gate."""
+    case = dict(shape=(4, 16), dtype="f32", eps=1e-6, **LLAMA)
+    assert judged("gate_rmsnorm", "GateFirstRMSNorm", Case("gate_rmsnorm", **case)).verdict in OK
+    assert judged("rmsnorm_gate", "GateFirstRMSNorm", Case("rmsnorm_gate", **case)).verdict == FAIL
+
+
+def test_a_factory_requiring_eps_and_a_layer_without_group_size():
+    """eps reaches a factory that requires it (it raised on every row), group_size too; a layer without group_size
+    declines the grouped cases, saying so."""
+    case = Case("grouped_rmsnorm", (4, 12), "f32", group_size=3, eps=1e-3)
+    assert judged("grouped_rmsnorm", "make_grouped_rms_norm", case).verdict in OK
+    report = judged("grouped_rmsnorm", "LlamaStyleRMSNorm", case)
+    assert report.verdict == SKIP and "takes no group_size" in report.message
+
+
+@pytest.mark.parametrize("layer", ["ConditionedLayerNorm", "make_conditioned_layer_norm"])
+def test_a_layer_conditioned_through_a_projection_is_one_line(layer):
+    """diffusers' AdaLayerNorm: its Linear's weight is not the norm's (it was bound as the weight, and every case
+    SKIPped after building a Linear(D, 2D)); one line says what normcheck cannot bind: from the class's source when it
+    is given, from the module a factory returns on the first case."""
+    with pytest.raises(UsageError, match=r"its forward takes timestep and temb, which the op's contract does not pass, "
+                                         r"and its linear \(Linear.*\) projects a conditioning input"):
+        judged("adaln", layer, Case("adaln", (4, 8), "f32"))
+
+
+def test_binding_by_role_skips_projections():
+    import torch
+    from normcheck.frameworks.torch.layers import _find
+    module = torch.nn.Module()
+    module.proj, module.norm = torch.nn.Linear(4, 8), torch.nn.LayerNorm(4)
+    assert _find(module, ("weight",))[2] == "norm.weight"
+
+
+@pytest.mark.parametrize("layer, at", [("ChannelsFirstOneSizeLayerNorm", "channels"),
+                                       ("LastDimOneSizeLayerNorm", "trailing")])
+def test_a_one_int_normalized_shape_skips_several_dims(layer, at):
+    """ViTDet's and ConvNeXt's `normalized_shape` is one int (kept as (normalized_shape,)): one dim passes (ConvNeXt's
+    failed on the 1-tuple it was given), several SKIP (they FAILed)."""
+    shape = (2, 6, 5, 5)
+    assert judged("layernorm", layer, Case("layernorm", shape, "f64", normalized_at=at, eps=1e-6)).verdict in OK
+    report = judged("layernorm", layer, Case("layernorm", shape, "f64", normalized_at=at, normalized_dims=2))
+    assert report.verdict == SKIP and "takes one size (normalized_shape)" in report.message, report.summary()
+
+
+@pytest.mark.parametrize("op, layer", [("layernorm", "ChannelsNamedLayerNorm"), ("rmsnorm", "ShapeAnnotatedRMSNorm")])
+def test_a_shape_under_another_name_takes_several_dims(op, layer):
+    """timm's LayerNorm hands num_channels to nn.LayerNorm's normalized_shape; an annotated `dim: int | tuple`: both
+    take a shape (they SKIPped: 'takes one size')."""
+    assert judged(op, layer, Case(op, (2, 6, 5), "f64", normalized_dims=2, eps=1e-6)).verdict in OK
+
+
+def test_arguments_through_kwargs_reach_the_parent_and_a_fixed_group_count_skips():
+    """timm's GroupNorm1 passes eps through **kwargs to nn.GroupNorm (its default was used silently), and fixes one
+    group: other group counts SKIP, as do a factory's constants (Flux's GroupNorm(32, C, eps=1e-6))."""
+    assert judged("groupnorm", "SingleGroupNorm", Case("groupnorm", (2, 6, 5), "f64", groups=1, eps=1e-2)).verdict in OK
+    report = judged("groupnorm", "SingleGroupNorm", Case("groupnorm", (2, 6, 5), "f64", groups=3))
+    assert report.verdict == SKIP and "fixes num_groups at 1" in report.message
+    report = judged("groupnorm", "make_group_norm32", Case("groupnorm", (2, 6, 5), "f64", groups=3, eps=1e-6))
+    assert report.verdict == SKIP and "fixes num_groups at 32" in report.message
+
+
+@pytest.mark.parametrize("op, layer, eps, declared", [
+    ("rmsnorm", "LiteralEpsRMSNorm", 1e-6, LLAMA),
+    ("layernorm", "LiteralEpsLayerNorm", 1e-5, dict(affine=False, **F32_STATISTICS)),
+    ("batchnorm", "LiteralEpsFrozenBatchNorm2d", 1e-5, dict(mode="eval")),
+])
+def test_an_eps_written_in_forward_skips_other_eps(op, layer, eps, declared):
+    """Flux's `+ 1e-6`, OLMo's `eps=1e-5`, DETR's `eps = 1e-5` in forward: the case with that eps passes, another
+    SKIPs naming it (they FAILed)."""
+    shape = (2, 3, 4, 4) if op == "batchnorm" else (4, 16)
+    assert judged(op, layer, Case(op, shape, "f32", eps=eps, **declared)).verdict in OK
+    report = judged(op, layer, Case(op, shape, "f32", eps=1e-3, **declared))
+    assert report.verdict == SKIP and f"fixes eps at {eps:g} (its forward's code writes it" in report.message
+
+
+def test_a_scalar_gain_binds_to_the_cases_one_value():
+    """ScaleNorm's g as the paper writes it, a 0-d parameter (every row SKIPped: 'shape (); the case's is (1,)')."""
+    report = judged("scalenorm", "ScalarGainScaleNorm", Case("scalenorm", (4, 16), "f64"))
+    assert report.verdict in OK and "dweight" in {t.name for t in report.tensors}, report.summary()

@@ -12,6 +12,7 @@ import os
 import re
 import sys
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -65,12 +66,31 @@ def load_object(spec: str):
     return obj
 
 
+@dataclass(frozen=True)
+class Arguments:
+    """What a contract's signature text says its calls pass: `fn(input, weight, *, axes, eps[, group_size])`."""
+    positional: tuple[str, ...]  # by position, in order
+    keywords: tuple[str, ...]    # by name, after a bare `*` (an array contract's)
+    optional: tuple[str, ...]    # `[, name]`: by name, in the cases that have it (group_size=G where a case has groups)
+
+
+def contract_arguments(signature: str) -> Arguments:
+    """The arguments of a contract's first form, `fn(...)` up to its closing parenthesis (later forms and the text
+    after `->` are prose). The one reader of that text: an optional `[, name]` is neither a positional argument nor
+    part of the name before it."""
+    inside = signature.split("(", 1)[1].split(")", 1)[0]
+    optional = [n.strip() for group in re.findall(r"\[\s*,([^\]]*)\]", inside) for n in group.split(",")]
+    listed = [n.strip() for n in re.sub(r"\[[^\]]*\]", "", inside).split(",") if n.strip()]
+    cut = listed.index("*") if "*" in listed else len(listed)
+    return Arguments(tuple(listed[:cut]), tuple(listed[cut + 1:]), tuple(n for n in optional if n))
+
+
 def check_arity(name: str, fn: Callable, signature: str) -> None:
     """UsageError when `fn` cannot be called as `signature` says: its positional arguments, and the keywords
-    named after a bare `*` (an array contract's)."""
-    listed = [p.strip() for p in signature.split("(", 1)[1].split(")", 1)[0].split(",")]
-    wanted = listed.index("*") if "*" in listed else len(listed)
-    keywords = listed[wanted + 1:]
+    named after a bare `*` (an array contract's). An optional argument is the case's to pass and the function's to
+    decline (ops.grouped_rmsnorm.group_keywords), never an arity error."""
+    arguments = contract_arguments(signature)
+    wanted, keywords = len(arguments.positional), arguments.keywords
     try:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):

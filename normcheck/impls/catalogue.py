@@ -14,12 +14,12 @@ from functools import partial
 from typing import Callable
 
 from ..core.errors import UsageError
-from ..core.loading import absolute_spec, check_arity, load_callable, load_object, spec_of, takes_keyword
+from ..core.loading import absolute_spec, check_arity, contract_arguments, load_callable, load_object, spec_of, takes_keyword
 from ..engine.baseline import baseline_outputs
 from ..engine.hints import HintSearch
 from ..frameworks import FRAMEWORKS
 from ..frameworks.arrays import formats_of
-from ..frameworks.torch.layers import Layer, contract_parameters, is_factory, is_layer_class, is_layer_instance
+from ..frameworks.torch.layers import Layer, is_factory, is_layer_class, is_layer_instance
 from ..frameworks.torch.tensors import device_missing
 from ..frameworks.torch.triton import Interpreted, interpreter_missing
 from ..kernels.groupnorm.impls import IMPLS as GROUPNORM_KERNEL_IMPLS
@@ -164,7 +164,9 @@ def layer(op, target: str | Callable, fn: Callable, name: str) -> Layer:
     if op.distributed:
         raise UsageError(f"{name}: a layer given by its class or factory is judged for single-process ops; for "
                          f"{op.name} give a function under its contract ({op.signature.split(' -> ')[0]})")
-    return Layer(absolute_spec(target) if isinstance(target, str) else fn, contract_parameters(op.signature), name)
+    arguments = contract_arguments(op.signature)
+    return Layer(absolute_spec(target) if isinstance(target, str) else fn, arguments.positional, name,
+                 arguments.optional, op.layer_switches)
 
 
 def bind(impl: Impl | Bound, backend: str | None = None, timeout: CaseLimit | float | None = None,

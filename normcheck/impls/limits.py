@@ -140,7 +140,7 @@ def declined(bound: Bound, case) -> tuple[str, dict, dict] | None:
         bound.runner(case, case_inputs(case))
     except Unsupported as e:
         return str(e) or "the implementation declined the case", e.takes, e.declines
-    except CaseTimeout:
+    except (CaseTimeout, UsageError):  # (bad input, a layer normcheck cannot bind: the run's one line, at once)
         raise
     except Exception:  # noqa: BLE001 - a failure is the sweep's to judge, never a signal
         raise Failed from None

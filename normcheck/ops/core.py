@@ -499,6 +499,9 @@ class Op:
     # rank holds of γ and β, how the ranks' outputs are assembled); a distributed op without one has SyncBN's, BATCH
     layout: Layout | None = None
     laid_out_from: str | None = None  # a parallel op: the single-process op it lays out over a world (its layout's name)
+    # Constructor arguments, by name, that make a layer class computing several ops compute this one, where it is
+    # given by class (Mamba2's gated norms: norm_before_gate=False puts the gate before the norm)
+    layer_switches: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self):
         if self.distributed and self.layout is None:

@@ -75,6 +75,7 @@ def gated(name: str, side: str, formula: str, composite) -> Op:
         call=call, outputs=("y", "rstd", "dx", "dgate", "dweight"), required=("y", "dx", "dgate", "dweight"),
         operands=OPERANDS, double_backward=False,
         why_once_differentiable=WHY_ONCE, array_signature=ARRAY_SIGNATURE, array_call=array_call,
+        layer_switches=(("norm_before_gate", side == AFTER),),  # (Mamba2's RMSNormGated, given by class)
         impls=(Impl("torch", name, f"{formula} with torch.nn.functional.rms_norm (over each group) and silu in "
                     "float32 at least, through autograd",
                     composite, follows=rmsnorm.TORCHS, known_issues=(rmsnorm.BATCH_VARIANCE,)),),

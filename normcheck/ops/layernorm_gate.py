@@ -45,6 +45,7 @@ OP = fused(
     saved_stats=(), operands=(Operand("gate", draw=gate_values, gradient="dgate"),),
     fields=layernorm.OP.fields_without_extensions(), extensions=(), double_backward=False,
     why_once_differentiable=WHY_ONCE, array_signature=ARRAY_SIGNATURE, array_call=array_call,
+    layer_switches=(("norm_before_gate", True),),  # (Mamba2's gated LayerNorm, given by class)
     impls=(Impl("torch", "layernorm_gate", f"{FORMULA} with torch.nn.functional.layer_norm and silu, through "
                 "autograd", layer_norm_gate, known_issues=layernorm.TORCH_ISSUES, follows=layernorm.TORCHS),),
 )

@@ -6,8 +6,10 @@ names: the sizes, groups, eps, momentum and the switches for the parameters and 
 case's weight, bias and running statistics to the module's parameters and buffers by role, calls `forward` and
 writes a reassigned running statistic back into the case's tensor (the contract updates them in place). A case the
 constructor cannot express (no bias, a fixed eps, no running statistics, one size for several normalised dims) is
-declined with `Unsupported`, which the engine reports as a SKIP row saying which argument is missing. Nothing here
-knows an op: the contract's parameter names (from its signature) say what each argument of a call is.
+declined with `Unsupported`, which the engine reports as a SKIP row saying which argument is missing; so is a case
+its code fixes otherwise (an eps or a group count written as a constant, a size argument that takes one int:
+`layer_source` reads them). Nothing here knows an op: the contract's parameter names (from its signature) say what
+each argument of a call is, and the op's record the constructor switches that choose it (`Op.layer_switches`).
 """
 from __future__ import annotations
 
@@ -19,12 +21,15 @@ import torch
 
 from ...core.errors import UsageError, Unsupported
 from ...core.loading import load_callable
+from . import layer_source
 
 # What a constructor's (or a factory's) parameter means, by the names the popular model libraries give it
 SIZE_NAMES = ("normalized_shape", "hidden_size", "dim", "d_model", "n_embd", "embed_dim", "emb_dim", "embedding_dim",
               "model_dim", "hidden_dim", "features", "num_features", "num_channels", "channels", "in_channels",
-              "n_channels", "hidden_channels", "normalized_dim", "size", "ndim", "d", "c", "width", "n_state")
-SHAPE_NAMES = ("normalized_shape",)  # sizes that take a tuple (the others one int: one normalised dim)
+              "n_channels", "hidden_channels", "normalized_dim", "size", "ndim", "d", "c", "n", "width", "n_state")
+# Sizes that take a tuple where the layer's code says nothing either way (the others one int: one normalised dim);
+# an annotation or the code itself says otherwise (layer_source.takes_shape)
+SHAPE_NAMES = ("normalized_shape",)
 GROUP_NAMES = ("num_groups", "groups", "n_groups", "num_group", "group_num", "g")
 EPS_NAMES = ("eps", "epsilon", "variance_epsilon", "norm_eps", "layer_norm_eps", "layer_norm_epsilon", "rms_norm_eps")
 MOMENTUM_NAMES = ("momentum",)
@@ -41,15 +46,17 @@ TENSOR_NAMES = {
     "running_var": ("running_var", "moving_var"),
 }
 # The contract's data arguments a forward takes after the input, by the names forwards give them
-FORWARD_NAMES = {"residual": ("residual", "res", "residual_in", "skip"), "scale": ("scale",), "shift": ("shift",)}
+FORWARD_NAMES = {"residual": ("residual", "res", "residual_in", "skip"), "scale": ("scale",), "shift": ("shift",),
+                 "gate": ("gate", "z")}  # (z: Mamba2's RMSNormGated)
+# The values a case sets that a layer may fix in its code instead (an attribute, a constant it passes): role, the
+# names that hold it, the case field a SKIP says it takes
+FIXABLE = (("eps", EPS_NAMES, "eps"), ("momentum", MOMENTUM_NAMES, "momentum"), ("num_groups", GROUP_NAMES, "groups"))
+# Modules that map an input to features rather than normalise it: their tensors are no norm's, and a layer holding one
+# whose forward takes an input the contract does not pass is conditioned on that input (diffusers' AdaLayerNorm)
+PROJECTIONS = (torch.nn.Linear, torch.nn.Bilinear, torch.nn.modules.conv._ConvNd, torch.nn.Embedding,
+               torch.nn.EmbeddingBag, torch.nn.MultiheadAttention, torch.nn.RNNBase)
 FILLED = SIZE_NAMES + GROUP_NAMES + EPS_NAMES + MOMENTUM_NAMES + AFFINE_NAMES + BIAS_NAMES + RUNNING_NAMES + \
     IGNORED_NAMES
-
-
-def contract_parameters(signature: str) -> tuple[str, ...]:
-    """The positional parameters of a contract's signature text, `fn(input, weight, eps) -> ...`."""
-    listed = [p.strip() for p in signature.split("(", 1)[1].split(")", 1)[0].split(",")]
-    return tuple(listed[:listed.index("*")] if "*" in listed else listed)
 
 
 def is_layer_class(target) -> bool:
@@ -78,16 +85,22 @@ def is_factory(fn: Callable) -> bool:
 
 class Layer:
     """A layer class or factory called as a function under a contract whose positional parameters are `parameters`
-    (`contract_parameters`). `target`: the class or factory itself, or the `module:attr` spec it is loaded from where
-    it runs (a file's module is not importable by name in a worker process). Pickles when its target does."""
+    and whose optional ones, passed by name where a case has them, `optional` (core.loading.contract_arguments: a
+    constructor takes those, group_size). `switches`: constructor arguments that make a layer computing several ops
+    compute this one (Op.layer_switches). `target`: the class or factory itself, or the `module:attr` spec it is
+    loaded from where it runs (a file's module is not importable by name in a worker process). Pickles when its
+    target does."""
 
-    def __init__(self, target, parameters: tuple[str, ...], name: str):
+    def __init__(self, target, parameters: tuple[str, ...], name: str, optional: tuple[str, ...] = (),
+                 switches: tuple[tuple[str, Any], ...] = ()):
         self.target, self.parameters, self.name = target, tuple(parameters), name
+        self.optional, self.switches = tuple(optional), tuple(switches)
         self._loaded = None
         self.check()
 
     def __getstate__(self):
-        return {"target": self.target, "parameters": self.parameters, "name": self.name}
+        return {"target": self.target, "parameters": self.parameters, "name": self.name, "optional": self.optional,
+                "switches": self.switches}
 
     def __setstate__(self, state):
         self.__dict__.update(state, _loaded=None)
@@ -105,10 +118,20 @@ class Layer:
     def kind(self) -> str:
         return "constructor" if is_layer_class(self.factory) else "factory"
 
+    @property
+    def builder(self) -> Callable:
+        """The function whose arguments build the module: the class's constructor or the factory."""
+        return self.factory.__init__ if is_layer_class(self.factory) else self.factory
+
     def _builder_parameters(self) -> list[inspect.Parameter]:
-        fn = self.factory.__init__ if is_layer_class(self.factory) else self.factory
-        params = list(inspect.signature(fn).parameters.values())
+        params = list(inspect.signature(self.builder).parameters.values())
         return params[1:] if is_layer_class(self.factory) else params  # (without self)
+
+    def _filled_parameters(self) -> list[tuple[inspect.Parameter, Callable]]:
+        """(parameter, the function it is one of) for every argument a build may fill: the builder's own, then those of
+        the constructor its **kwargs passes on to (timm's GroupNorm1: nn.GroupNorm's eps and affine)."""
+        own = [(p, self.builder) for p in self._builder_parameters() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        return own + [(p, owner) for p, owner in layer_source.reached(self.builder)]
 
     def check(self) -> None:
         """One-line UsageError now (not on every case) for a constructor with arguments normcheck cannot fill, or a
@@ -126,6 +149,8 @@ class Layer:
                              f"the configured module")
         if is_layer_class(self.factory):
             self._forward_roles(self.factory.forward)
+            held = [(n, c.__name__) for n, c in layer_source.constructed(self.builder) if issubclass(c, PROJECTIONS)]
+            self._check_conditioning(self.factory.forward, held)  # (before any worker starts, where the source says)
 
     def _forward_roles(self, forward) -> list[str]:
         """The contract roles a forward's parameters after the input take, in order (UsageError for one it needs
@@ -156,6 +181,7 @@ class Layer:
 
     def __call__(self, *args, eps_none: float | None = None, **keywords):
         given = dict(zip(self.parameters, args))
+        given.update((k, keywords.pop(k)) for k in self.optional if k in keywords)  # (the constructor's: group_size)
         module = self.build(given, eps_none)
         bound = self.bind(module, given)
         forward_keywords = self._keywords(module, keywords)
@@ -166,29 +192,44 @@ class Layer:
 
     def build(self, given: dict[str, Any], eps_none: float | None = None) -> torch.nn.Module:
         """The module, made by the constructor or factory with every argument it names that the case fills."""
-        arguments, params = {}, self._builder_parameters()
-        for p in params:
-            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-                continue
-            value = self._argument(p, given, params, eps_none)
+        arguments, filled = {}, self._filled_parameters()
+        params = [p for p, _ in filled]
+        named = {p.name.lower() for p in params}
+        self._check_written(layer_source.constants(self.builder, _ROLES), given, named, "its")
+        for p, owner in filled:
+            value = self._argument(p, given, params, eps_none, owner)
             if value is not _LEAVE:
                 arguments[p.name] = value
+        unfilled = [k for k in self.optional if given.get(k) is not None and k not in arguments]
+        if unfilled:  # (the case passes it, group_size=G, and the layer cannot take it)
+            raise Unsupported(f"{self.name}'s {self.kind} takes no {', '.join(unfilled)}: the cases that set it are "
+                              "not judged")
         module = self.factory(**arguments)
         if not isinstance(module, torch.nn.Module):
             raise UsageError(f"{self.name} returned {type(module).__name__}, not an nn.Module")
+        self._check_conditioning(module.forward,
+                                 [(n, m) for n, m in module.named_modules() if isinstance(m, PROJECTIONS)])
         module = module.to(given["input"].device)
         training = given.get("training", given.get("use_input_stats", True))
         module.train(bool(training))
         self._check_input_rank(module, given["input"])
-        self._check_fixed(module, given, {p.name.lower() for p in params})
+        self._check_fixed(module, given, named)
+        self._check_written(layer_source.written(type(module).forward, _ROLES, added="eps"), given, named,
+                            "its forward's")
         return module
 
-    def _argument(self, p: inspect.Parameter, given: dict, params, eps_none: float | None) -> Any:
+    def _argument(self, p: inspect.Parameter, given: dict, params, eps_none: float | None,
+                  owner: Callable | None = None) -> Any:
         name = p.name.lower()
         wants_weight, wants_bias = given.get("weight") is not None, given.get("bias") is not None
         has_bias_switch = any(q.name.lower() in BIAS_NAMES for q in params)
+        switches = dict(self.switches)
+        if p.name in switches:
+            return switches[p.name]
+        if p.name in self.optional:  # (group_size: None where the case has none, the constructor's default too)
+            return given[p.name] if given.get(p.name) is not None else _LEAVE
         if name in SIZE_NAMES:
-            return self._size(p, given)
+            return self._size(p, given, owner or self.builder)
         if name in GROUP_NAMES and "num_groups" in given:
             return given["num_groups"]
         if name in EPS_NAMES and "eps" in given:
@@ -214,18 +255,41 @@ class Layer:
             return wants_weight or wants_bias
         return _LEAVE
 
-    def _size(self, p: inspect.Parameter, given: dict):
+    def _size(self, p: inspect.Parameter, given: dict, owner: Callable):
         """The size a constructor's size argument takes: the normalised shape where the contract passes one (one int
-        for an argument that takes one size), else the channels."""
+        for an argument that takes one size: layer_source.takes_shape reads which), else the channels."""
         if "normalized_shape" not in given:
             return int(given["input"].shape[1])
         shape = tuple(int(s) for s in given["normalized_shape"])
-        if p.name.lower() in SHAPE_NAMES:
+        if layer_source.takes_shape(owner, p.name, lambda name: name.lower() in SHAPE_NAMES):
             return shape
         if len(shape) != 1:
             raise Unsupported(f"{self.name}'s {self.kind} takes one size ({p.name}): it normalises one dim, the case "
                               f"{len(shape)} dims {shape}", takes={"normalized_dims": (1,)})
         return shape[0]
+
+    def _check_conditioning(self, forward, held: list) -> None:
+        """One line for a layer conditioned through a projection (diffusers' AdaLayerNorm: forward(x, timestep=None,
+        temb=None), a Linear(D, 2D) making its scale and shift from temb) it `held`s ((attribute, projection)): what
+        normcheck cannot bind, said when the layer is given (its constructor's source shows the projection) or on the
+        first, tiny case (a factory's module), rather than a SKIP per case after building a projection for each."""
+        unpassed = self._unpassed(forward)
+        if unpassed and held:
+            where, projection = held[0]
+            raise UsageError(f"{self.name}: its forward takes {' and '.join(unpassed)}, which the op's contract does "
+                             f"not pass, and its {where} ({projection}) projects a conditioning input: normcheck binds "
+                             "a norm's own inputs and parameters, not a projection's; judge the norm it holds, or a "
+                             "function under the contract of an op with the modulation as inputs (adaln, adagn: scale "
+                             "and shift)")
+
+    def _unpassed(self, forward) -> list[str]:
+        """The forward's data parameters after the input that no contract role fills."""
+        try:
+            params = [p for p in inspect.signature(forward).parameters.values() if p.name != "self"
+                      and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        except (TypeError, ValueError):
+            return []
+        return [p.name for p in params[1 + len(self._forward_roles(forward)):]]
 
     def _check_input_rank(self, module, x: torch.Tensor) -> None:
         """torch's BatchNorm and InstanceNorm classes each take inputs of some ranks (BatchNorm2d: 4-D): another is
@@ -249,15 +313,26 @@ class Layer:
                               declines={"rank": (unbatched,)})
 
     def _check_fixed(self, module, given: dict, named: set[str]) -> None:
-        """A value the case sets that the constructor could not (eps, momentum) and the module holds otherwise."""
-        for role, names in (("eps", EPS_NAMES), ("momentum", MOMENTUM_NAMES)):
+        """A value the case sets that the constructor could not (eps, momentum, a group count) and the module holds
+        otherwise."""
+        for role, names, field in FIXABLE:
             if role not in given or named & set(names):
                 continue
-            held = next((getattr(module, n) for n in names if isinstance(getattr(module, n, None), (int, float))),
-                        None)
+            held = next((getattr(module, n) for n in names if isinstance(getattr(module, n, None), (int, float))
+                         and not isinstance(getattr(module, n), bool)), None)
             if held is not None and held != given[role]:
                 raise Unsupported(f"{self.name} fixes {role} at {held:g} (its {self.kind} takes no {role}); the case has "
-                                  f"{role}={given[role]}", takes={role: (held,)})
+                                  f"{role}={given[role]}", takes={field: (held,)})
+
+    def _check_written(self, written: dict[str, float], given: dict, named: set[str], whose: str) -> None:
+        """A value the case sets that the layer's code writes as a constant instead (its builder passes GroupNorm(32,
+        C, eps=1e-6); its forward adds 1e-6), where the builder takes no argument of that role: the cases with
+        another value are not the layer's (and the sweep narrows to its own)."""
+        for role, names, field in FIXABLE:
+            if role in written and role in given and not named & set(names) and written[role] != given[role]:
+                raise Unsupported(f"{self.name} fixes {role} at {written[role]:g} ({whose} code writes it; its "
+                                  f"{self.kind} takes no {role}); the case has {role}={given[role]}",
+                                  takes={field: (written[role],)})
 
     def bind(self, module: torch.nn.Module, given: dict) -> dict[str, tuple[torch.nn.Module, str]]:
         """The case's weight, bias and running statistics put in place of the module's tensors of those roles;
@@ -279,6 +354,8 @@ class Layer:
                                   declines=_WITH.get(role, {}))
             owner, attribute, _ = found
             held = getattr(owner, attribute)
+            if held.dim() == 0 and tuple(value.shape) == (1,):  # (a scalar gain, ScaleNorm's g: the case's one value)
+                value = value.reshape(())
             if tuple(held.shape) != tuple(value.shape):
                 raise Unsupported(f"{self.name}'s {role} has shape {tuple(held.shape)}; the case's is "
                                   f"{tuple(value.shape)}")
@@ -313,7 +390,15 @@ class Layer:
         return keywords
 
 
+def _norm_modules(module: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
+    """(dotted name, module) of the module and its submodules outside every projection."""
+    inside = [name for name, m in module.named_modules() if name and isinstance(m, PROJECTIONS)]
+    return [(name, m) for name, m in module.named_modules()
+            if not any(name == p or name.startswith(p + ".") for p in inside)]
+
+
 _LEAVE = object()  # a constructor argument left to its default
+_ROLES = {role: names for role, names, _ in FIXABLE}
 # The cases (Case.affine) that give a parameter, and those that do not: what a layer that never (always) has it declines
 _WITH = {"weight": {"affine": (True, "weight")}, "bias": {"affine": (True, "bias")}}
 _WITHOUT = {"weight": {"affine": (False, "bias")}, "bias": {"affine": (False, "weight")}}
@@ -339,9 +424,11 @@ def _ranks_taken(check: Callable, x: torch.Tensor, unbatched: int | None) -> tup
 
 def _find(module: torch.nn.Module, names: tuple[str, ...]):
     """(owner, attribute, dotted name) of the one parameter or buffer of the module or its submodules whose own name
-    is one of `names`, the first name first (None: none)."""
+    is one of `names`, the first name first (None: none); never one inside a projection (PROJECTIONS: a Linear's
+    weight is no norm's)."""
+    owners = _norm_modules(module)
     for name in names:
-        hits = [(owner, name, f"{prefix}.{name}".lstrip(".")) for prefix, owner in module.named_modules()
+        hits = [(owner, name, f"{prefix}.{name}".lstrip(".")) for prefix, owner in owners
                 if name in owner._parameters or name in owner._buffers]
         hits = [h for h in hits if getattr(h[0], h[1]) is not None]
         if hits:

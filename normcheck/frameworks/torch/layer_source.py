@@ -1,0 +1,282 @@
+"""What a layer's code says that its parameters' names do not, read from its source (ast; nothing runs): whether a
+size argument takes one int or a shape, the parameters of the constructor its `**kwargs` reaches, and the constants
+it passes where an eps or a group count goes.
+
+    ViTDet's LayerNorm(normalized_shape)      self.normalized_shape = (normalized_shape,)   one int, not a shape
+    timm's LayerNorm(num_channels)            super().__init__(num_channels, ...)           nn.LayerNorm's shape
+    timm's GroupNorm1(num_channels, **kw)     super().__init__(1, num_channels, **kw)       eps, affine reach it;
+                                                                                            the group count is 1
+    Flux's Normalize(in_channels)             nn.GroupNorm(num_groups=32, ..., eps=1e-6)    32 groups, eps 1e-6
+    OLMo's LayerNorm.forward                  F.layer_norm(..., eps=1e-5)                   eps 1e-5
+    Flux's RMSNorm.forward / DETR's           ... + 1e-6 / eps = 1e-5                       eps 1e-6 / 1e-5
+
+Code whose source cannot be read (a builtin, a class made at run time) says nothing: None, or nothing found.
+"""
+from __future__ import annotations
+
+import ast
+import builtins
+import collections.abc
+import inspect
+import textwrap
+import types
+import typing
+from functools import lru_cache
+from typing import Callable
+
+SMALL = 1e-2  # a positive constant added below this is an eps (Flux's `mean(x²) + 1e-6`), not a shift of the data
+DEPTH = 3     # how far an argument is followed into the constructors it is passed to
+
+
+@lru_cache(maxsize=256)
+def _tree(fn: Callable) -> ast.FunctionDef | None:
+    """The function's definition as ast, or None where its source cannot be read."""
+    try:
+        source = textwrap.dedent(inspect.getsource(fn))
+        node = ast.parse(source).body[0]
+    except (OSError, TypeError, SyntaxError, IndexError):
+        return None
+    return node if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+
+
+def _owner(fn: Callable) -> type | None:
+    """The class that defines the method `fn` (by its qualified name in its module)."""
+    parts = getattr(fn, "__qualname__", "").split(".")
+    obj = inspect.getmodule(fn)
+    for part in parts[:-1]:
+        obj = getattr(obj, part, None)
+    return obj if isinstance(obj, type) else None
+
+
+def _resolve(fn: Callable, node: ast.expr):
+    """The object a dotted name in `fn`'s body refers to (its module's globals, then builtins), or None."""
+    names = []
+    while isinstance(node, ast.Attribute):
+        names.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    scope = {**vars(builtins), **getattr(fn, "__globals__", {})}
+    obj = scope.get(node.id)
+    for name in reversed(names):
+        obj = getattr(obj, name, None)
+    return obj
+
+
+def _callee(fn: Callable, call: ast.Call) -> tuple[Callable, int] | None:
+    """(the function a call in `fn` runs, how many of its leading parameters are not the call's arguments): a
+    constructor for a class (`nn.GroupNorm(...)`, `super().__init__(...)`, `Base.__init__(self, ...)`), else the
+    function itself."""
+    func = call.func
+    if isinstance(func, ast.Attribute) and func.attr == "__init__":
+        if isinstance(func.value, ast.Call) and isinstance(func.value.func, ast.Name) and func.value.func.id == "super":
+            owner = _owner(fn)
+            parent = next((c for c in (owner.__mro__[1:] if owner else ()) if "__init__" in vars(c)), None)
+            return (parent.__init__, 1) if parent is not None and parent is not object else None
+        base = _resolve(fn, func.value)
+        return (base.__init__, 0) if isinstance(base, type) else None  # (self is the call's first argument)
+    target = _resolve(fn, func)
+    if isinstance(target, type):
+        return (target.__init__, 1) if target.__init__ is not object.__init__ else None
+    return (target, 0) if callable(target) else None
+
+
+def _parameters(fn: Callable) -> list[inspect.Parameter] | None:
+    try:
+        return list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return None
+
+
+@lru_cache(maxsize=256)
+def _calls(fn: Callable) -> tuple:
+    """Every argument of the calls `fn` makes, as _arguments finds them (read once per function)."""
+    return tuple(_arguments(fn))
+
+
+def _arguments(fn: Callable):
+    """(callee parameter, the expression passed to it, the callee) for every argument of every call in `fn` whose
+    callee resolves, and (parameter, None, callee) for the callee's parameters that `fn`'s own `**kwargs` reaches."""
+    tree = _tree(fn)
+    if tree is None:
+        return
+    kwargs = tree.args.kwarg.arg if tree.args.kwarg is not None else None
+    for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call)):
+        found = _callee(fn, call)
+        params = _parameters(found[0]) if found else None
+        if not params:
+            continue
+        params = params[found[1]:]
+        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        bound = set()
+        for p, arg in zip(positional, call.args):
+            if isinstance(arg, ast.Starred):
+                break
+            bound.add(p.name)
+            yield p, arg, found[0]
+        named = {p.name: p for p in params}
+        for keyword in call.keywords:
+            if keyword.arg in named:
+                bound.add(keyword.arg)
+                yield named[keyword.arg], keyword.value, found[0]
+        if any(k.arg is None and isinstance(k.value, ast.Name) and k.value.id == kwargs for k in call.keywords):
+            for p in params:
+                if p.name not in bound and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+                    yield p, None, found[0]
+
+
+def reached(fn: Callable) -> list[tuple[inspect.Parameter, Callable]]:
+    """(parameter, the function it is one of) for the parameters of the constructor (or function) to which `fn` passes
+    its `**kwargs` on, less those the call binds itself: timm's GroupNorm1(num_channels, **kwargs) reaches
+    nn.GroupNorm's eps, affine, device, dtype and bias."""
+    params = _parameters(fn) or []
+    if not any(p.kind == p.VAR_KEYWORD for p in params):
+        return []
+    own = {p.name for p in params}
+    found = [(p, callee) for p, arg, callee in _calls(fn) if arg is None and p.name not in own]
+    return list({p.name: (p, callee) for p, callee in found}.values())
+
+
+def constructed(fn: Callable) -> list[tuple[str, type]]:
+    """(attribute, class) for each object of a class `fn` makes and keeps on self (`self.linear = nn.Linear(D, 2D)`):
+    what a constructor holds, known before it runs."""
+    tree = _tree(fn)
+    found = []
+    for node in ast.walk(tree) if tree is not None else ():
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            made = _resolve(fn, node.value.func)
+            names = [t.attr for t in node.targets if isinstance(t, ast.Attribute)
+                     and isinstance(t.value, ast.Name) and t.value.id == "self"]
+            if isinstance(made, type) and names:
+                found.append((names[0], made))
+    return found
+
+
+def constants(fn: Callable, roles: dict[str, tuple[str, ...]], every: bool = False):
+    """role -> the number `fn` passes to a parameter of one of the role's names in the calls it makes (GroupNorm(32, C,
+    eps=1e-6)), where it passes one value only; `every`: each (role, number) passed, as found."""
+    found = []
+    for p, arg, _ in _calls(fn):
+        value = _number(arg)
+        role = next((r for r, named in roles.items() if p.name.lower() in named), None)
+        if role is not None and value is not None:
+            found.append((role, value))
+    if every:
+        return found
+    values: dict[str, set] = {}
+    for role, value in found:
+        values.setdefault(role, set()).add(value)
+    return {role: v.pop() for role, v in values.items() if len(v) == 1}
+
+
+def written(method: Callable, roles: dict[str, tuple[str, ...]], added: str | None = None) -> dict[str, float]:
+    """role -> the constant a forward (and the methods of its own it calls on self) writes for it, where it writes one
+    value: passed to a parameter of the role's names (F.layer_norm(..., eps=1e-5), F.group_norm(x, 32, ...)), assigned
+    to such a name (eps = 1e-5), or, for the role `added`, a small positive constant added (mean(x²) + 1e-6)."""
+    values: dict[str, set] = {}
+    for fn in _with_helpers(method):
+        for role, value in constants(fn, roles, every=True):
+            values.setdefault(role, set()).add(value)
+        tree = _tree(fn)
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, ast.Assign):
+                role = next((r for t in node.targets if isinstance(t, ast.Name)
+                             for r, named in roles.items() if t.id.lower() in named), None)
+                value = _number(node.value)
+            elif added is not None and isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+                role = added
+                value = next((v for v in map(_number, (node.left, node.right)) if v is not None and 0 < v < SMALL),
+                             None)
+            else:
+                continue
+            if role is not None and value is not None:
+                values.setdefault(role, set()).add(value)
+    return {role: found.pop() for role, found in values.items() if len(found) == 1}
+
+
+@lru_cache(maxsize=256)
+def _with_helpers(method: Callable) -> list[Callable]:
+    """`method` and the methods it calls on self (`self._norm(x)`), bound or not."""
+    fn = getattr(method, "__func__", method)
+    owner, tree = _owner(fn), _tree(fn)
+    helpers = [fn]
+    for node in ast.walk(tree) if tree is not None and owner is not None else ():
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Name) and node.func.value.id == "self"):
+            helper = inspect.getattr_static(owner, node.func.attr, None)
+            if isinstance(helper, types.FunctionType) and helper not in helpers:
+                helpers.append(helper)
+    return helpers
+
+
+def takes_shape(fn: Callable, name: str, default: Callable[[str], bool]) -> bool:
+    """Whether `fn`'s size argument `name` takes a shape (a tuple of sizes) rather than one int: its annotation says
+    so; else its source (isinstance(name, ...), tuple(name), len(name), *name: a shape; (name,) or [name]: one int
+    made a shape); else a constructor it is passed to says so of its own argument; else `default(name)`."""
+    said = _says(fn, name, DEPTH)
+    return default(name) if said is None else said
+
+
+def _says(fn: Callable, name: str, depth: int) -> bool | None:
+    params = {p.name: p for p in _parameters(fn) or ()}
+    if name in params:
+        said = _annotated(params[name].annotation, fn)
+        if said is not None:
+            return said
+    tree = _tree(fn)
+    if tree is None:
+        return None
+    said = _used(tree, name)
+    if said is not None or depth == 0:
+        return said
+    passed = (_says(callee, p.name, depth - 1) for p, arg, callee in _calls(fn)
+              if isinstance(arg, ast.Name) and arg.id == name)
+    return next((s for s in passed if s is not None), None)
+
+
+def _annotated(annotation, fn: Callable) -> bool | None:
+    """What a size argument's annotation says: a shape (any sequence among its types), one int, or nothing."""
+    if annotation is inspect.Parameter.empty:
+        return None
+    if isinstance(annotation, str):  # (postponed: evaluated as typing.get_type_hints would, else read as text)
+        try:
+            annotation = typing.get_type_hints(fn).get(next(
+                p for p, a in getattr(fn, "__annotations__", {}).items() if a == annotation))
+        except Exception:  # noqa: BLE001 - a name only a type checker sees: the text says what it can
+            text = annotation.replace(" ", "")
+            return True if any(s in text for s in ("tuple", "Tuple", "list", "List", "Sequence", "Size")) else \
+                False if text in ("int", "Optional[int]", "int|None") else None
+    members = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, types.UnionType) \
+        else (annotation,)
+    kinds = [typing.get_origin(m) or m for m in members]
+    if any(isinstance(k, type) and issubclass(k, collections.abc.Sequence) and not issubclass(k, str) for k in kinds):
+        return True
+    return False if int in kinds else None
+
+
+def _used(tree: ast.FunctionDef, name: str) -> bool | None:
+    """How a constructor's code uses a size argument: as a shape (isinstance, tuple, list, len of it, *it) or as one
+    int it makes a shape of ((name,), [name]); None: neither."""
+    def is_name(node):
+        return isinstance(node, ast.Name) and node.id == name
+
+    single = False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                node.func.id in ("isinstance", "tuple", "list", "len") and node.args and is_name(node.args[0]):
+            return True
+        if isinstance(node, ast.Starred) and is_name(node.value):
+            return True
+        if isinstance(node, (ast.Tuple, ast.List)) and len(node.elts) == 1 and is_name(node.elts[0]):
+            single = True
+    return False if single else None
+
+
+def _number(node: ast.expr | None) -> float | None:
+    """A numeric constant's value (a negated one too), else None."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        value = _number(node.operand)
+        return None if value is None else -value
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+        return node.value
+    return None
