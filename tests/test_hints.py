@@ -1,7 +1,7 @@
 """Hints: a failing row judged again under the conventions the implementation did not declare (and eval mode) says
 under which it passes (engine.hints), never as a verdict; a wrong implementation gets none, a declared convention is
 never judged otherwise, and a passing run judges nothing again. Each kind of failure is searched once, and what
-explained it reaches every row it explains."""
+explained it reaches every row it explains; a replay line takes the options a hint names."""
 from __future__ import annotations
 
 import io
@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from normcheck import Case, resolve_impl
+from normcheck.cases.tokens import encode_case
 from normcheck.cli import main
 from normcheck.engine import FAIL, judge
 from normcheck.pytest_plugin import failure_message
@@ -206,6 +207,29 @@ def test_a_layer_that_ignores_eps_gets_no_float32_hint():
     assert report.verdict == FAIL and report.hint is None, report.summary()
     assert judge(case.with_(compute_dtype="f32"), resolve_impl("rmsnorm", spec, hints=False)).verdict != FAIL  # (luck)
     assert {"compute_dtype": "f32", "eps": 1e-2} in impl.hints.probed
+
+
+def _run(argv: list[str]) -> tuple[int, str]:
+    out = io.StringIO()
+    return main(argv, out), out.getvalue()
+
+
+def test_a_replay_line_takes_the_options_a_hint_names(capsys):
+    """The hint's options appended to the row's replay line judge the same inputs under them; any other case option
+    is still refused (the token names the whole case)."""
+    case = Case("rmsnorm", (8, 64), "f64")
+    replay = ["compare", "--op", "rmsnorm", "--impl", GEMMA, "--case", encode_case(case)]
+    code, out = _run(replay + ["--json"])
+    hint = json.loads(out)["cases"][0]["hint"]
+    assert code == 1 and hint.startswith("it passes with --compute-dtype f32 --weight-offset 1 declared")
+    code, out = _run(replay + ["--compute-dtype", "f32", "--weight-offset", "1"])
+    assert code == 0 and "1 passed, 0 failed" in out
+    frozen = ["compare", "--op", "batchnorm", "--impl", FROZEN_BN, "--case", encode_case(Case("batchnorm", (4, 3, 5, 5)))]
+    assert _run(frozen + ["--mode", "eval"])[0] == 0
+    assert _run(replay + ["--dtype", "f32"])[0] == 2
+    assert capsys.readouterr().err.strip() == (
+        "normcheck: error: --case names the whole case; drop --dtype (beside it, a replay line takes only the options a "
+        "hint names: --normalized-at, --weight-offset, --casting, --output-dtype, --compute-dtype)")
 
 
 def test_a_row_that_ran_out_of_time_is_not_searched():
