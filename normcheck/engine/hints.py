@@ -36,6 +36,8 @@ from dataclasses import dataclass, field, replace
 from math import inf, isnan
 from typing import Any, Callable
 
+import numpy as np
+
 from ..core.errors import UsageError
 from ..numerics.dtypes import UNIT_ROUNDOFF
 from ..ops.design import dtype_class
@@ -49,7 +51,7 @@ HELPS = 4.0   # a probe whose worst budget ratio falls by this factor helped: th
 # A declaration that only widens the budget (the same errors: compute_dtype) explains errors of at least this ratio
 # under it: float32 code judged on float64 rows measured 0.005 to 0.5; naive variance in float64 (a bug) 1e-9 to 1e-6
 PLAUSIBLE = 1e-3
-# The eps a widening is judged at again (where the row's is smaller than a tenth of it): float32 code passes there as
+# The eps a widening is judged at again (or a hundred times the row's, where larger): float32 code passes there as
 # anywhere; a layer that ignores eps is off by ~eps/(2·mean square), far beyond float32's budget at data of unit size
 OTHER_EPS = 1e-2
 
@@ -167,8 +169,9 @@ class _Prober:
         if self.state.hung or self.bound.unsupported(case):
             return None
         self.state.probed.append(dict(declared))
-        try:
-            probed = self.judge(case, self.bound, against)
+        try:  # (a declaration the data does not fit overflows its expectations: float32 compute of a big float64 row)
+            with np.errstate(over="ignore", invalid="ignore"):
+                probed = self.judge(case, self.bound, against)
         except UsageError:  # (a world that cannot run it)
             return None
         self.state.hung = ran_out(probed)
@@ -201,11 +204,9 @@ class _Prober:
         return UNIT_ROUNDOFF[probed.dtypes.accumulation] > UNIT_ROUNDOFF[self.case.dtypes.accumulation]
 
     def at_other_eps(self, declared: dict) -> bool:
-        """The row passes under `declared` at OTHER_EPS too, where its eps is far smaller (True where it cannot be
-        judged there: an implementation that takes one eps only)."""
-        if self.case.eps_value * 10 >= OTHER_EPS:
-            return True
-        other = self({**declared, "eps": OTHER_EPS})
+        """The row passes under `declared` at a far larger eps too (OTHER_EPS, or a hundred times its own; True where
+        it cannot be judged there: an implementation that takes one eps only)."""
+        other = self({**declared, "eps": max(OTHER_EPS, 100 * self.case.eps_value)})
         return other is None or passes(other)
 
 
