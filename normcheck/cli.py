@@ -89,9 +89,12 @@ def _fixed(args) -> dict:
 def _build_cases(args, op: Op, conventions: dict, bound) -> tuple[list[Case], Narrowing | None]:
     given = [k for k in (*_CASE_OPTIONS, "cases", "seed", "one_case") if _is_given(getattr(args, k))]
     fixed = _fixed(args)
-    if args.case is not None:
-        return [_token_case(args, [*given, *(k for k in CONVENTIONS if getattr(args, k) is not None),
-                                   *(("no_affine" if k == "affine" and args.no_affine else k) for k in fixed)])], None
+    if args.case is not None:  # (beside it, only what a hint may name: the same inputs under another declaration)
+        hinted = {f.name for f in _hint_options(op)}
+        tried = {k: v for k, v in {**declared_conventions(args), **fixed}.items() if k in hinted}
+        refused = [*given, *(k for k in declared_conventions(args) if k not in tried),
+                   *(("no_affine" if k == "affine" and args.no_affine else k) for k in fixed if k not in tried)]
+        return [_token_case(args, op, refused, tried)], None
     first = args.seed or 0
     seeds = range(first, first + (args.cases or 1))
     if args.one_case:
@@ -153,14 +156,22 @@ def _is_given(value) -> bool:
     return value is not None and value is not False  # absent options are None (flags False); 0 is given
 
 
-def _token_case(args, given: list[str]) -> Case:
-    """A --case token is the whole case: it combines with no other case option."""
+def _hint_options(op: Op) -> list:
+    """The fields a hint may name (Op.hinted, those it tries: not fp8's, which adds inputs)."""
+    return [f for f in op.hinted if f.probed]
+
+
+def _token_case(args, op: Op, given: list[str], tried: dict) -> Case:
+    """A --case token is the whole case: it combines with no other case option but those a hint names (`tried`: the
+    op's conventions and the mode, Op.hinted), which judge its inputs under another declaration."""
     if given:
-        raise UsageError(f"--case names the whole case; drop --{given[0].replace('_', '-')}")
+        takes = ", ".join(f"--{f.option}" for f in _hint_options(op))
+        raise UsageError(f"--case names the whole case; drop --{given[0].replace('_', '-')} (beside it, a replay line "
+                         f"takes only the options a hint names: {takes})")
     case = decode_case(args.case)
     if case.op != args.op:
         raise UsageError(f"--case token is a {case.op} case, not {args.op}: use --op {case.op}")
-    return case
+    return case.with_(**tried)
 
 
 def _check_world_options(args, op: Op) -> None:

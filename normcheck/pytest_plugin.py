@@ -355,10 +355,11 @@ def failure_message(report, backend: str | None, impl_spec: str | None = None, t
 
 
 def declared_option(name: str, value) -> str:
-    """How this plugin declares a convention: its own option, or --normcheck-follows NAME=VALUE."""
+    """How this plugin declares a convention: its own option (the mode's: --normcheck-mode eval), or
+    --normcheck-follows NAME=VALUE."""
     from normcheck.engine.hints import value_text
 
-    if name in _SPELLED:
+    if name in _SPELLED or name in _PATH:
         return f"--normcheck-{name.replace('_', '-')} {value_text(value)}"
     return f"--normcheck-follows {name}={value_text(value)}"
 

@@ -34,3 +34,50 @@ def rms_norm_f16_variance(input, normalized_shape, weight=None, eps=None):
     eps = torch.finfo(torch.float32).eps if eps is None else eps
     y = input.float() * torch.rsqrt(ms.float() + eps)
     return (y if weight is None else y * weight.float()).to(input.dtype)
+
+
+def _nn():
+    import torch
+    return torch.nn
+
+
+class ViTDetLayerNorm(_nn().Module):
+    """detectron2's (ViTDet's) LayerNorm: statistics over dim 1 of (N, C, H, W) input, its weight and bias reshaped
+    for 4-D input only (weight[:, None, None]): right under --normalized-at channels on 4-D input, wrong on any other
+    rank (a shape error, or a broadcast into another shape)."""
+
+    def __init__(self, normalized_shape, eps=1e-6):
+        import torch
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(normalized_shape))
+        self.bias = torch.nn.Parameter(torch.zeros(normalized_shape))
+        self.eps = eps
+
+    def forward(self, x):
+        u = x.mean(1, keepdim=True)
+        s = (x - u).pow(2).mean(1, keepdim=True)
+        x = (x - u) / (s + self.eps).sqrt()
+        return self.weight[:, None, None] * x + self.bias[:, None, None]
+
+
+class NormalizeRMSNorm(_nn().Module):
+    """lucidrains' RMSNorm: F.normalize(x)·√d·g, which ignores eps (the norm floored at 1e-12 instead), computed in
+    x's dtype: no convention normcheck knows describes it, and float32's budget must not be named for its error."""
+
+    def __init__(self, dim):
+        import torch
+        super().__init__()
+        self.scale = dim ** 0.5
+        self.gamma = torch.nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        import torch.nn.functional as F
+        return F.normalize(x, dim=-1) * self.scale * self.gamma
+
+
+def rms_norm_off_in_y(input, normalized_shape, weight, eps=None):
+    """torch's RMSNorm with y nudged by 64 ulps (a float64 bug a few ulps wide), its gradients exact: no convention
+    explains it, and float32's budget, which would hide it, must not be named."""
+    import torch
+    y = torch.nn.functional.rms_norm(input, normalized_shape, weight, eps)
+    return y + (y.abs() * 64 * torch.finfo(y.dtype).eps).detach()

@@ -1,6 +1,7 @@
-"""Hints: a failing row judged again under the conventions the implementation did not declare says under which it
-passes (engine.hints), never as a verdict; a wrong implementation gets none, a declared convention is never
-judged otherwise, and a passing run judges nothing again."""
+"""Hints: a failing row judged again under the conventions the implementation did not declare (and eval mode) says
+under which it passes (engine.hints), never as a verdict; a wrong implementation gets none, a declared convention is
+never judged otherwise, and a passing run judges nothing again. Each kind of failure is searched once, and what
+explained it reaches every row it explains; a replay line takes the options a hint names."""
 from __future__ import annotations
 
 import io
@@ -10,6 +11,7 @@ import pytest
 import torch
 
 from normcheck import Case, resolve_impl
+from normcheck.cases.tokens import encode_case
 from normcheck.cli import main
 from normcheck.engine import FAIL, judge
 from normcheck.engine.hints import SEARCHES, further
@@ -121,19 +123,127 @@ def test_a_passing_run_judges_nothing_again():
     assert impl.hints.probes == 0
 
 
-def test_a_run_searches_its_first_failing_rows_only_and_retries_what_explained_one():
-    wrong = resolve_impl("rmsnorm", f"{LAYERS}:llama_rms_norm_off_by_a_little")
+VITDET = "tests._hint_layers:ViTDetLayerNorm"
+
+
+def test_rows_of_a_wrong_rank_are_a_kind_of_their_own_and_leave_the_search_to_the_rows_a_hint_explains():
+    """ViTDet's LayerNorm reshapes its weight for 4-D input only: 3-D rows raise whatever is declared, 4-D ones pass
+    with channels-first sets. The 3-D rows (more of them than a run once searched) are one kind, searched once; the
+    4-D rows are another, and every one of them carries the hint."""
+    impl = resolve_impl("layernorm", VITDET)
     probes = []
-    for seed in range(SEARCHES + 2):
-        assert judge(MIXED_RMS.with_(seed=seed), wrong).hint is None
-        probes.append(wrong.hints.probes)
-    assert probes[SEARCHES - 1] > probes[SEARCHES - 2] and probes[SEARCHES - 1] == probes[-1]  # the budget is spent
-    before_weight = resolve_impl("rmsnorm", f"{LAYERS}:rms_before_weight")
-    first = judge(MIXED_RMS, before_weight)
-    searched = before_weight.hints.probes
-    again = judge(MIXED_RMS.with_(shape=(16, 256)), before_weight)
-    assert first.hint is not None and again.hint == first.hint
-    assert before_weight.hints.probed[searched:] == [{"casting": "before-weight"}]  # one probe: what explained a row
+    for shape in ((4, 6, 5), (4, 6, 7), (2, 5, 4), (3, 6, 9)):
+        report = judge(Case("layernorm", shape), impl)
+        assert report.verdict == FAIL and report.message.startswith("raised RuntimeError") and report.hint is None
+        probes.append(impl.hints.probes)
+    assert probes[0] > 0 and probes[-1] == probes[0]  # (searched once; nothing found, so nothing to retry)
+    for shape in ((3, 6, 5, 5), (2, 4, 3, 7), (2, 5, 6, 6)):
+        report = judge(Case("layernorm", shape), impl)
+        assert report.hint is not None and dict(report.hint.declarations) == {"normalized_at": "channels"}, shape
+
+
+GEMMA = "tests._layer_classes:GemmaStyleRMSNorm"
+
+
+def test_a_hint_reaches_every_row_of_its_kind_with_one_probe_each():
+    """Gemma's layer class: float64 rows need float32 compute and 1 + w, float32 rows 1 + w alone (float32 compute changes
+    nothing there, and a hint names only what explains its row); one search per kind, then one probe a row."""
+    impl = resolve_impl("rmsnorm", GEMMA)
+    hints = {}
+    for dtype in ("f64", "f32"):
+        for k, shape in enumerate(((8, 64), (16, 32), (5, 128))):
+            before = impl.hints.probes
+            report = judge(Case("rmsnorm", shape, dtype, seed=k), impl)
+            assert report.verdict == FAIL and report.hint is not None, report.summary()
+            hints.setdefault(dtype, set()).add(report.hint.declarations)
+            assert k == 0 or impl.hints.probes == before + 1
+    assert hints == {"f64": {(("compute_dtype", "f32"), ("weight_offset", 1.0))}, "f32": {(("weight_offset", 1.0),)}}
+
+
+def test_the_searches_a_run_spends_are_bounded():
+    """Past the run's budget of searches, a new kind of failure is judged only under what explained another."""
+    wrong = resolve_impl("rmsnorm", f"{LAYERS}:llama_rms_norm_off_by_a_little")
+    wrong.hints.searches = 1
+    assert judge(MIXED_RMS, wrong).hint is None and wrong.hints.probes > 0
+    searched = wrong.hints.probes
+    assert judge(MIXED_RMS.with_(shape=(2, 4, 64)), wrong).hint is None  # (another rank: another kind)
+    assert wrong.hints.probes == searched and wrong.hints.searches == 0
+
+
+FROZEN_BN = "tests._layer_classes:FrozenBatchNorm2d"
+
+
+@pytest.mark.parametrize("case, declarations", [
+    (Case("batchnorm", (4, 3, 5, 5), "f64"), {"mode": "eval"}),
+    (Case("batchnorm", (4, 3, 5, 5), "f32", order=2), {"mode": "eval"}),
+    (Case("batchnorm", (4, 3, 5, 5), "bf16", "f32"), {"output_dtype": "promote", "mode": "eval"}),
+], ids=["f64", "f32 order 2", "mixed"])
+def test_a_frozen_batchnorm_is_hinted_to_eval_mode(case, declarations):
+    """detectron2's FrozenBatchNorm2d normalises with its running statistics in training mode too: its training rows
+    fail, and the hint says to run it in eval mode (a frozen BatchNorm has no training mode)."""
+    report, _ = judged("batchnorm", FROZEN_BN, case)
+    assert report.verdict == FAIL and report.hint is not None, report.summary()
+    assert dict(report.hint.declarations) == declarations
+    assert "--mode eval" in str(report.hint) and "always normalises with its running statistics" in str(report.hint)
+    assert "--normcheck-mode eval" in failure_message(report, None)
+    assert judge(case.with_(**declarations), resolve_impl("batchnorm", FROZEN_BN)).verdict != FAIL
+
+
+def test_eval_mode_explains_no_bug_of_the_batch_statistics():
+    """Eval mode never forms batch statistics, so a BatchNorm with a bug there passes it: the hint judges the row's own
+    (training) call against eval mode's expectations, which only a layer that ignores the mode meets."""
+    from tests.mutants.batchnorm import naive_variance
+
+    case = Case("batchnorm", (64, 3), "f32", profile="offset")
+    report, impl = judged("batchnorm", naive_variance, case)
+    assert report.verdict == FAIL and report.hint is None, report.summary()
+    assert {"mode": "eval"} in impl.hints.probed
+    assert judge(case.with_(mode="eval"), resolve_impl("batchnorm", naive_variance)).verdict != FAIL
+
+
+def test_a_float64_bug_a_few_ulps_wide_gets_no_float32_hint():
+    """y off by 64 ulps, its gradients exact: float32's budget would hide it. On an eps=None row float32 compute also
+    means float32's eps, a float32-sized shift on every output that excused it; against the same reference (eps pinned)
+    its error is a billionth of float32's budget."""
+    case = Case("rmsnorm", (8, 64), "f64", eps=None)
+    report, impl = judged("rmsnorm", "tests._hint_layers:rms_norm_off_in_y", case)
+    assert report.verdict == FAIL and report.hint is None, report.summary()
+    assert {t.name: t.verdict for t in report.tensors} == {"y": FAIL, "dx": "PASS", "dweight": "PASS"}
+    assert {"compute_dtype": "f32"} in impl.hints.probed
+
+
+def test_a_layer_that_ignores_eps_gets_no_float32_hint():
+    """lucidrains' F.normalize(x)·√d·g ignores eps: at eps 1e-12 on small data its error is float32-sized on every
+    output, so float32's budget lets it through on that row by luck; at eps 1e-2 it is far beyond it."""
+    case = Case("rmsnorm", (8, 64), "f64", eps=1e-12, profile="tiny")
+    spec = "tests._hint_layers:NormalizeRMSNorm"
+    report, impl = judged("rmsnorm", spec, case)
+    assert report.verdict == FAIL and report.hint is None, report.summary()
+    assert judge(case.with_(compute_dtype="f32"), resolve_impl("rmsnorm", spec, hints=False)).verdict != FAIL  # (luck)
+    assert {"compute_dtype": "f32", "eps": 1e-2} in impl.hints.probed
+
+
+def _run(argv: list[str]) -> tuple[int, str]:
+    out = io.StringIO()
+    return main(argv, out), out.getvalue()
+
+
+def test_a_replay_line_takes_the_options_a_hint_names(capsys):
+    """The hint's options appended to the row's replay line judge the same inputs under them; any other case option
+    is still refused (the token names the whole case)."""
+    case = Case("rmsnorm", (8, 64), "f64")
+    replay = ["compare", "--op", "rmsnorm", "--impl", GEMMA, "--case", encode_case(case)]
+    code, out = _run(replay + ["--json"])
+    hint = json.loads(out)["cases"][0]["hint"]
+    assert code == 1 and hint.startswith("it passes with --compute-dtype f32 --weight-offset 1 declared")
+    code, out = _run(replay + ["--compute-dtype", "f32", "--weight-offset", "1"])
+    assert code == 0 and "1 passed, 0 failed" in out
+    frozen = ["compare", "--op", "batchnorm", "--impl", FROZEN_BN, "--case", encode_case(Case("batchnorm", (4, 3, 5, 5)))]
+    assert _run(frozen + ["--mode", "eval"])[0] == 0
+    assert _run(replay + ["--dtype", "f32"])[0] == 2
+    assert capsys.readouterr().err.strip() == (
+        "normcheck: error: --case names the whole case; drop --dtype (beside it, a replay line takes only the options a "
+        "hint names: --normalized-at, --weight-offset, --casting, --output-dtype, --compute-dtype)")
 
 
 def test_a_row_that_ran_out_of_time_is_not_searched():

@@ -34,7 +34,8 @@ def judge(case: Case, bound: Bound, constants: Constants = CONSTANTS) -> Report:
     """
     report = _judged(case, bound, constants)
     if report.verdict == FAIL and bound.hints is not None:
-        report.hint = bound.hints.hint(case, bound, report, lambda probe, quiet: judge(probe, quiet, constants))
+        report.hint = bound.hints.hint(case, bound, report,
+                                       lambda probe, quiet, against=None: _judged(probe, quiet, constants, against))
     return report
 
 

@@ -1,32 +1,55 @@
 """Hints: the declarations of conventions that would make a failing row pass (a hint, never a verdict).
 
 A layer that is right under a convention it did not declare (float32 compute, y promoted with its parameters,
-Gemma's 1 + w, channels-first sets, ...) fails, and its row says how, not what to declare. On a FAIL, `HintSearch`
-judges the same case again under the other values of each convention the op takes (Op.conventions) and the
-implementation did not declare (Impl.follows), and names the set of declarations under which it passes. Several at
-once are searched greedily: every single one first; when none passes, the one that helped most (an interface error
-gone, or the worst budget ratio down by HELPS) is adopted and the rest are searched on top of it, until nothing
-helps. A hint explains the error on every output: no output that passed is further under it from what the
+Gemma's 1 + w, channels-first sets, a frozen BatchNorm's eval mode, ...) fails, and its row says how, not what to
+declare. On a FAIL, `HintSearch` judges the same case again under the other values of each convention the op takes
+(Op.hinted: its conventions, and eval mode where it keeps running statistics) and the implementation did not declare
+(Impl.follows), and names the set of declarations under which it passes. Several at once are searched greedily: every
+single one first; when none passes, the one that helped most (an interface error gone, or the worst budget ratio down
+by HELPS) is adopted and the rest are searched on top of it, until nothing helps. The row stays FAIL. Eval mode is
+judged on the row's own call, in training mode, against eval mode's expectations (CaseField.as_called): a frozen
+BatchNorm normalises with its running statistics whatever it is asked; a BatchNorm with a bug in its batch statistics,
+which eval mode never computes, gets no hint.
+
+A declaration that only widens the budget (compute_dtype f32 on float64 input: the same errors, judged against more)
+explains a row only where its errors are of the size the wider budget is for (PLAUSIBLE, the worst output's: a float64
+bug a few ulps wide is a billionth of float32's budget; an output's own ratio says less, a long float32 sum's being
+1e-6 of its bound), judged against the same reference (eps=None pinned to the number it meant: float32 compute also
+means float32's eps there, a shift of float32's size on every output that excused any error), and, where the search
+finds it, the row passes at another eps too (a layer that ignores eps is off by about eps / (2·mean square),
+float32-sized at a small eps by luck).
+
+Rows that fail alike (one kind: the input's rank, the dtype class, and how they fail: by their values, or with one
+message whatever its numbers) are explained alike. Every failing row is judged again under what explained its kind,
+then under what explained any other (one probe each; where that explains a row of a new kind, less what the row does
+without, and its kind keeps that); a kind nothing explained yet gets one full search: every row a found set explains
+carries it. Rows of a wrong rank are a kind of their own, and never use up another kind's search.
+A hint explains the error on every output: no output that passed is further under it from what the
 implementation computed (GROWS: a casting chain whose wider budget took dx's ratio under 1 while y's error grew
-1.4-2.2x was hinted for a mean of squares accumulated in float16), and a declaration that only widens the budget (compute_dtype: the same
-errors, judged against more) explains errors of the size it allows, not far smaller ones (PLAUSIBLE): those are a bug
-the wider budget would hide. The row stays FAIL.
+1.4-2.2x was hinted for a mean of squares accumulated in float16).
 
 Its cost is bounded per bound run (one HintSearch per binding: Bound.hints): nothing on a passing row, nor on one
-that ran out of its time limit; a full search on at most SEARCHES failing rows that no hint explained; a set that
-explained a row is tried first on later ones (one probe), and after the budget it is the only thing tried; a probe
-that runs out of its time limit ends the run's probing.
+that ran out of its time limit; a full search for at most SEARCHES kinds, each on a row of at most SEARCH_NUMEL
+elements; a probe that runs out of its time limit ends the run's probing.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from math import inf, isnan
 from typing import Any, Callable
 
+import numpy as np
+
 from ..core.errors import UsageError
+from ..numerics.dtypes import UNIT_ROUNDOFF
+from ..ops.design import dtype_class
 from .report import FAIL, MISTRUSTED, PASS, Report
 
-SEARCHES = 3  # failing rows per bound run that get a full search
+SEARCHES = 16  # kinds of failure per bound run that get a full search (each input rank by dtype class, a few messages)
+# A search judges its row about ten times: it runs on a row of at most this many elements; a larger row of a kind not
+# yet explained is judged only under what explained other rows, and its kind waits for a smaller row
+SEARCH_NUMEL = 1 << 18
 HELPS = 4.0   # a probe whose worst budget ratio falls by this factor helped: the search builds on it
 # A declaration that only widens the budget (the same errors: compute_dtype) explains errors of at least this ratio
 # under it: float32 code judged on float64 rows measured 0.005 to 0.5; naive variance in float64 (a bug) 1e-9 to 1e-6
@@ -35,6 +58,9 @@ PLAUSIBLE = 1e-3
 # reference they make is what the implementation computed. (A failing output's error may grow: an f32 layer's f64 rows
 # are f32 rounding against either reference, 1.0-2.1x apart; a casting chain it does not follow grew y's 1.4-2.2x.)
 GROWS = 1.125
+# The eps a widening is judged at again (or a hundred times the row's, where larger): float32 code passes there as
+# anywhere; a layer that ignores eps is off by ~eps/(2·mean square), far beyond float32's budget at data of unit size
+OTHER_EPS = 1e-2
 
 
 def option(name: str, value) -> str:
@@ -64,11 +90,20 @@ class Hint:
         return self.text()
 
 
+def kind_of(case, report: Report) -> tuple:
+    """Rows that fail alike: the input's rank, the dtype class, and how they fail (by their values, or the message with
+    its numbers and the words that end in one taken out: one shape error, one exception, one wrong dtype, at every
+    size and in every dtype)."""
+    how = "values" if any(t.verdict == FAIL for t in report.tensors) else re.sub(r"\w*\d+", "#", report.message)
+    return len(case.shape), dtype_class((case.dtype, case.param_dtype)), how
+
+
 @dataclass
 class HintSearch:
     """One bound run's hint search (Bound.hints, made by binding; shared by the bindings replace() makes of it)."""
     searches: int = SEARCHES  # full searches left
-    explained: list[dict] = field(default_factory=list)  # the declaration sets that made a row pass
+    kinds: dict = field(default_factory=dict)            # each kind searched -> the declarations found (None: none)
+    explained: list[dict] = field(default_factory=list)  # the declaration sets that made a row pass, in order
     probed: list[dict] = field(default_factory=list)     # every probe's declarations, in order (what tests count)
     hung: bool = False  # a probe ran out of its time limit: no more probes in this run (each would wait one out)
 
@@ -78,49 +113,108 @@ class HintSearch:
 
     def hint(self, case, bound, report: Report, judge: Callable[[Any, Any], Report]) -> Hint | None:
         """The declarations under which the FAIL `report` of the bound implementation on `case` passes (None: none
-        found, or not searched). `judge(case, bound)`: the engine's judge, run on each probe with hints off."""
+        found, or not searched). `judge(case, bound, against)`: the engine's judge, run on each probe with hints off
+        (`against`: the case whose expectations it is judged against, where not its own)."""
         if report.verdict != FAIL or ran_out(report) or self.hung:
             return None  # (no declaration explains a hang; each probe of one would wait out a limit)
         if report.tensors and not any(t.verdict == FAIL for t in report.tensors):
             return None  # (its values pass: a promise failed, determinism or batch invariance, which no convention explains)
-        probe = _Prober(case, replace(bound, hints=None), judge, self)
-        for known in self.explained:
+        probe = _Prober(case, replace(bound, hints=None), judge, self, report)
+        kind = kind_of(case, report)
+        own = self.kinds.get(kind)
+        for known in ([own] if own else []) + [k for k in self.explained if k != own]:
             declared = {k: v for k, v in known.items() if getattr(case, k) != v}
-            if declared and explains(report, probe(declared)):
+            if declared and probe.explains(declared, report):
+                if kind not in self.kinds:  # (a new kind: what explained another, less what this row does without)
+                    declared = self.kinds[kind] = self._spelled(minimal(declared, report, probe))
                 return hint_of(case, declared)
-        if self.searches <= 0:
+        if kind in self.kinds or self.searches <= 0 or case.numel > SEARCH_NUMEL:
             return None
         self.searches -= 1
-        found = search(alternatives(case, bound.impl), report, probe)
+        found = self.kinds[kind] = self._spelled(search(alternatives(case, bound.impl), probe))
+        return None if found is None else hint_of(case, found)
+
+    def _spelled(self, found: dict | None) -> dict | None:
+        """A set found again keeps its first spelling (one hint reads alike on every row); a new one is kept."""
         if found is None:
             return None
-        self.explained.append(found)
-        return hint_of(case, found)
+        known = next((known for known in self.explained if known == found), None)
+        if known is None:
+            self.explained.append(found)
+        return known or found
 
 
 @dataclass
 class _Prober:
-    """Judges `case` again under some declarations: the Report, or None when no such case exists (Case refuses it),
-    the implementation skips it (it is not tried) or it ran out of its time limit (and the run probes no more)."""
+    """Judges `case` (its FAIL report: `row`) again under some declarations: the Report, or None when no such case
+    exists (Case refuses it), the implementation skips it (it is not tried) or it ran out of its time limit (and the run
+    probes no more). Each set is judged once."""
     case: Any
     bound: Any
     judge: Callable
     state: HintSearch
+    row: Report
+    seen: dict = field(default_factory=dict)  # the declarations, as a frozenset of items -> their Report (or None)
+
+    def __post_init__(self):
+        self.seen[frozenset()] = self.row
 
     def __call__(self, declared: dict) -> Report | None:
+        key = frozenset(declared.items())
+        if key not in self.seen:
+            self.seen[key] = self._judged(declared)
+        return self.seen[key]
+
+    def _judged(self, declared: dict) -> Report | None:
+        fields = {f.name: f for f in self.case.record.hinted}
+        called = {k: v for k, v in declared.items() if not (k in fields and fields[k].as_called)}
         try:
-            case = replace(self.case, **declared)
+            case = replace(self.case, **called)
+            against = replace(case, **declared) if called != declared else None  # (the call as the row made it)
         except UsageError:
             return None
         if self.state.hung or self.bound.unsupported(case):
             return None
         self.state.probed.append(dict(declared))
-        try:
-            probed = self.judge(case, self.bound)
+        try:  # (a declaration the data does not fit overflows its expectations: float32 compute of a big float64 row)
+            with np.errstate(over="ignore", invalid="ignore"):
+                probed = self.judge(case, self.bound, against)
         except UsageError:  # (a world that cannot run it)
             return None
         self.state.hung = ran_out(probed)
         return None if self.state.hung else probed
+
+    def explains(self, declared: dict, before: Report, elsewhere: bool = False) -> bool:
+        """Judged under `declared`, the row passes, and they explain its failure (`before`: its report under the
+        declarations the search had adopted, or the row's): they changed what it is compared with, or, where they
+        only widened its budget (the same errors), the errors are of the size the wider budget is for. Where one of
+        them coarsens the precision the case accumulates in, that size is read against the same reference (eps=None,
+        which means the coarser precision's eps there, pinned to the number it meant), and (`elsewhere`: where the
+        search finds the set) the row passes at another eps too."""
+        after = self(declared)
+        if not passes(after) or further(before, after):
+            return False
+        if not any(self.coarsens(k, v) for k, v in declared.items()):
+            return not same_errors(before, after) or worst_ratio(after) >= PLAUSIBLE
+        rest = {k: v for k, v in declared.items() if not self.coarsens(k, v)}
+        same = after if self.case.eps is not None else self({**declared, "eps": replace(self.case, **rest).eps_value})
+        if not passes(same) or worst_ratio(same) < PLAUSIBLE:
+            return False
+        return not elsewhere or self.at_other_eps(declared)
+
+    def coarsens(self, name: str, value) -> bool:
+        """Declaring `name` = `value` makes the case accumulate in a coarser precision (compute_dtype f32 on f64)."""
+        try:
+            probed = replace(self.case, **{name: value})
+        except UsageError:
+            return False
+        return UNIT_ROUNDOFF[probed.dtypes.accumulation] > UNIT_ROUNDOFF[self.case.dtypes.accumulation]
+
+    def at_other_eps(self, declared: dict) -> bool:
+        """The row passes under `declared` at a far larger eps too (OTHER_EPS, or a hundred times its own; True where
+        it cannot be judged there: an implementation that takes one eps only)."""
+        other = self({**declared, "eps": max(OTHER_EPS, 100 * self.case.eps_value)})
+        return other is None or passes(other)
 
 
 def ran_out(report: Report) -> bool:
@@ -129,20 +223,20 @@ def ran_out(report: Report) -> bool:
 
 
 def alternatives(case, impl) -> dict[str, tuple]:
-    """Each convention the op takes and the implementation's record (an Impl) did not declare -> the other values to
-    try."""
+    """Each convention the op takes (and eval mode where it keeps running statistics: Op.hinted) that the
+    implementation's record (an Impl) did not declare -> the other values to try."""
     declared = dict(impl.follows)
     found = {}
-    for f in case.record.conventions:
+    for f in case.record.hinted:
         values = tuple(v for v in f.probed if v != getattr(case, f.name))
         if f.name not in declared and values:
             found[f.name] = values
     return found
 
 
-def search(remaining: dict[str, tuple], report: Report, probe: Callable) -> dict | None:
+def search(remaining: dict[str, tuple], probe: _Prober) -> dict | None:
     """Greedily, the declarations under which the row passes (None: nothing helps)."""
-    adopted, best = {}, report
+    adopted, best = {}, probe.row
     while remaining:
         helped = []  # (gain, name, value, report)
         for name, values in remaining.items():
@@ -152,7 +246,7 @@ def search(remaining: dict[str, tuple], report: Report, probe: Callable) -> dict
                 if probed is None:
                     continue
                 if passes(probed):
-                    if explains(best, probed):
+                    if probe.explains(trial, best, elsewhere=True):
                         return trial
                     continue  # (it passes only under a budget its errors do not need: nothing to build on)
                 gain = gain_of(best, probed)
@@ -166,17 +260,17 @@ def search(remaining: dict[str, tuple], report: Report, probe: Callable) -> dict
     return None
 
 
+def minimal(declared: dict, report: Report, probe: _Prober) -> dict:
+    """`declared` (which explains the row) less each declaration the row passes without, one at a time."""
+    for name in list(declared):
+        fewer = {k: v for k, v in declared.items() if k != name}
+        if len(declared) > 1 and probe.explains(fewer, report):
+            declared = fewer
+    return declared
+
+
 def passes(report: Report | None) -> bool:
     return report is not None and report.verdict in (PASS, MISTRUSTED)
-
-
-def explains(before: Report, after: Report | None) -> bool:
-    """The row judged under some declarations (`after`) passes, and they explain its failure (`before`): they changed
-    what it is compared with, or, where they only widened its budget (the same errors), the errors are of the size
-    the wider budget is for. A smaller one is a bug in a finer precision that the wider budget hides."""
-    if not passes(after) or further(before, after):
-        return False
-    return not same_errors(before, after) or worst_ratio(after) >= PLAUSIBLE
 
 
 def further(before: Report, after: Report) -> list[str]:
@@ -214,5 +308,5 @@ def worst_ratio(report: Report) -> float:
 
 
 def hint_of(case, declared: dict) -> Hint:
-    fields = {f.name: f for f in case.record.conventions}
+    fields = {f.name: f for f in case.record.hinted}
     return Hint(tuple(declared.items()), tuple(fields[name].meaning(value) for name, value in declared.items()))

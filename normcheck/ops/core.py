@@ -142,6 +142,10 @@ class CaseField:
     probes: tuple | None = None
     # What an implementation following each value does, as a hint says it ("scales by 1 + w"); a dict is accepted
     meanings: tuple[tuple[Any, str], ...] = ()
+    # A hint judges the row's own call against this field's value's expectations (engine.hints): declaring it says the
+    # implementation computes them whatever the case asks, not that it does when asked (a frozen BatchNorm normalises
+    # with its running statistics in training mode too; a BatchNorm with a float64 bug there passes eval mode as well)
+    as_called: bool = False
     # How a generated case (cases.strategies) draws it: AMONG_CHOICES; draw(shape, op) -> the values to draw among
     # (a geometry the shape bounds: GroupNorm's groups, LayerNorm's K); or None, not drawn: the implementation's to
     # say (fp8 output, channels-first sets, who reduces a parallel norm's gradients)
@@ -201,6 +205,11 @@ OUTPUT_DTYPE = CaseField("output_dtype", "input", "the dtype y comes back in", c
 COMPUTE_DTYPE = CaseField("compute_dtype", "f64", "the finest precision the layer computes in", choices=COMPUTE_DTYPES,
                           meanings={"f64": "computes as finely as its input (float64 for float64 input)",
                                     "f32": "computes in float32 at most"})
+# Not a convention but the path, which the run narrows (--mode eval): a hint tries it on a training-mode row of an op with
+# running statistics, for a layer that always normalises with them (a frozen BatchNorm has no training mode)
+MODE = CaseField("mode", "train", "the path: batch statistics (train) or the running ones (eval)",
+                 choices=("train", "eval"), convention=False, probes=("eval",), as_called=True, meanings={
+                     "eval": "always normalises with its running statistics, as a frozen BatchNorm does"})
 
 
 @dataclass(frozen=True)
@@ -566,6 +575,12 @@ class Op:
     def conventions(self) -> tuple[CaseField, ...]:
         """The declarations of every convention its cases have: its own convention fields, then every op's."""
         return tuple(f for f in self.fields if f.convention) + (OUTPUT_DTYPE, COMPUTE_DTYPE)
+
+    @property
+    def hinted(self) -> tuple[CaseField, ...]:
+        """What a FAIL's hint judges its case again under (engine.hints): its conventions, and eval mode where it keeps
+        running statistics."""
+        return self.conventions + ((MODE,) if self.running_stats else ())
 
     # -- one case's interface: the op's own, and what the extensions whose field the case sets add
     def fields_without_extensions(self) -> tuple[CaseField, ...]:
