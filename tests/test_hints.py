@@ -14,7 +14,7 @@ from normcheck import Case, resolve_impl
 from normcheck.cases.tokens import encode_case
 from normcheck.cli import main
 from normcheck.engine import FAIL, judge
-from normcheck.engine.hints import SEARCHES, further
+from normcheck.engine.hints import further
 from normcheck.pytest_plugin import failure_message
 
 LAYERS = "tests._real_layers"
