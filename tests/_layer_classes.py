@@ -47,6 +47,16 @@ class GemmaStyleRMSNorm(nn.Module):
         return (out * (1.0 + self.weight.float())).type_as(x)
 
 
+class BrokenGemmaStyleRMSNorm(GemmaStyleRMSNorm):
+    """The Gemma-style layer with its zero-centred weight held in bfloat16: 1 + w loses w's low bits where it is
+    near 0 (u_bf16·|w|, 2^16 times float32's rounding of w)."""
+
+    def forward(self, x):
+        h = x.float()
+        out = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (out * (1.0 + self.weight.bfloat16().float())).type_as(x)
+
+
 class ChannelsFirstLayerNorm(nn.Module):
     """A LayerNorm2d as vision libraries write it: statistics over the channels of (N, C, H, W) input, the channels
     moved last for F.layer_norm and back. Declares --normalized-at channels."""

@@ -4,8 +4,9 @@ function. Correct layers pass with the declarations their source implies; each b
 deviation; a case the constructor cannot express is a SKIP saying which argument is missing."""
 import pytest
 
-from normcheck import Case, UsageError, compare
+from normcheck import Case, UsageError, compare, resolve_impl
 from normcheck.cli import main
+from normcheck.engine import judge
 from normcheck.engine.report import FAIL, PASS, SKIP
 
 LAYERS = "tests._layer_classes"
@@ -82,6 +83,17 @@ def test_gemma_style_needs_its_weight_offset():
     assert judged("rmsnorm", "GemmaStyleRMSNorm", case).verdict == FAIL
     from dataclasses import replace
     assert judged("rmsnorm", "GemmaStyleRMSNorm", replace(case, weight_offset=1.0)).verdict in OK
+
+
+def test_gemma_style_forward_mode_passes_where_w_is_near_minus_one():
+    """Its f32 1 + w adds 1 to w rounded to float32, which moves w + 1 by u·|w| however near 0 it is: y's baseline
+    formed γ so and passed, the JVP's formed w + 1 in float64 and failed jvp_y (3.89 budgets here, |1 + w| ~ 1e-4 in a
+    near-constant row). The twin holding w in bfloat16 still fails, jvp_y too."""
+    case = Case("rmsnorm", (4, 64), "f64", profile="near_constant", seed=1, weight_offset=1.0, compute_dtype="f32",
+                order="fwd")
+    assert judged("rmsnorm", "GemmaStyleRMSNorm", case).verdict in OK
+    broken = judge(case, resolve_impl("rmsnorm", f"{LAYERS}:BrokenGemmaStyleRMSNorm", hints=False))
+    assert broken.verdict == FAIL and {t.name for t in broken.tensors if t.verdict == FAIL} >= {"y", "jvp_y"}
 
 
 @pytest.mark.parametrize("shape, fmt", [((2, 6, 5, 7), "contiguous"), ((2, 6, 5, 7), "channels_last"),
