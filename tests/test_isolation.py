@@ -121,11 +121,13 @@ def test_the_cli_reports_a_dying_implementation_and_goes_on(capsys):
     failed = [c for c in document["cases"] if c["verdict"] == FAIL]
     died = [c for c in failed if c["message"].startswith("died")]
     assert died and all(c["case"]["dtype"] == "f16" and c["message"] == "died (exit code 3)" for c in died)
-    # the others: it calls F.batch_norm, whose gradients are wrong where x's size-1 dims' strides suggest another
-    # format than dy's (torch-bn-size1-strides: in a user's code a FAIL, whoever's kernel it is)
-    assert all(c["case"]["x_format"] == "channels_last_size1" and c["message"].split(":")[0] in ("dx", "dweight", "dbias")
-               for c in failed
-               if c not in died)
+    # and nothing else fails: it calls F.batch_norm, whose gradients are wrong where x's size-1 dims' strides suggest
+    # another format than dy's (torch-bn-size1-strides), KNOWN there as in torch's own record, which fails those cases
+    # alike (the same kernel, the same case: one verdict)
+    assert failed == died
+    size1 = [c for c in document["cases"] if c["case"]["x_format"] == "channels_last_size1" and c not in died
+             and c["message"].startswith("known issue torch-bn-size1-strides")]
+    assert size1 and all(c["verdict"] == "KNOWN" for c in size1)
     total = len(default_sweep("batchnorm", narrowing=Narrowing(scans="without")))
     passed = document["summary"]["pass"] + document["summary"]["mistrusted"]
     assert document["summary"]["total"] == total and passed > total // 2

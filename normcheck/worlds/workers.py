@@ -58,6 +58,7 @@ from ..core.loading import load_callable
 from ..core.text import clip, exception_text, raised_at, rank_list
 from ..frameworks import FRAMEWORKS, run_case
 from ..frameworks.torch import run_rank
+from ..frameworks.torch.adapter import OpRecorder
 from ..kernels.syncbn import cpu_primitives
 from . import printed
 from .core import RankOutputs, differing
@@ -132,6 +133,20 @@ def _last_line(path: str) -> str:
     except OSError:
         return ""
     return clip(lines[-1], 200) if lines else ""
+
+
+def _journal_path(stderr_path: str) -> str:
+    """Where a worker writes the names of the aten ops its current case dispatched (OpRecorder.journal)."""
+    return stderr_path.removesuffix(".stderr") + ".ops"
+
+
+def _journal(stderr_path: str) -> frozenset[str]:
+    """The aten ops a worker's current case dispatched, as far as its journal says (empty: none, or unreadable)."""
+    try:
+        with open(_journal_path(stderr_path)) as f:
+            return frozenset(line.strip() for line in f if line.strip())
+    except OSError:
+        return frozenset()
 
 
 # ----------------------------------------------------------------------------- worker side
@@ -252,6 +267,8 @@ def _worker_main(rank: int, size: int, port: int | None, gloo_timeout: float, co
         return
     os.dup2(printed, 2)
     os.dup2(printed, 1)
+    journal = os.open(_journal_path(stderr_path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
+    OpRecorder.journal = journal
     group = None
     try:
         if setup is not None:  # before the first message: unpickling a job may import the implementation's module
@@ -288,6 +305,7 @@ def _worker_main(rank: int, size: int, port: int | None, gloo_timeout: float, co
         if os.getcwd() != parent_cwd:
             with contextlib.suppress(OSError):
                 os.chdir(parent_cwd)
+        os.ftruncate(journal, 0)  # (the kernels this case calls, each written as it is first dispatched)
         try:
             reply = (seq, "ok", _run_job(job, case, rank, group, size, fns))
         except BaseException as e:  # noqa: BLE001 - SystemExit from an implementation is a failure too
@@ -340,6 +358,13 @@ def _parent_place() -> tuple[list[str], str]:
     """This process's import path and directory, which a worker takes on for each case."""
     cwd = os.getcwd()
     return ([cwd] if cwd not in sys.path else []) + list(sys.path), cwd
+
+
+def _with_ops(error: ImplError, ops: frozenset[str]) -> ImplError:
+    """`error` carrying the aten ops the failed ranks had called (engine.compare: the known issues they may explain)."""
+    if ops:
+        error.ops_called = ops
+    return error
 
 
 class _StartFailed(Exception):
@@ -485,13 +510,20 @@ class _Workers:
                     failures[r] = msg[2]
                 if failures and first_failure is None:
                     first_failure = time.monotonic()
+        # A rank that died or hung left no word of the kernels it called but its journal: a known issue of one of them
+        # may explain it
+        silent = sorted({*pending, *(r for r, f in failures.items() if f[0] == "died")})
         if failures or (declines and results):
-            raise ImplError(describe_failures({**failures, **declines}))
+            raise _with_ops(ImplError(describe_failures({**failures, **declines})), self._journals(silent))
         if pending:
-            raise CaseTimeout(self._timeout_message(pending, sorted([*results, *declines]), timeout), timeout)
+            raise _with_ops(CaseTimeout(self._timeout_message(pending, sorted([*results, *declines]), timeout),
+                                        timeout), self._journals(silent))
         if declines:  # (every rank declined the case: a SKIP)
             raise Unsupported(declined(declines, self.size))
         return [results[r] for r in range(self.size)]
+
+    def _journals(self, ranks) -> frozenset[str]:
+        return frozenset().union(*(_journal(self.stderr_paths[r]) for r in ranks))
 
     def _read(self, r: int):
         """The next message from rank r, or None when its pipe is closed (it died)."""
