@@ -55,6 +55,7 @@ from ..cases import Case
 from ..core.errors import CaseTimeout, ImplError, NotDifferentiable, SetupError, Unsupported, UsageError
 from ..core.forkserver import context, main_hidden
 from ..core.loading import load_callable
+from ..core.machine import case_memory
 from ..core.text import clip, exception_text, raised_at, rank_list
 from ..frameworks import FRAMEWORKS, run_case
 from ..frameworks.torch import run_rank
@@ -63,7 +64,7 @@ from ..kernels.syncbn import cpu_primitives
 from . import printed
 from .core import RankOutputs, differing
 from .failures import UNSUPPORTED, _torch_dirs, collective_of, declined, describe_failures, exit_text, failure_of
-from .failures import never_joined
+from .failures import limit_memory, memory_failure, never_joined
 from .limits import DEFAULT_TIMEOUT, LOOK_AGAIN, CaseLimit, as_limit, positive_seconds
 
 STARTUP_TIMEOUT = 180.0       # all ranks imported torch and joined the group (8 ranks on 2 cores: ~15 s)
@@ -198,7 +199,7 @@ def _control_loop(ctrl, main_ident: int) -> None:
 _KEPT = "the case kept to run again"  # (a key of _run_job's `fns`, beside the implementations' specs)
 
 
-def _run_job(job, case, rank: int, group, size: int, fns: dict):
+def _run_job(job, case, rank: int, group, size: int, fns: dict, budget: int | None = None):
     """One message's work. ("load", spec or portable): import the implementation and run its
     `prepare` (a C++ build, say) before its first case in this process, outside any case's limit;
     ("rank", spec): this rank's part of a distributed case (every rank makes the case's inputs
@@ -246,6 +247,8 @@ def _run_job(job, case, rank: int, group, size: int, fns: dict):
     except ImplError as e:
         return ("impl", str(e), "", _ops_called(e))
     except BaseException as e:  # noqa: BLE001 - SystemExit from an implementation is a failure too
+        if memory := memory_failure(e, budget):  # (an allocation past the case's limit: a SKIP row naming memory)
+            return ("unsupported", memory, False, {}, {})
         return ("raised", exception_text(e) + raised_at(e), "".join(traceback.format_exception(e)), _ops_called(e))
 
 
@@ -298,7 +301,7 @@ def _worker_main(rank: int, size: int, port: int | None, gloo_timeout: float, co
             break
         if msg is None:
             break
-        seq, case, job, (parent_path, parent_cwd) = msg
+        seq, case, job, (parent_path, parent_cwd), budget = msg
         # `module:attr`, files and pickled functions resolve as in the parent
         if sys.path != parent_path:
             sys.path[:] = parent_path
@@ -306,10 +309,12 @@ def _worker_main(rank: int, size: int, port: int | None, gloo_timeout: float, co
             with contextlib.suppress(OSError):
                 os.chdir(parent_cwd)
         os.ftruncate(journal, 0)  # (the kernels this case calls, each written as it is first dispatched)
+        limit_memory(None if job[0] == "load" else budget)  # (importing and building are not a case's)
         try:
-            reply = (seq, "ok", _run_job(job, case, rank, group, size, fns))
+            reply = (seq, "ok", _run_job(job, case, rank, group, size, fns, budget))
         except BaseException as e:  # noqa: BLE001 - SystemExit from an implementation is a failure too
-            reply = (seq, "failed", failure_of(e))
+            memory = memory_failure(e, budget)
+            reply = (seq, "failed", (UNSUPPORTED, memory, None) if memory else failure_of(e))
         _flush_printed()  # before the reply: the parent reads what the case printed once it has it
         try:
             frames = _frames(reply)
@@ -455,7 +460,7 @@ class _Workers:
 
     def _run_case(self, case: Case, job, timeout: float, first_look: float | None) -> list:
         self.seq += 1
-        frames = _frames((self.seq, case, job, _parent_place()))
+        frames = _frames((self.seq, case, job, _parent_place(), case_memory(self.size)))
         for conn in self.conns:
             try:
                 _send_frames(conn, frames)
