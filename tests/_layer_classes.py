@@ -228,3 +228,17 @@ class BrokenGradientBatchNorm2d(TimmStyleBatchNorm2d):
         if y.requires_grad:
             y.register_hook(lambda g: g * 10)
         return y
+
+
+class DyT(nn.Module):
+    """Dynamic Tanh (Zhu et al., 2025) in place of a LayerNorm: γ·tanh(αx) + β, no statistic at all. None of
+    normcheck's ops describes it."""
+
+    def __init__(self, normalized_shape, alpha_init_value=0.5):
+        super().__init__()
+        self.alpha = nn.Parameter(torch.ones(1) * alpha_init_value)
+        self.weight = nn.Parameter(torch.ones(normalized_shape))
+        self.bias = nn.Parameter(torch.zeros(normalized_shape))
+
+    def forward(self, x):
+        return self.weight * torch.tanh(self.alpha * x) + self.bias

@@ -7,6 +7,7 @@ import pytest
 from normcheck import Case, UsageError, compare, resolve_impl
 from normcheck.cli import main
 from normcheck.engine import judge
+from normcheck.engine.normalises import not_a_norm
 from normcheck.engine.report import FAIL, KNOWN, PASS, SKIP
 
 LAYERS = "tests._layer_classes"
@@ -212,3 +213,25 @@ def test_torch_known_issues_through_a_class_are_known(op, layer, case, issue):
 def test_a_class_wrong_where_torchs_kernel_is_wrong_still_fails():
     report = judge(SIZE1_STRIDES, resolve_impl("batchnorm", f"{LAYERS}:BrokenGradientBatchNorm2d", hints=False))
     assert report.verdict == FAIL and "does not reproduce it" in report.message, report.summary()
+
+
+# -- a layer none of normcheck's ops describes: one line, not a FAIL row per case ----------------------------------
+def test_a_layer_no_op_describes_ends_the_run_with_one_line(capsys):
+    """DyT (γ·tanh(αx) + β) fails its first cases far beyond any convention; the probe finds its y element-wise (x
+    moved at half of its elements leaves y at the others as it was), and the run stops there (it printed a FAIL row
+    for each of its 699 cases)."""
+    status = main(["compare", "--op", "layernorm", "--impl", f"{LAYERS}:DyT", "--no-hints", "--dtype", "f32", "--order", "1"])
+    out, err = capsys.readouterr()
+    assert status == 1 and sum(line.startswith("FAIL") for line in out.splitlines()) == 3, out
+    assert f"{LAYERS}:DyT is not a layernorm: its y is element-wise" in err and "cases ran" in err, err
+
+
+@pytest.mark.parametrize("layer, op", [("AnnotatedTransformerLayerNorm", "layernorm"),  # another statistic
+                                       ("BrokenLastDimLayerNorm", "layernorm"),  # the wrong set
+                                       ("BrokenGemmaStyleRMSNorm", "rmsnorm")])  # a coarse weight
+def test_a_wrong_norm_is_still_a_norm(layer, op):
+    """What the probe asks of a layer is that it computes over its sets at all: a norm that is wrong passes it and
+    gets its FAIL rows; DyT does not."""
+    case = Case(op, (4, 6, 10), "f32", normalized_at="channels") if "LastDim" in layer else Case(op, (6, 32), "f32")
+    assert not_a_norm(case, resolve_impl(op, f"{LAYERS}:{layer}", hints=False)) is None
+    assert f"is not a {op}" in not_a_norm(Case(op, (6, 32), "f32"), resolve_impl(op, f"{LAYERS}:DyT", hints=False))
