@@ -17,7 +17,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..cases import Case
-from ..core.errors import ImplError, UsageError, Unsupported
+from ..core.errors import UsageError
 from ..ops import Bound
 from .compare import case_inputs
 from .report import FAIL, SKIP, Report
@@ -55,8 +55,8 @@ def not_a_norm(case: Case, bound: Bound) -> str | None:
     try:
         before = bound.runner(probe, inputs)[0].get("y")
         after = bound.runner(probe, replace(inputs, x=np.where(moved, inputs.x * SCALE, inputs.x)))[0].get("y")
-    except (ImplError, Unsupported, UsageError, ArithmeticError, RuntimeError, ValueError, TypeError):
-        return None  # (it raised on the probe: its rows say what it did)
+    except Exception:  # noqa: BLE001 - whatever it raised on the probe (in this process: as raised), its rows say
+        return None
     if before is None or after is None or before.shape != probe.shape or after.shape != probe.shape:
         return None
     with np.errstate(all="ignore"):

@@ -270,7 +270,10 @@ def _worker_main(rank: int, size: int, port: int | None, gloo_timeout: float, co
         return
     os.dup2(printed, 2)
     os.dup2(printed, 1)
-    journal = os.open(_journal_path(stderr_path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
+    try:
+        journal = os.open(_journal_path(stderr_path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
+    except OSError:  # (as for stderr: the parent stopped and took its directory)
+        return
     OpRecorder.journal = journal
     group = None
     try:
