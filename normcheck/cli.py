@@ -25,6 +25,7 @@ from .doctor import run_doctor
 from .frameworks.torch.triton import INTERPRETER_ELEMENT_SCALE
 from .engine import FAIL, KNOWN, ahead, judge, nothing_tested, runs_per_case
 from .engine.coverage import judged_coverage, narrowing_hint, overruled
+from .engine.normalises import no_norm
 from .engine.search import database_folder, require_hypothesis, search
 from .impls.limits import learned
 from .impls import backend_of, check_world, list_impls, resolve_impl, support_text
@@ -270,6 +271,11 @@ def run_compare(args, out) -> int:
                         progress.print(hint, out)
                     for line in printed.shown(printed.first()):  # (never in --json's document)
                         progress.print(line, out)
+            # A layer that fails its first cases far beyond any convention may be no norm at all (DyT): one line
+            # says so, instead of a row per case
+            if why := no_norm(reports, bound):
+                stopped = why
+                break
             if args.maxfail and sum(r.verdict == FAIL for r in reports) >= args.maxfail:
                 stopped = f"stopped after {args.maxfail} failing case{'s' if args.maxfail > 1 else ''} (--maxfail)"
                 break

@@ -47,6 +47,16 @@ class GemmaStyleRMSNorm(nn.Module):
         return (out * (1.0 + self.weight.float())).type_as(x)
 
 
+class BrokenGemmaStyleRMSNorm(GemmaStyleRMSNorm):
+    """The Gemma-style layer with its zero-centred weight held in bfloat16: 1 + w loses w's low bits where it is
+    near 0 (u_bf16·|w|, 2^16 times float32's rounding of w)."""
+
+    def forward(self, x):
+        h = x.float()
+        out = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (out * (1.0 + self.weight.bfloat16().float())).type_as(x)
+
+
 class ChannelsFirstLayerNorm(nn.Module):
     """A LayerNorm2d as vision libraries write it: statistics over the channels of (N, C, H, W) input, the channels
     moved last for F.layer_norm and back. Declares --normalized-at channels."""
@@ -415,3 +425,45 @@ class ScalarGainScaleNorm(nn.Module):
 
     def forward(self, x):
         return x * (self.g / torch.norm(x, dim=-1, keepdim=True).clamp(min=self.eps))
+
+
+class TimmStyleBatchNorm2d(nn.BatchNorm2d):
+    """A BatchNorm subclass as timm writes its BatchNormAct2d (the activation left out): its own forward, which calls
+    F.batch_norm with the statistics it picks. torch's kernel's known issues are its own where torch's record fails
+    the case alike."""
+
+    def forward(self, x):
+        factor = 0.0 if self.momentum is None else self.momentum
+        if self.training and self.track_running_stats and self.num_batches_tracked is not None:
+            self.num_batches_tracked.add_(1)
+            factor = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
+        training = self.training or (self.running_mean is None and self.running_var is None)
+        return F.batch_norm(x, self.running_mean if not self.training or self.track_running_stats else None,
+                            self.running_var if not self.training or self.track_running_stats else None,
+                            self.weight, self.bias, training, factor, self.eps)
+
+
+class BrokenGradientBatchNorm2d(TimmStyleBatchNorm2d):
+    """The timm-style subclass scaling the gradient that reaches F.batch_norm by 10: dx, dweight and dbias wrong where
+    torch's kernel is wrong too, but far more than torch's are (a failure within 4 times torch's own ratio there is
+    comparable: engine.compare.COMPARABLE)."""
+
+    def forward(self, x):
+        y = super().forward(x)
+        if y.requires_grad:
+            y.register_hook(lambda g: g * 10)
+        return y
+
+
+class DyT(nn.Module):
+    """Dynamic Tanh (Zhu et al., 2025) in place of a LayerNorm: γ·tanh(αx) + β, no statistic at all. None of
+    normcheck's ops describes it."""
+
+    def __init__(self, normalized_shape, alpha_init_value=0.5):
+        super().__init__()
+        self.alpha = nn.Parameter(torch.ones(1) * alpha_init_value)
+        self.weight = nn.Parameter(torch.ones(normalized_shape))
+        self.bias = nn.Parameter(torch.zeros(normalized_shape))
+
+    def forward(self, x):
+        return self.weight * torch.tanh(self.alpha * x) + self.bias

@@ -4,9 +4,11 @@ function. Correct layers pass with the declarations their source implies; each b
 deviation; a case the constructor cannot express is a SKIP saying which argument is missing."""
 import pytest
 
-from normcheck import Case, UsageError, compare
+from normcheck import Case, UsageError, compare, resolve_impl
 from normcheck.cli import main
-from normcheck.engine.report import FAIL, PASS, SKIP
+from normcheck.engine import judge
+from normcheck.engine.normalises import not_a_norm
+from normcheck.engine.report import FAIL, KNOWN, PASS, SKIP
 
 LAYERS = "tests._layer_classes"
 OK = (PASS, "MISTRUSTED")
@@ -82,6 +84,17 @@ def test_gemma_style_needs_its_weight_offset():
     assert judged("rmsnorm", "GemmaStyleRMSNorm", case).verdict == FAIL
     from dataclasses import replace
     assert judged("rmsnorm", "GemmaStyleRMSNorm", replace(case, weight_offset=1.0)).verdict in OK
+
+
+def test_gemma_style_forward_mode_passes_where_w_is_near_minus_one():
+    """Its f32 1 + w adds 1 to w rounded to float32, which moves w + 1 by u·|w| however near 0 it is: y's baseline
+    formed γ so and passed, the JVP's formed w + 1 in float64 and failed jvp_y (3.89 budgets here, |1 + w| ~ 1e-4 in a
+    near-constant row). The twin holding w in bfloat16 still fails, jvp_y too."""
+    case = Case("rmsnorm", (4, 64), "f64", profile="near_constant", seed=1, weight_offset=1.0, compute_dtype="f32",
+                order="fwd")
+    assert judged("rmsnorm", "GemmaStyleRMSNorm", case).verdict in OK
+    broken = judge(case, resolve_impl("rmsnorm", f"{LAYERS}:BrokenGemmaStyleRMSNorm", hints=False))
+    assert broken.verdict == FAIL and {t.name for t in broken.tensors if t.verdict == FAIL} >= {"y", "jvp_y"}
 
 
 @pytest.mark.parametrize("shape, fmt", [((2, 6, 5, 7), "contiguous"), ((2, 6, 5, 7), "channels_last"),
@@ -285,3 +298,53 @@ def test_a_scalar_gain_binds_to_the_cases_one_value():
     """ScaleNorm's g as the paper writes it, a 0-d parameter (every row SKIPped: 'shape (); the case's is (1,)')."""
     report = judged("scalenorm", "ScalarGainScaleNorm", Case("scalenorm", (4, 16), "f64"))
     assert report.verdict in OK and "dweight" in {t.name for t in report.tensors}, report.summary()
+
+
+# -- torch's known issues through a class: the same kernel, the same case, one verdict ------------------------------
+# x channels-last with odd size-1 strides, dy contiguous: torch's batch_norm backward reads dy in x's layout
+SIZE1_STRIDES = Case("batchnorm", (1, 8, 1, 7), "f64", x_format="channels_last_size1", dy_format="contiguous")
+
+
+@pytest.mark.parametrize("op, layer, case, issue", [
+    ("batchnorm", "torch.nn:BatchNorm2d", SIZE1_STRIDES, "torch-bn-size1-strides"),
+    ("batchnorm", f"{LAYERS}:TimmStyleBatchNorm2d", SIZE1_STRIDES, "torch-bn-size1-strides"),
+    ("instancenorm", "torch.nn:InstanceNorm2d", Case("instancenorm", (1, 8, 1, 3), "f64", x_format="channels_last"),
+     "torch-in-batch-of-one-channels-last-dy"),
+    # the worker dies in torch's kernel: the kernels it had called are read from its journal
+    ("groupnorm", "torch.nn:GroupNorm", Case("groupnorm", (2, 3, 1, 7), "f16", x_format="channels_last",
+                                             dy_format="contiguous", groups=3, affine="weight", frozen="x"),
+     "torch-gn-frozen-x-channels-last-crash"),
+])
+def test_torch_known_issues_through_a_class_are_known(op, layer, case, issue):
+    """A class that calls torch's kernel on the case's tensors fails as torch's own record does there: KNOWN, as
+    through torch's record and F.* (they were FAIL: issues without kernels named, and a worker death that took
+    the record of the kernels it had called with it)."""
+    report = judge(case, resolve_impl(op, layer, hints=False))
+    assert report.verdict == KNOWN and report.message.startswith(f"known issue {issue}"), report.summary()
+
+
+def test_a_class_wrong_where_torchs_kernel_is_wrong_still_fails():
+    report = judge(SIZE1_STRIDES, resolve_impl("batchnorm", f"{LAYERS}:BrokenGradientBatchNorm2d", hints=False))
+    assert report.verdict == FAIL and "does not reproduce it" in report.message, report.summary()
+
+
+# -- a layer none of normcheck's ops describes: one line, not a FAIL row per case ----------------------------------
+def test_a_layer_no_op_describes_ends_the_run_with_one_line(capsys):
+    """DyT (γ·tanh(αx) + β) fails its first cases far beyond any convention; the probe finds its y element-wise (x
+    moved at half of its elements leaves y at the others as it was), and the run stops there (it printed a FAIL row
+    for each of its 699 cases)."""
+    status = main(["compare", "--op", "layernorm", "--impl", f"{LAYERS}:DyT", "--no-hints", "--dtype", "f32", "--order", "1"])
+    out, err = capsys.readouterr()
+    assert status == 1 and sum(line.startswith("FAIL") for line in out.splitlines()) == 3, out
+    assert f"{LAYERS}:DyT is not a layernorm: its y is element-wise" in err and "cases ran" in err, err
+
+
+@pytest.mark.parametrize("layer, op", [("AnnotatedTransformerLayerNorm", "layernorm"),  # another statistic
+                                       ("BrokenLastDimLayerNorm", "layernorm"),  # the wrong set
+                                       ("BrokenGemmaStyleRMSNorm", "rmsnorm")])  # a coarse weight
+def test_a_wrong_norm_is_still_a_norm(layer, op):
+    """What the probe asks of a layer is that it computes over its sets at all: a norm that is wrong passes it and
+    gets its FAIL rows; DyT does not."""
+    case = Case(op, (4, 6, 10), "f32", normalized_at="channels") if "LastDim" in layer else Case(op, (6, 32), "f32")
+    assert not_a_norm(case, resolve_impl(op, f"{LAYERS}:{layer}", hints=False)) is None
+    assert f"is not a {op}" in not_a_norm(Case(op, (6, 32), "f32"), resolve_impl(op, f"{LAYERS}:DyT", hints=False))

@@ -30,13 +30,16 @@ class Grouped:
     ddbias: np.ndarray
 
 
-def effective_affine(case: Case, inputs: CaseInputs) -> tuple[np.ndarray, np.ndarray]:
-    """γ and β as the layer applies them, broadcastable against the grouped view: a present weight
-    with its offset added (RMSNorm's w + offset), absent ones 1 and 0."""
+def effective_affine(case: Case, inputs: CaseInputs, dtype=np.float64) -> tuple[np.ndarray, np.ndarray]:
+    """γ and β as the layer applies them in `dtype`, broadcastable against the grouped view: a present weight
+    with its offset added (RMSNorm's w + offset), absent ones 1 and 0. The weight is taken into `dtype` before the
+    offset is added there, as the op's reference forms it in its working precision: a float32 kernel adds 1 to a
+    float64 w rounded to float32, which moves w + 1 by up to u·|w| however small w + 1 is (Gemma's w ≈ −1), and the
+    baseline of the directional derivatives rounds it so as the baseline of y does."""
     view = case.view
-    ones = np.ones(view.param_shape)
-    gamma = ones if inputs.weight is None else inputs.weight + (case.weight_offset or 0.0)
-    beta = inputs.bias if inputs.bias is not None else 0 * ones
+    ones = np.ones(view.param_shape, dtype)
+    gamma = ones if inputs.weight is None else inputs.weight.astype(dtype) + dtype(case.weight_offset or 0.0)
+    beta = inputs.bias.astype(dtype) if inputs.bias is not None else 0 * ones
     return view.per_channel_values(gamma), view.per_channel_values(beta)
 
 
@@ -50,7 +53,7 @@ def grouped(case: Case, inputs: CaseInputs, dtype=np.float64) -> Grouped:
     running = None
     if not case.training:
         running = (param(inputs.running_mean), param(inputs.running_var))
-    gamma, beta = effective_affine(case, inputs)
+    gamma, beta = effective_affine(case, inputs, dtype)
     return Grouped(
         x=view.group(inputs.x).astype(dtype), dy=view.group(inputs.dy).astype(dtype),
         gamma=gamma.astype(dtype), beta=beta.astype(dtype), running=running,

@@ -57,7 +57,10 @@ def reference_outputs(i) -> dict[str, np.ndarray]:
 
 # ----------------------------------------------------------------------------- torch's known issues
 # torch runs InstanceNorm as BatchNorm over x viewed as (1, N·C, *spatial), with γ, β and the running
-# statistics repeated N times; the three issues below come from that construction.
+# statistics repeated N times; the three issues below come from that construction. Their `code` is the BatchNorm
+# kernels that construction runs: code that runs them (torch.nn.InstanceNorm2d, a subclass, F.instance_norm called from
+# a layer) has them where torch's own record, run on the same case, fails alike (engine.compare.reproduced).
+CONSTRUCTION = ("aten.native_batch_norm", "aten.native_batch_norm_backward")
 BATCH_OF_ONE_DY_LAYOUT = KnownIssue(
     "torch-in-batch-of-one-channels-last-dy",
     "torch CPU instance_norm backward with a batch of one and a channels-last dy: the (1, C, *spatial) view of dy "
@@ -65,6 +68,7 @@ BATCH_OF_ONE_DY_LAYOUT = KnownIssue(
     "and dbias are silently wrong, in f64 too (dx off by 4 at 1x3x64x65); y is right, and N ≥ 2 is right",
     lambda c: c.shape[0] == 1 and base_format(c.dy_format) in CHANNELS_LAST,
     Signature(("dx", "dweight", "dbias"), nonfinite=True),
+    code=CONSTRUCTION,
 )
 
 PER_INSTANCE_PARAM_GRADS = KnownIssue(
@@ -75,6 +79,7 @@ PER_INSTANCE_PARAM_GRADS = KnownIssue(
     "although the true gradient is representable",
     lambda c: c.param_dtype in ("f16", "bf16") and c.shape[0] > 1,
     Signature(("dweight", "dbias"), nonfinite=True),
+    code=CONSTRUCTION,
 )
 
 MIXED_NO_AFFINE_RUNNING_STATS = KnownIssue(
@@ -85,6 +90,7 @@ MIXED_NO_AFFINE_RUNNING_STATS = KnownIssue(
     "variance past 65504 overflows to inf (4x65x7, eps 0, momentum 1: inf for 65208)",
     lambda c: c.dtypes.is_mixed and not c.has_weight,
     Signature(("y", "dx", "running_mean", "running_var", "jvp_y"), nonfinite=True),
+    code=CONSTRUCTION,
 )
 
 # Found by the calibration (docs/tolerance.md): a strided x or dy reaches the BatchNorm kernel with its
@@ -98,6 +104,7 @@ HALF_STRIDED = KnownIssue(
     lambda c: (c.dtype == "f16" and not c.dtypes.is_mixed and 1 in c.shape[:2]
                and bool({"strided", "pitched"} & {c.x_format, c.dy_format})),
     Signature(("dx", "dweight", "dbias"), nonfinite=True),
+    code=CONSTRUCTION,
 )
 
 MIXED_STRIDED_PARAM_GRADS = KnownIssue(
@@ -106,6 +113,7 @@ MIXED_STRIDED_PARAM_GRADS = KnownIssue(
     "mixed-layout path (torch-bn-mixed-slow-path) rounds dweight and dbias to the input dtype (ratios up to 1e4)",
     lambda c: c.dtypes.is_mixed and bool(set(NON_DENSE) & {c.x_format, c.dy_format}),
     Signature(("dweight", "dbias")),
+    code=CONSTRUCTION,
 )
 
 MIXED_BIAS_WITHOUT_WEIGHT = KnownIssue(
@@ -115,6 +123,7 @@ MIXED_BIAS_WITHOUT_WEIGHT = KnownIssue(
     "batch_norm takes the same arguments",
     lambda c: c.dtypes.is_mixed and c.has_bias and not c.has_weight,
     Signature(message="expect parameter to have scalar type of Float"),
+    code=CONSTRUCTION,
 )
 
 # Found by --check batch-invariance (engine.invariance)

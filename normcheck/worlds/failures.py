@@ -9,10 +9,13 @@ was in when it failed, which makes it most likely a consequence of a peer.
 from __future__ import annotations
 
 import os
+import re
+import resource
 import signal
 import traceback
 
 from ..core.errors import ImplError, Unsupported
+from ..core.machine import CASE_MEMORY_VARIABLE, gib
 from ..core.text import exception_text, raised_at, rank_list
 
 Failure = tuple[str, str, "str | None"]
@@ -101,3 +104,46 @@ def never_joined(absent, waiting, what: str, timeout: float | None = None) -> st
         return f"{rank_list(absent)}: finished the case without joining a collective that {rank_list(waiting)} {verb} in ({what})"
     return (f"{rank_list(absent)}: never joined a collective that {rank_list(waiting)} waited in "
             f"({what}; timed out after {timeout:g} s)")
+
+
+# ----------------------------------------------------------------------------- memory
+# How allocators say a request failed: torch's CPU allocator, CUDA's, and the C library's errno
+_OUT_OF_MEMORY = re.compile(r"can't allocate memory|not enough memory|out of memory|Cannot allocate memory", re.I)
+_ASKED = re.compile(r"allocate (\d+) bytes|Unable to allocate ([\d.]+ [KMGTP]?i?B)")
+
+
+def limit_memory(budget: int | None) -> None:
+    """Let this process allocate `budget` bytes beyond what it holds now (its data segment: what malloc and anonymous
+    mappings take), None: no limit. A request past it fails where it is made (MemoryError, torch's "can't allocate
+    memory"), which `memory_failure` reads; the hard limit stays as it was, so the next case may have another."""
+    _, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    soft = resource.RLIM_INFINITY if budget is None else _data_size() + budget
+    if hard != resource.RLIM_INFINITY:
+        soft = hard if soft == resource.RLIM_INFINITY else min(soft, hard)
+    resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
+
+
+def _data_size() -> int:
+    """This process's data segment now (VmData), in bytes; 0 where it cannot be read."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmData:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def memory_failure(e: BaseException, budget: int | None) -> str | None:
+    """The SKIP row's reason when `e` is an allocation that failed (the case's memory limit, `budget`, or the
+    machine's), else None: memory a case cannot have is no verdict on its numerics."""
+    text = str(e)
+    if not (isinstance(e, MemoryError) or (isinstance(e, RuntimeError) and _OUT_OF_MEMORY.search(text))):
+        return None
+    asked = _ASKED.search(text)
+    request = "" if asked is None else (f": it asked for {gib(int(asked.group(1)))}" if asked.group(1)
+                                        else f": it asked for {asked.group(2)}")
+    limit = (f"the case's limit ({gib(budget)} for its worker process; ${CASE_MEMORY_VARIABLE} sets it)" if budget is not None
+             else "this machine has available")
+    return f"needs more memory than {limit}{request}{raised_at(e)}"

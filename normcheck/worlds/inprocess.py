@@ -59,8 +59,10 @@ def _in_worker(bound, case, job, limit: CaseLimit):
         message = str(e).removeprefix("rank 0: ")
         if isinstance(e, CaseTimeout) and bound.triton_interpret:  # (the worker restarts as after any timeout)
             raise Unsupported(f"{message}: {INTERPRETER_TIMEOUT}") from None
-        raise (CaseTimeout(message, e.seconds, e.unstarted) if isinstance(e, CaseTimeout) else type(e)(message)) \
-            from None
+        error = CaseTimeout(message, e.seconds, e.unstarted) if isinstance(e, CaseTimeout) else type(e)(message)
+        if hasattr(e, "ops_called"):  # (the kernels it had called when it died or hung)
+            error.ops_called = e.ops_called
+        raise error from None
     kind, *details = outcome
     if kind in ("outputs", "differ"):
         return details[0]

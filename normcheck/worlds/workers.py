@@ -55,14 +55,16 @@ from ..cases import Case
 from ..core.errors import CaseTimeout, ImplError, NotDifferentiable, SetupError, Unsupported, UsageError
 from ..core.forkserver import context, main_hidden
 from ..core.loading import load_callable
+from ..core.machine import case_memory
 from ..core.text import clip, exception_text, raised_at, rank_list
 from ..frameworks import FRAMEWORKS, run_case
 from ..frameworks.torch import run_rank
+from ..frameworks.torch.adapter import OpRecorder
 from ..kernels.syncbn import cpu_primitives
 from . import printed
 from .core import RankOutputs, differing
 from .failures import UNSUPPORTED, _torch_dirs, collective_of, declined, describe_failures, exit_text, failure_of
-from .failures import never_joined
+from .failures import limit_memory, memory_failure, never_joined
 from .limits import DEFAULT_TIMEOUT, LOOK_AGAIN, CaseLimit, as_limit, positive_seconds
 
 STARTUP_TIMEOUT = 180.0       # all ranks imported torch and joined the group (8 ranks on 2 cores: ~15 s)
@@ -134,6 +136,20 @@ def _last_line(path: str) -> str:
     return clip(lines[-1], 200) if lines else ""
 
 
+def _journal_path(stderr_path: str) -> str:
+    """Where a worker writes the names of the aten ops its current case dispatched (OpRecorder.journal)."""
+    return stderr_path.removesuffix(".stderr") + ".ops"
+
+
+def _journal(stderr_path: str) -> frozenset[str]:
+    """The aten ops a worker's current case dispatched, as far as its journal says (empty: none, or unreadable)."""
+    try:
+        with open(_journal_path(stderr_path)) as f:
+            return frozenset(line.strip() for line in f if line.strip())
+    except OSError:
+        return frozenset()
+
+
 # ----------------------------------------------------------------------------- worker side
 # normcheck's code that stands between a case and the implementation (not its own recipes and kernels, which are
 # implementations): a frame there is never the line a failure names
@@ -188,7 +204,7 @@ def _control_loop(ctrl, main_ident: int) -> None:
 _KEPT = "the case kept to run again"  # (a key of _run_job's `fns`, beside the implementations' specs)
 
 
-def _run_job(job, case, rank: int, group, size: int, fns: dict):
+def _run_job(job, case, rank: int, group, size: int, fns: dict, budget: int | None = None):
     """One message's work. ("load", spec or portable): import the implementation and run its
     `prepare` (a C++ build, say) before its first case in this process, outside any case's limit;
     ("rank", spec): this rank's part of a distributed case (every rank makes the case's inputs
@@ -236,6 +252,8 @@ def _run_job(job, case, rank: int, group, size: int, fns: dict):
     except ImplError as e:
         return ("impl", str(e), "", _ops_called(e))
     except BaseException as e:  # noqa: BLE001 - SystemExit from an implementation is a failure too
+        if memory := memory_failure(e, budget):  # (an allocation past the case's limit: a SKIP row naming memory)
+            return ("unsupported", memory, False, {}, {})
         return ("raised", exception_text(e) + raised_at(e), "".join(traceback.format_exception(e)), _ops_called(e))
 
 
@@ -257,6 +275,11 @@ def _worker_main(rank: int, size: int, port: int | None, gloo_timeout: float, co
         return
     os.dup2(printed, 2)
     os.dup2(printed, 1)
+    try:
+        journal = os.open(_journal_path(stderr_path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
+    except OSError:  # (as for stderr: the parent stopped and took its directory)
+        return
+    OpRecorder.journal = journal
     group = None
     try:
         if setup is not None:  # before the first message: unpickling a job may import the implementation's module
@@ -286,17 +309,20 @@ def _worker_main(rank: int, size: int, port: int | None, gloo_timeout: float, co
             break
         if msg is None:
             break
-        seq, case, job, (parent_path, parent_cwd) = msg
+        seq, case, job, (parent_path, parent_cwd), budget = msg
         # `module:attr`, files and pickled functions resolve as in the parent
         if sys.path != parent_path:
             sys.path[:] = parent_path
         if os.getcwd() != parent_cwd:
             with contextlib.suppress(OSError):
                 os.chdir(parent_cwd)
+        os.ftruncate(journal, 0)  # (the kernels this case calls, each written as it is first dispatched)
+        limit_memory(None if job[0] == "load" else budget)  # (importing and building are not a case's)
         try:
-            reply = (seq, "ok", _run_job(job, case, rank, group, size, fns))
+            reply = (seq, "ok", _run_job(job, case, rank, group, size, fns, budget))
         except BaseException as e:  # noqa: BLE001 - SystemExit from an implementation is a failure too
-            reply = (seq, "failed", failure_of(e))
+            memory = memory_failure(e, budget)
+            reply = (seq, "failed", (UNSUPPORTED, memory, None) if memory else failure_of(e))
         _flush_printed()  # before the reply: the parent reads what the case printed once it has it
         try:
             frames = _frames(reply)
@@ -345,6 +371,13 @@ def _parent_place() -> tuple[list[str], str]:
     """This process's import path and directory, which a worker takes on for each case."""
     cwd = os.getcwd()
     return ([cwd] if cwd not in sys.path else []) + list(sys.path), cwd
+
+
+def _with_ops(error: ImplError, ops: frozenset[str]) -> ImplError:
+    """`error` carrying the aten ops the failed ranks had called (engine.compare: the known issues they may explain)."""
+    if ops:
+        error.ops_called = ops
+    return error
 
 
 class _StartFailed(Exception):
@@ -435,7 +468,7 @@ class _Workers:
 
     def _run_case(self, case: Case, job, timeout: float, first_look: float | None) -> list:
         self.seq += 1
-        frames = _frames((self.seq, case, job, _parent_place()))
+        frames = _frames((self.seq, case, job, _parent_place(), case_memory(self.size)))
         for conn in self.conns:
             try:
                 _send_frames(conn, frames)
@@ -490,13 +523,20 @@ class _Workers:
                     failures[r] = msg[2]
                 if failures and first_failure is None:
                     first_failure = time.monotonic()
+        # A rank that died or hung left no word of the kernels it called but its journal: a known issue of one of them
+        # may explain it
+        silent = sorted({*pending, *(r for r, f in failures.items() if f[0] == "died")})
         if failures or (declines and results):
-            raise ImplError(describe_failures({**failures, **declines}))
+            raise _with_ops(ImplError(describe_failures({**failures, **declines})), self._journals(silent))
         if pending:
-            raise CaseTimeout(*self._timeout_message(pending, sorted([*results, *declines]), timeout))
+            raise _with_ops(CaseTimeout(*self._timeout_message(pending, sorted([*results, *declines]), timeout)),
+                            self._journals(silent))
         if declines:  # (every rank declined the case: a SKIP)
             raise Unsupported(declined(declines, self.size))
         return [results[r] for r in range(self.size)]
+
+    def _journals(self, ranks) -> frozenset[str]:
+        return frozenset().union(*(_journal(self.stderr_paths[r]) for r in ranks))
 
     def _read(self, r: int):
         """The next message from rank r, or None when its pipe is closed (it died)."""

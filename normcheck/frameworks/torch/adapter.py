@@ -5,6 +5,7 @@ of a world alike.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import sys
 from dataclasses import replace
@@ -241,6 +242,11 @@ class OpRecorder(TorchDispatchMode):
     """Records the aten ops a run dispatches ("aten.native_group_norm", ...): known issues of torch's
     kernels follow those kernels into any implementation that calls them."""
 
+    # A file descriptor each op's name is written to when the run first dispatches it, before its kernel runs (None:
+    # none): a worker process sets it (worlds.workers), so the kernels a run called are known when one of them kills
+    # the process (a segfault in torch's kernel is torch's known issue in any code that called it)
+    journal: int | None = None
+
     def __init__(self):
         super().__init__()
         self.packets: set = set()  # (named once at the end: a composed implementation dispatches thousands of ops)
@@ -250,7 +256,11 @@ class OpRecorder(TorchDispatchMode):
         return frozenset(str(packet) for packet in self.packets)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.packets.add(func.overloadpacket)
+        packet = func.overloadpacket
+        if packet not in self.packets:
+            self.packets.add(packet)
+            if OpRecorder.journal is not None:
+                os.write(OpRecorder.journal, f"{packet}\n".encode())
         return func(*args, **(kwargs or {}))
 
 
