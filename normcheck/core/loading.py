@@ -86,7 +86,14 @@ def contract_arguments(signature: str) -> Arguments:
 
 
 def check_arity(name: str, fn: Callable, signature: str) -> None:
-    """UsageError when `fn` cannot be called as `signature` says: its positional arguments, and the keywords
+    """UsageError when `fn` cannot be called as `signature` says (misfit)."""
+    why = misfit(name, fn, signature)
+    if why:
+        raise UsageError(why)
+
+
+def misfit(name: str, fn: Callable, signature: str) -> str | None:
+    """Why `fn` cannot be called as `signature` says (None: it can): its positional arguments, and the keywords
     named after a bare `*` (an array contract's). An optional argument is the case's to pass and the function's to
     decline (ops.grouped_rmsnorm.group_keywords), never an arity error."""
     arguments = contract_arguments(signature)
@@ -94,40 +101,30 @@ def check_arity(name: str, fn: Callable, signature: str) -> None:
     try:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
-        return  # builtins without a signature: trust them, failures become failing rows
+        return None  # builtins without a signature: trust them, failures become failing rows
     if any(p.kind == p.VAR_POSITIONAL for p in params):
-        return
+        return None
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     required = [p for p in positional if p.default is p.empty]
     if len(required) > wanted or len(positional) < wanted:
-        raise UsageError(f"{name} takes {len(positional)} positional arguments; the contract is {signature}")
+        return f"{name} takes {len(positional)} positional arguments; the contract is {signature}"
     named = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
     missing = [k for k in keywords if k not in named]
     if missing and not any(p.kind == p.VAR_KEYWORD for p in params):
-        raise UsageError(f"{name} takes no keyword {missing[0]}; the contract is {signature}")
+        return f"{name} takes no keyword {missing[0]}; the contract is {signature}"
     # (a later form of the contract in the same text, `fn(..., name=value)`, passes those keywords in the cases a case
     # field selects: LayerNorm's and RMSNorm's `with --fp8: fn(..., eps, scale=scale, fp8_dtype=dtype)`)
     variants = {k for form in re.findall(r"\bfn\(([^)]*)\)", signature)[1:] for k in re.findall(r"(\w+)=", form)}
     unknown = [p.name for p in params if p.kind == p.KEYWORD_ONLY and p.default is p.empty
                and p.name not in keywords and p.name not in variants]
     if unknown:
-        raise UsageError(f"{name} requires a keyword {unknown[0]} the contract does not pass; the contract is {signature}")
-
-
-def takes_keyword(fn: Callable, name: str) -> bool:
-    """`fn` names a parameter `name` that a keyword can pass (a bare **kwargs, such as an autograd
-    Function's apply forwarding to its forward, or a signature that cannot be read, does not count)."""
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    return any(p.name == name and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) for p in params)
+        return f"{name} requires a keyword {unknown[0]} the contract does not pass; the contract is {signature}"
+    return None
 
 
 def spec_of(fn: Callable) -> str:
     """The `module:attr` a function is importable under (how a function travels to other processes)."""
     return f"{fn.__module__}:{fn.__qualname__}"
-
 
 
 def absolute_spec(spec: str) -> str:
@@ -136,3 +133,34 @@ def absolute_spec(spec: str) -> str:
     if module.endswith(".py") and Path(module).is_file():
         return f"{Path(module).resolve()}:{attr}"
     return spec
+
+
+@dataclass(frozen=True)
+class Code:
+    """What `--impl` names, read once (load_code): the object, the name its rows show, the spec another process loads
+    it by (None: given as an object and not importable by name), why it cannot be called as the contract says (None:
+    it can), the parameters a keyword can pass, and what the contract's calls pass (its `arguments`)."""
+    obj: object
+    name: str
+    spec: str | None
+    misfit: str | None
+    keywords: frozenset[str]
+    arguments: Arguments
+
+
+def load_code(target: str | Callable, signature: str, by_name: bool = False) -> Code:
+    """`target` (a `module:attr` / `file.py:attr` spec, or the object itself) loaded and read against the contract's
+    `signature`. `by_name`: an object given directly is named by the spec it is importable under (how a function
+    reaches another process's ranks); else by its qualified name."""
+    if isinstance(target, str):
+        obj, name, spec = load_object(target), target, absolute_spec(target)
+    else:
+        obj, spec = target, spec_of(target) if by_name else None
+        name = spec or getattr(target, "__qualname__", repr(target))
+    try:
+        params = inspect.signature(obj).parameters.values() if callable(obj) else ()
+    except (TypeError, ValueError):
+        params = ()
+    keywords = frozenset(p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+    return Code(obj, name, spec, misfit(name, obj, signature) if callable(obj) else None, keywords,
+                contract_arguments(signature))

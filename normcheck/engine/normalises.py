@@ -34,6 +34,8 @@ def no_norm(reports: list[Report], bound: Bound) -> str | None:
     judged = [r for r in reports if r.verdict != SKIP]
     if not reports or reports[-1].verdict == SKIP or len(judged) != PROBE_AFTER or any(r.verdict != FAIL for r in judged):
         return None
+    if not all(r.tensors for r in judged):  # (a case that hung, died or raised has no y to say anything by)
+        return None
     return next((why for r in judged if (why := not_a_norm(r.case, bound))), None)
 
 

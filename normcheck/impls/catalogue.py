@@ -14,7 +14,7 @@ from functools import partial
 from typing import Callable
 
 from ..core.errors import UsageError
-from ..core.loading import absolute_spec, check_arity, contract_arguments, load_callable, load_object, spec_of, takes_keyword
+from ..core.loading import Code, absolute_spec, load_code
 from ..engine.baseline import baseline_outputs
 from ..engine.hints import HintSearch
 from ..frameworks import FRAMEWORKS
@@ -91,21 +91,15 @@ def resolve_impl(op: str, spec: str | Impl | Bound | Callable | None = None, bac
         return spec if hints else replace(spec, hints=None)
     if isinstance(spec, (Impl, Bound)):
         impl = spec  # (a Bound is bound again: bind)
-    elif callable(spec):
+    elif callable(spec) or ":" in spec:  # (a module may publish a whole record: user_impl returns it)
         impl = user_impl(op, spec, framework or "torch")
     elif spec in IMPLS[op]:
         impl = IMPLS[op][spec]
-    elif ":" not in spec:
+    else:
         elsewhere = [other for other, impls in IMPLS.items() if spec in impls]
         where = f" ({spec} is an implementation of {' and '.join(elsewhere)})" if elsewhere else ""
         raise UsageError(f"unknown implementation {spec!r} for {op}{where}; use one of {', '.join(IMPLS[op])} or "
                          "module:attr")
-    elif isinstance(named := load_object(spec), Impl):  # a module may publish a whole record
-        if named.op != op:
-            raise UsageError(f"--impl {spec} is an implementation of {named.op}, not {op}")
-        impl = named
-    else:
-        impl = user_impl(op, spec, framework or "torch")
     if framework is not None and impl.framework != framework:
         raise UsageError(f"--framework {framework}: {impl.name} is a {FRAMEWORKS.title(impl.framework)} implementation")
     return bind(impl, backend, timeout, device, triton_interpret, hints)
@@ -113,7 +107,8 @@ def resolve_impl(op: str, spec: str | Impl | Bound | Callable | None = None, bac
 
 def user_impl(op: str, target: str | Callable, framework: str = "torch") -> Impl:
     """A user's function (or `module:attr` spec) under the op's contract for `framework`, checked now, in this
-    process (loading it imports what it imports: a JAX function's module imports JAX here too).
+    process (loading it imports what it imports: a JAX function's module imports JAX here too); or the record a
+    module publishes under that name.
 
     Ranks in other processes load a function by name, so for a distributed op it must be importable."""
     the_op = get_op(op)
@@ -122,51 +117,55 @@ def user_impl(op: str, target: str | Callable, framework: str = "torch") -> Impl
         raise UsageError(why)
     kind = FRAMEWORKS.contract(framework)
     signature, _ = the_op.contract(kind)
-    if callable(target):
-        fn = target
-        name = spec_of(fn) if the_op.distributed else getattr(fn, "__qualname__", repr(fn))
-        target = name if the_op.distributed else fn
-    else:
-        fn, name = load_callable(target), target
-    if framework == "torch" and layer_given(name, fn, signature):
-        fn = target = layer(the_op, target, fn, name)
-    check_arity(name, fn, signature)
+    code = load_code(target, signature, by_name=the_op.distributed)  # (read once: what follows reads the record)
+    if isinstance(code.obj, Impl):
+        if code.obj.op != op:
+            raise UsageError(f"--impl {code.name} is an implementation of {code.obj.op}, not {op}")
+        return code.obj
+    if not callable(code.obj):
+        raise UsageError(f"--impl {code.name}: {code.name.rpartition(':')[2]} is a {type(code.obj).__name__}, not "
+                         "callable")
+    if not isinstance(target, str):
+        target = code.spec if the_op.distributed else code.obj
+    if framework == "torch" and layer_given(code):
+        target = layer(the_op, code)
+    elif code.misfit:
+        raise UsageError(code.misfit)
     # A contract that adds an argument in eval mode (SyncBN's training=False): a function without it has no
     # eval mode, and its eval cases are SKIP rows saying so
-    eval_mode = kind == "direct" or the_op.eval_keyword is None or takes_keyword(fn, the_op.eval_keyword)
+    eval_mode = kind == "direct" or the_op.eval_keyword is None or the_op.eval_keyword in code.keywords
     arrays = {} if framework == "torch" else {"formats": formats_of(the_op)}
-    return Impl(name, op, f"user implementation {name}", target, capabilities="unknown (user code)",
+    return Impl(code.name, op, f"user implementation {code.name}", target, capabilities="unknown (user code)",
                 convention="direct" if kind == "direct" else "contract",
                 modes=("train", "eval") if eval_mode else ("train",), framework=framework, **arrays)
 
 
-def layer_given(name: str, fn: Callable, signature: str) -> bool:
-    """`fn` is a layer's class, or a factory of configured layers (a function that does not fit the contract and takes
-    what constructors take); else a function under the contract."""
-    if is_layer_class(fn):
+def layer_given(code: Code) -> bool:
+    """What `code` holds is a layer's class, or a factory of configured layers (a function that does not fit the
+    contract and takes what constructors take); else a function under the contract."""
+    if is_layer_class(code.obj):
         return True
-    if is_layer_instance(fn):
-        raise UsageError(f"--impl {name} is a {type(fn).__name__} already built, whose sizes are fixed: give its class "
-                         f"({type(fn).__module__}:{type(fn).__qualname__}) or a function returning a configured module, "
+    if is_layer_instance(code.obj):
+        kind = type(code.obj)
+        raise UsageError(f"--impl {code.name} is a {kind.__name__} already built, whose sizes are fixed: give its class "
+                         f"({kind.__module__}:{kind.__qualname__}) or a function returning a configured module, "
                          "and normcheck builds one per case")
-    try:
-        check_arity(name, fn, signature)
-    except UsageError:
-        if is_factory(fn):
-            return True
-        raise
-    return False
+    if code.misfit is None:
+        return False
+    if is_factory(code.obj):
+        return True
+    raise UsageError(code.misfit)
 
 
-def layer(op, target: str | Callable, fn: Callable, name: str) -> Layer:
+def layer(op, code: Code) -> Layer:
     """A layer class or factory as a function under `op`'s contract (frameworks.torch.layers.Layer), built in the
     process that runs it: from its spec where it has one (a file's module is importable by path only)."""
     if op.distributed:
-        raise UsageError(f"{name}: a layer given by its class or factory is judged for single-process ops; for "
+        raise UsageError(f"{code.name}: a layer given by its class or factory is judged for single-process ops; for "
                          f"{op.name} give a function under its contract ({op.signature.split(' -> ')[0]})")
-    arguments = contract_arguments(op.signature)
-    return Layer(absolute_spec(target) if isinstance(target, str) else fn, arguments.positional, name,
-                 arguments.optional, op.layer_switches)
+    arguments = code.arguments  # (a layer is torch's: the arguments of op.signature)
+    return Layer(code.obj if code.spec is None else code.spec, arguments.positional, code.name, arguments.optional,
+                 op.layer_switches)
 
 
 def bind(impl: Impl | Bound, backend: str | None = None, timeout: CaseLimit | float | None = None,

@@ -600,11 +600,10 @@ class _Workers:
         implementation's part: CaseTimeout's)."""
         answers = self.where(sorted(pending))
         places = [answers.get(r, _NOWHERE) for r in sorted(pending)]
-        unstarted = None
-        if not finished and all(not begun or starting for _, _, starting, begun in places):
-            unstarted = "the worker was still reading the case in, before the implementation began" \
-                if not any(begun for *_, begun in places) else "the case was still importing or compiling (at " \
-                f"{'; '.join(sorted({loc for _, loc, _, _ in places if loc}))})"
+        # (a case that ran out while importing or compiling is not told apart from an implementation that hangs there:
+        # a jitted function tracing its own loop; only a case its implementation never began is the limit's)
+        unstarted = "the worker was still reading the case in, before the implementation began" \
+            if not finished and not any(begun for *_, begun in places) else None
         waiting = {r: answers[r][0] for r in pending if r in answers and answers[r][0]}
         culprits = sorted(r for r in pending if r not in waiting)
         parts = []
