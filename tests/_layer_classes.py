@@ -224,11 +224,14 @@ class GroupedGatedRMSNorm(nn.Module):
         if gate is not None and not self.norm_before_gate:
             h = h * gate
         grouped = self._groups(h)
-        h = (grouped * torch.rsqrt(grouped.pow(2).mean(-1, keepdim=True) + self.eps)).flatten(-2)
+        h = self._ungrouped(grouped * torch.rsqrt(grouped.pow(2).mean(-1, keepdim=True) + self.eps))
         h = h * self.weight.float()
         if gate is not None and self.norm_before_gate:
             h = h * gate
         return h.to(dtype)
+
+    def _ungrouped(self, grouped):
+        return grouped.flatten(-2)
 
 
 class BrokenGroupedGatedRMSNorm(GroupedGatedRMSNorm):
@@ -238,17 +241,8 @@ class BrokenGroupedGatedRMSNorm(GroupedGatedRMSNorm):
         size = self.group_size or h.shape[-1]
         return h.unflatten(-1, (size, -1)).transpose(-1, -2)
 
-    def forward(self, x, z=None):
-        dtype, h = x.dtype, x.float()
-        gate = None if z is None else F.silu(z.float())
-        if gate is not None and not self.norm_before_gate:
-            h = h * gate
-        grouped = self._groups(h)
-        h = (grouped * torch.rsqrt(grouped.pow(2).mean(-1, keepdim=True) + self.eps)).transpose(-1, -2).flatten(-2)
-        h = h * self.weight.float()
-        if gate is not None and self.norm_before_gate:
-            h = h * gate
-        return h.to(dtype)
+    def _ungrouped(self, grouped):
+        return grouped.transpose(-1, -2).flatten(-2)
 
 
 class GateFirstRMSNorm(nn.Module):
