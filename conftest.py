@@ -5,6 +5,8 @@ with `pytest --hypothesis-profile=dev` (random, more examples) or `thorough` (ma
 """
 import os
 
+import pytest
+
 # Two gate workers (pytest -n 2) share two cores with the isolated worker processes they start: OpenMP's passive waits
 # and one OpenBLAS thread (normcheck.core.forkserver.QUIET_THREADS: the same tests took 49 s side by side against 20 s
 # alone, 26 s with passive waits; four ops' template sweeps in two processes 57-63 s -> 48 s with one BLAS thread).
@@ -42,3 +44,26 @@ def pytest_collection_modifyitems(items):
         path = item.nodeid.split("::")[0]
         return FIRST.index(path) if path in FIRST else len(FIRST)
     items.sort(key=rank)  # (stable: the rest keep their order)
+
+
+# How many tests the gate has, for README's test (tests/test_readme.py): known only in a session that collected the
+# whole gate (`pytest`, README's command: the testpaths, nothing deselected), where each xdist worker collects it all.
+# A count taken here never needs writing down by hand; `pytest --collect-only -q` in a process of its own costs 10-20 s.
+_gate = {"deselected": 0, "collected": None}
+
+
+def pytest_deselected(items):
+    _gate["deselected"] += len(items)
+
+
+def pytest_collection_finish(session):
+    config = session.config
+    whole = (config.args_source == config.ArgsSource.TESTPATHS and not _gate["deselected"]
+             and not config.getoption("keyword", "") and not config.getoption("markexpr", ""))
+    _gate["collected"] = len(session.items) if whole else None
+
+
+@pytest.fixture
+def gate_collected():
+    """The number of tests the gate collected in this session, or None in a run of some of its files."""
+    return _gate["collected"]

@@ -118,16 +118,84 @@ def test_readme_sample_is_what_the_command_prints(page, command, lines, tmp_path
 
 # "`normcheck compare --op OP` ... N cases" in one paragraph of prose
 SWEEP_CLAIM = re.compile(r"`normcheck compare --op (\w+)`((?:(?!\n\n).)*?)\b(\d+)\s+cases", re.S)
+# what the rest of the claim says of the sweep's parts, up to the paragraph's end or the next op's command
+PARTS = {"design": re.compile(r"(\d+) of the (?:covering )?design\b"),
+         "triples": re.compile(r"(\d+) (?:of its )?class triples"),
+         "scans": re.compile(r"(\d+) (?:of the )?boundary[- ]scans?\b"),
+         "world sizes": re.compile(r"world sizes (\d+) to (\d+)")}
+
+
+def sweep_parts(op: str) -> dict[str, tuple[int, ...]]:
+    """What the default sweep of `op` has: its size and each part's (the sweep runs the design's cases, then the
+    triples', then the scans', each case once: a part's count leaves out the cases an earlier part had), and the world
+    sizes of its cases. Read off the sweep default_sweep built (its first cases are the design's; triple_cases is
+    cached): no second sweep."""
+    from normcheck.cases.narrowing import Narrowing
+    from normcheck.cases.sweep import default_sweep, design, sweep_levels, triple_cases
+    from normcheck.ops import get_op
+
+    cases, record = default_sweep(op), get_op(op)
+    designed = len(design(record, sweep_levels(Narrowing())))
+    without = len(dict.fromkeys(cases[:designed] + list(triple_cases(record, Narrowing(), 0))))
+    worlds = sorted({len(c.split) for c in cases if c.split}) or [0]
+    return {"cases": (len(cases),), "design": (designed,), "triples": (without - designed,),
+            "scans": (len(cases) - without,), "world sizes": (worlds[0], worlds[-1])}
 
 
 def test_readmes_sweep_sizes_are_the_sweeps():
-    """What README and the docs with samples say of a sweep's size in prose is what the default sweep has (their
-    samples are checked above)."""
-    from normcheck.cases.sweep import default_sweep
+    """What README and the docs with samples say of a sweep's size and its parts in prose is what the default sweep
+    has (their samples are checked above)."""
+    claims = []
+    for page in CHECKED:
+        for claim in SWEEP_CLAIM.finditer(text := (ROOT / page).read_text()):
+            op, rest = claim[1], text[claim.end():].split("\n\n")[0].split("`normcheck compare --op")[0]
+            claims.append((page, op, "cases", (int(claim[3]),)))
+            claims += [(page, op, part, tuple(map(int, m.groups()))) for part, pattern in PARTS.items()
+                       if (m := pattern.search(rest))]
+    assert {op for _, op, _, _ in claims} >= {"batchnorm", "layernorm", "rmsnorm", "instancenorm"}
+    assert {part for _, _, part, _ in claims} == {"cases", *PARTS}
+    parts = {op: sweep_parts(op) for op in {op for _, op, _, _ in claims}}
+    assert [(page, op, part, n, parts[op][part]) for page, op, part, n in claims if n != parts[op][part]] == []
 
-    claims = [(page, op, int(n)) for page in CHECKED for op, _, n in SWEEP_CLAIM.findall((ROOT / page).read_text())]
-    assert {op for _, op, _ in claims} >= {"batchnorm", "layernorm", "rmsnorm", "instancenorm"}
-    assert [(page, op, n) for page, op, n in claims if n != len(default_sweep(op))] == []
+
+def test_readmes_gate_size_is_the_gates(gate_collected):
+    """README sizes the gate with a bound its own collection keeps (conftest.py counts it in the session; an exact
+    count would need editing with every test anyone adds)."""
+    claim = re.search(r"the gate \(over ([\d,]+) tests", README.read_text())
+    assert claim, "README's Development section sizes the gate as 'the gate (over N tests'"
+    if gate_collected is None:
+        pytest.skip("the gate's size is known only in a session that collected all of it (`pytest`, README's command)")
+    assert gate_collected > int(claim[1].replace(",", "")), f"the gate collected {gate_collected} tests"
+
+
+def test_readmes_install_lines_are_what_ci_installs():
+    """The torch pin, the Python and torch floors, the extras and the gate's command README gives are the ones
+    pyproject.toml and .ci/run (what CI runs on a fresh machine) use."""
+    text, ci, project = README.read_text(), (ROOT / ".ci" / "run").read_text(), (ROOT / "pyproject.toml").read_text()
+    pin = set(re.findall(r"torch==([\d.]+)", ci))
+    assert len(pin) == 1 and set(re.findall(r"torch==([\d.]+)", text)) == pin, f"CI pins torch=={pin}"
+    stale = [v for v in re.findall(r"\btorch (\d+\.\d+)\b", text) if not next(iter(pin)).startswith(f"{v}.")]
+    assert not stale, f"README names torch {stale}, CI pins {pin}"
+    python = re.search(r'requires-python = ">=([\d.]+)"', project)[1]
+    torch_floor = re.search(r'"(torch>=[\d.]+)"', project)[1]
+    assert f"Python ≥ {python}" in text and f"`{torch_floor}`" in text, (python, torch_floor)
+    extras = set(re.findall(r"(?m)^(\w+) = \[", project.split("[project.optional-dependencies]")[1].split("\n[")[0]))
+    named = {e for group in re.findall(r'\[([\w,]+)\]"', text) for e in group.split(",")}
+    install = text.split("## Install")[1].split("\n## ")[0]
+    assert named <= extras, f"README installs extras pyproject.toml lacks: {named - extras}"
+    assert extras - {"dev"} <= set(re.findall(r"`(\w+)`", install)), "Install says what each extra brings"
+    ci_extras = re.search(r'-e "\.\[([\w,]+)\]"', ci)[1]
+    gate = ci.strip().splitlines()[-1]
+    assert f'pip install -e ".[{ci_extras}]"\n{gate}\n' in text, f"CI installs [{ci_extras}] and runs `{gate}`"
+
+
+def test_readmes_hypothesis_budgets_are_the_profiles():
+    """The examples README gives each hypothesis profile are the profile's (normcheck/cases/budgets.py)."""
+    from hypothesis import settings
+
+    claims = re.findall(r"`(ci|dev|thorough)` \((?:default: )?(\d+) examples", README.read_text())
+    assert {p for p, _ in claims} == {"ci", "dev", "thorough"}
+    assert [(p, int(n)) for p, n in claims if settings.get_profile(p).max_examples != int(n)] == []
 
 
 if __name__ == "__main__":  # print what each command of README and the docs prints now, page by page
