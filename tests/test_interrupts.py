@@ -1,6 +1,7 @@
 """An interrupted run ends cleanly: Ctrl-C (SIGINT) or SIGTERM during a gloo run, or during a pytest gate
 whose implementation runs isolated, ends promptly with the summary of what ran, a complete JSON / JUnit
-document, exit 130 / 143, no traceback and no process left behind."""
+document, exit 130 / 143, no traceback and no process left behind; nor does a SIGKILLed run, a run whose worker is
+blocked in C holding the GIL, or the children an implementation started (tests/_orphan_impls.py)."""
 from __future__ import annotations
 
 import json
