@@ -1,6 +1,7 @@
 """An interrupted run ends cleanly: Ctrl-C (SIGINT) or SIGTERM during a gloo run, or during a pytest gate
 whose implementation runs isolated, ends promptly with the summary of what ran, a complete JSON / JUnit
-document, exit 130 / 143, no traceback and no process left behind."""
+document, exit 130 / 143, no traceback and no process left behind; nor does a SIGKILLed run, a run whose worker is
+blocked in C holding the GIL, or the children an implementation started (tests/_orphan_impls.py)."""
 from __future__ import annotations
 
 import json
@@ -188,3 +189,54 @@ def test_ctrl_c_at_any_moment_of_start_up_prints_one_line():
         out, err = proc.communicate(timeout=60)
         # (start-up is over in about 2 s once the sweep's covering array is stored: then the run has begun)
         assert proc.returncode == 130 and ONE_LINE.fullmatch(err.strip()), (delay, err)
+
+
+def _recorded(pids_file: Path) -> set[int]:
+    """The pids tests/_orphan_impls.py recorded: its workers' and their children's."""
+    return {int(p) for p in pids_file.read_text().split()} if pids_file.exists() else set()
+
+
+def _start_recording(marker: str, pids_file: Path, *args: str) -> subprocess.Popen:
+    env = dict(os.environ, NORMCHECK_TEST_RUN=marker, NORMCHECK_TEST_PIDS=str(pids_file))
+    return subprocess.Popen([sys.executable, "-m", "normcheck", "compare", "--op", "batchnorm", "--one-case", *args],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc to find the run's processes")
+@pytest.mark.parametrize("how", ["SIGKILL", "Ctrl-C"])
+def test_a_killed_run_leaves_no_worker_held_in_c_and_no_child_of_it(how, tmp_path):
+    # The worker blocks in C holding the GIL after starting `sleep 300`: neither it nor its child can act on
+    # normcheck's end. A SIGKILLed normcheck runs no code at all: the fork server, the resource tracker, the worker and
+    # its child must go by themselves.
+    marker, pids_file = f"killed-{os.getpid()}-{how}", tmp_path / "pids"
+    proc = _start_recording(marker, pids_file, "--impl", "tests._orphan_impls:starts_a_child_and_holds_the_gil")
+    deadline = time.monotonic() + 60
+    while not pids_file.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    time.sleep(0.2)  # (the worker reaches its C call)
+    seen = started_by(marker)
+    recorded = _recorded(pids_file)
+    assert len(recorded) == 2 and recorded <= seen, (recorded, seen, proc.poll())
+    assert len(seen - {proc.pid} - recorded) >= 2, "expected the fork server and the resource tracker too"
+    if how == "SIGKILL":
+        proc.kill()
+    else:
+        os.killpg(proc.pid, signal.SIGINT)  # (a terminal sends it to the whole process group)
+    proc.communicate(timeout=30)
+    assert proc.returncode == {"SIGKILL": -signal.SIGKILL, "Ctrl-C": 130}[how]
+    assert not outlived(seen | started_by(marker), within=2.0), "processes of the run outlived it by 2 s"
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc to find the run's processes")
+def test_a_run_that_ends_leaves_no_child_of_its_implementation(tmp_path):
+    # Seed 0 hangs past its limit (its worker is replaced), seed 1 passes (its worker is closed at the end): each
+    # worker started a `sleep 300` per call, which normcheck's end must take too.
+    marker, pids_file = f"ended-{os.getpid()}", tmp_path / "pids"
+    proc = _start_recording(marker, pids_file, "--impl", "tests._orphan_impls:starts_a_child_and_hangs_once",
+                            "--cases", "2", "--timeout", "1")
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1 and "timed out after 1 s" in out and "1 passed, 1 failed" in out, out + err
+    recorded = _recorded(pids_file)
+    assert len(recorded) >= 4, recorded  # (two workers, two children or more)
+    assert not outlived(recorded | started_by(marker), within=2.0), "processes of the run outlived it by 2 s"

@@ -15,10 +15,12 @@ import signal
 import sys
 import threading
 
+from .orphans import PARENT
+
 # What torch imports lazily on a process's first case, preloaded so no fresh worker pays it inside
 # the case's time limit (2 cores: symbolic_shapes, through suggest_memory_format, ~0.4-1 s; _dynamo,
-# through Tensor.detach's compile guard, ~1.3 s).
-PRELOAD = ["torch", "torch.distributed", "torch.fx.experimental.symbolic_shapes", "torch._dynamo",
+# through Tensor.detach's compile guard, ~1.3 s). core.orphans first: the server dies with normcheck from then on.
+PRELOAD = ["normcheck.core.orphans", "torch", "torch.distributed", "torch.fx.experimental.symbolic_shapes", "torch._dynamo",
            "normcheck.worlds.workers"]
 
 
@@ -60,10 +62,12 @@ def _start() -> None:
         _STOP_REGISTERED.append(True)
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main_thread else None
+    os.environ[PARENT] = str(os.getpid()) + ("" if main_thread else " unarmed")  # (core.orphans.arm_server reads it)
     try:
         with main_hidden():
             forkserver.ensure_running()
     finally:
+        os.environ.pop(PARENT, None)
         if main_thread:
             signal.signal(signal.SIGINT, previous)
 
@@ -74,7 +78,8 @@ _STOP_REGISTERED: list[bool] = []
 def stop() -> None:
     """End the fork server now. It would end by itself once it sees this process gone, but only from its loop: one
     still importing torch (a run that ended in its first second: a usage error, Ctrl-C, SIGTERM) lived on for its
-    whole import, 20-100 s on a loaded machine. It holds nothing but preloaded modules."""
+    whole import, 20-100 s on a loaded machine. It holds nothing but preloaded modules. (A SIGKILLed normcheck runs
+none of this: the server then ends by itself, core.orphans.)"""
     from multiprocessing import forkserver
 
     pid = getattr(forkserver._forkserver, "_forkserver_pid", None)

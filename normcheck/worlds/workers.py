@@ -21,9 +21,10 @@ Design
   When some ranks have finished while the others wait in a collective nobody can join any more,
   the case ends at once (a deadlock). After any failure the workers' state is unknown, so every
   worker is killed (SIGKILL) and the next case starts fresh ones.
-* Nothing is left behind: ``close()`` asks workers to exit, then kills what is left; a finaliser
-  does the same when a pool is garbage-collected or the interpreter exits; workers are daemonic
-  and exit on their own when the parent disappears (their control pipe closes).
+* Nothing is left behind: ``close()`` asks workers to exit, then kills what is left, each worker's process group
+  included (what an implementation started: ``core.orphans``); a finaliser does the same when a pool is
+  garbage-collected or the interpreter exits; workers are daemonic and exit on their own when the parent disappears
+  (their control pipe closes), and die with the fork server, which dies with normcheck, a SIGKILLed one too.
 * gloo's own collective timeout is set well above the per-case limit, so the parent's limit
   (which kills the stuck workers) always decides first.
 * Workers never import the parent's main script (a script without the ``__main__`` guard is
@@ -56,6 +57,7 @@ from ..core.errors import CaseTimeout, ImplError, NotDifferentiable, SetupError,
 from ..core.forkserver import context, main_hidden
 from ..core.loading import load_callable
 from ..core.machine import case_memory
+from ..core.orphans import arm_worker, kill_group
 from ..core.text import clip, exception_text, raised_at, rank_list
 from ..frameworks import FRAMEWORKS, run_case
 from ..frameworks.torch import run_rank
@@ -266,6 +268,7 @@ def _worker_main(rank: int, size: int, port: int | None, gloo_timeout: float, co
                  setup: Callable[[], None] | None = None) -> None:
     """A worker: run `setup`, join the gloo process group on `port` (None: a single-process worker, no group),
     then serve (seq, case, job, parent's sys.path) messages until told to stop."""
+    arm_worker()  # its own process group (its children's), and SIGKILL when the fork server dies: core.orphans
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it kills us
     # What a worker prints (an implementation's debug output, a dying worker's C++ abort message) goes to a file the
     # parent quotes in its failure message, instead of interleaving with the report (or a JSON document) on stdout.
@@ -355,8 +358,12 @@ def _libc():
 
 # ----------------------------------------------------------------------------- parent side
 def _kill(procs: list, conns: list, holder: list) -> None:
-    """SIGKILL and reap every process; close the pipes; release the TCPStore. Idempotent."""
+    """SIGKILL and reap every process and what it started (its process group, which outlives a worker that exited:
+    the group's id stays taken while a member lives, so it names no other process); close the pipes; release the
+    TCPStore. Idempotent."""
     for p in procs:
+        if p.pid is not None:  # started
+            kill_group(p.pid)
         if p.is_alive():
             p.kill()
     for p in procs:
