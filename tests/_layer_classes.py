@@ -461,3 +461,70 @@ class DyT(nn.Module):
 
     def forward(self, x):
         return self.weight * torch.tanh(self.alpha * x) + self.bias
+
+
+# -- F.normalize and ScaleNorm's √d (issue 62) ----------------------------------------------------------------------
+class NormalizeRMSNorm(nn.Module):
+    """RMSNorm as lucidrains writes it in many repositories: F.normalize (its own eps, 1e-12, kept) times √dim and a
+    per-element gain; no eps of its own. Judged as the op rmsnorm_l2."""
+
+    def __init__(self, dim):
+        super().__init__()
+        self.scale = dim ** 0.5
+        self.gamma = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        return F.normalize(x, dim=-1) * self.scale * self.gamma
+
+
+class BrokenNormalizeRMSNorm(NormalizeRMSNorm):
+    """Its twin without the √dim: x̂ of norm 1, not RMS 1."""
+
+    def forward(self, x):
+        return F.normalize(x, dim=-1) * self.gamma
+
+
+class UnitOffsetRMSNorm(nn.Module):
+    """x-transformers' RMSNorm with unit_offset: the gain stored as g = 0 at initialisation, scaled by g + 1.
+    Declares --weight-offset 1."""
+
+    def __init__(self, dim, unit_offset=True):
+        super().__init__()
+        self.unit_offset = unit_offset
+        self.scale = dim ** 0.5
+        self.g = nn.Parameter(torch.zeros(dim))
+        nn.init.constant_(self.g, 1.0 - float(unit_offset))
+
+    def forward(self, x):
+        gamma = self.g + float(self.unit_offset)
+        return F.normalize(x, dim=-1) * self.scale * gamma
+
+
+class NormalizeScaleNorm(UnitOffsetRMSNorm):
+    """x-transformers' ScaleNorm: one scalar gain, F.normalize(x)·√dim·(g + offset). Declares --eps-at normalize."""
+
+    def __init__(self, dim, unit_offset=False):
+        super().__init__(dim, unit_offset)
+        self.g = nn.Parameter(torch.full((1,), 1.0 - float(unit_offset)))
+
+
+class RMSFloorScaleNorm(nn.Module):
+    """mmpose's ScaleNorm: the norm times dim^(−1/2) (the RMS) floored at eps, one scalar gain. Declares --eps-at rms."""
+
+    def __init__(self, dim, eps=1e-5):
+        super().__init__()
+        self.scale = dim ** -0.5
+        self.eps = eps
+        self.g = nn.Parameter(torch.ones(1))
+
+    def forward(self, x):
+        rms = torch.norm(x, dim=-1, keepdim=True) * self.scale
+        return x / rms.clamp(min=self.eps) * self.g
+
+
+class BrokenRMSFloorScaleNorm(RMSFloorScaleNorm):
+    """Its twin flooring the norm before the scale (‖x‖.clamp(eps)·dim^(−1/2)): a floor √dim times too low."""
+
+    def forward(self, x):
+        rms = torch.norm(x, dim=-1, keepdim=True).clamp(min=self.eps) * self.scale
+        return x / rms * self.g

@@ -348,3 +348,25 @@ def test_a_wrong_norm_is_still_a_norm(layer, op):
     case = Case(op, (4, 6, 10), "f32", normalized_at="channels") if "LastDim" in layer else Case(op, (6, 32), "f32")
     assert not_a_norm(case, resolve_impl(op, f"{LAYERS}:{layer}", hints=False)) is None
     assert f"is not a {op}" in not_a_norm(Case(op, (6, 32), "f32"), resolve_impl(op, f"{LAYERS}:DyT", hints=False))
+
+
+# -- F.normalize's and mmpose's forms (issue 62): declared, 0 adapter lines; each wrong twin fails ---------------------
+@pytest.mark.parametrize("op, layer, declared", [
+    ("rmsnorm_l2", "NormalizeRMSNorm", dict(eps=1e-12, profile="near_constant")),
+    ("rmsnorm_l2", "UnitOffsetRMSNorm", dict(eps=1e-12, weight_offset=1.0)),
+    ("scalenorm", "NormalizeScaleNorm", dict(eps=1e-12, eps_at="normalize", profile="near_constant")),
+    ("scalenorm", "RMSFloorScaleNorm", dict(eps=1e-2, eps_at="rms", profile="near_constant")),
+])
+def test_normalize_and_rms_floor_layers_pass_declared(op, layer, declared):
+    """lucidrains' F.normalize(x)·√d·g, x-transformers' unit_offset and ScaleNorm, mmpose's x / max(‖x‖/√d, eps)·g
+    (each FAILed: ScaleNorm's y off by √d, the RMSNorms' floor not F.normalize's)."""
+    assert judged(op, layer, Case(op, (4, 16), "f32", **declared)).verdict in OK
+
+
+@pytest.mark.parametrize("op, layer, declared", [
+    ("rmsnorm_l2", "BrokenNormalizeRMSNorm", dict(eps=1e-12)),
+    ("scalenorm", "BrokenRMSFloorScaleNorm", dict(eps=1e-2, eps_at="rms", profile="near_constant")),
+    ("scalenorm", "RMSFloorScaleNorm", dict(eps=1e-2, eps_at="floor", profile="near_constant")),
+])
+def test_their_wrong_twins_fail(op, layer, declared):
+    assert judged(op, layer, Case(op, (4, 16), "f32", **declared)).verdict == FAIL

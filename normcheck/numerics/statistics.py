@@ -39,6 +39,9 @@ ROOTS = ("added", "floored", "outside")
 class StatisticForm:
     divisor: str = "mean"
     root: str = "added"
+    # What the layer's eps is multiplied by where it meets s: F.normalize(x)·√M floors the norm ‖x‖ at eps while s is
+    # the mean, so √s is floored at eps/√M (a view sets it from its set size M); 1 for every other form
+    eps_scale: float = 1.0
 
     def __post_init__(self):
         if self.divisor not in DIVISORS or self.root not in ROOTS:
@@ -64,6 +67,7 @@ class StatisticForm:
         """The mean square of a set's deviations at which eps and its statistic meet (what the data profiles aim
         at): eps where it is added to s, eps² where it floors √s or is added to it; in the statistic's terms, so
         eps/M for a total (ScaleNorm) and eps²·(M − 1)/M for an unbiased one."""
+        eps = eps * self.eps_scale
         level = eps if self.root == "added" else eps * eps
         if self.divisor == "mean":
             return level
@@ -93,11 +97,12 @@ class StatisticForm:
         """φ(s) in s's dtype (a Python eps rounds to it, as in torch); a zero statistic with eps = 0 gives inf."""
         with np.errstate(divide="ignore"):
             if self.root == "outside":
-                return 1 / (np.sqrt(s) + eps)
+                return 1 / (np.sqrt(s) + eps * self.eps_scale)
             return 1 / np.sqrt(self._operand(s, eps))
 
     def _operand(self, s, eps: float):
-        """What r is 1/√ of: s + eps, or max(s, eps²) where eps floors the root."""
+        """What r is 1/√ of: s + eps, or max(s, eps²) where eps floors the root (eps as the form scales it)."""
+        eps = eps * self.eps_scale
         return np.maximum(s, eps * eps) if self.root == "floored" else s + eps
 
     def r_error(self, r, s, ds, eps: float):
@@ -127,6 +132,7 @@ class StatisticForm:
         moves with s, 0 where eps holds it)."""
         if self.root == "added":
             return None
+        eps = eps * self.eps_scale
         if self.root == "floored":
             return (s > eps * eps).astype(s.dtype)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -137,6 +143,7 @@ class StatisticForm:
         may put it on either side), 0 elsewhere; outside the root (λ − 1)·½·δs/s; None where λ = 1."""
         if self.root == "added":
             return None
+        eps = eps * self.eps_scale
         if self.root == "floored":
             return (np.abs(s - eps * eps) <= ds).astype(float)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -157,7 +164,7 @@ class StatisticForm:
     def _rate_value(self, s, eps: float):
         """2λ'(s) = −eps·s^(−3/2) outside the root (0 in a set whose statistic is 0, as λ's)."""
         with np.errstate(divide="ignore", invalid="ignore"):
-            return np.where(s > 0, -eps / (s * np.sqrt(s)), 0).astype(s.dtype)
+            return np.where(s > 0, -eps * self.eps_scale / (s * np.sqrt(s)), 0).astype(s.dtype)
 
 
 def root_error(s, ds):

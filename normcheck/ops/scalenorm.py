@@ -6,8 +6,9 @@ row's total Σx², not its mean (x̂ has norm 1, not RMS 1), and eps floors the 
 norm.clamp(min=eps) do (a row whose norm is below eps is scaled by 1/eps, and its statistics then take no part in the
 backward), or, as a convention an implementation declares (--eps-at sum), is added to Σx²: its statistic form
 (`FORMS`, numerics.statistics); and the parameter is one scalar, whose gradient sums dy·x̂ over every element of the
-batch (`param_axes`). x-transformers' `F.normalize(x) · √dim · g` is a gain of g·√H;
-its unit_offset is weight_offset 1.
+batch (`param_axes`). Two more conventions of real code scale x̂ to RMS 1 (the mean of squares, not the total): mmpose's
+x / max(‖x‖/√H, eps) · g floors the RMS at eps (--eps-at rms), and x-transformers' F.normalize(x) · √H · g floors the
+norm at eps (--eps-at normalize: the RMS floored at eps/√H); its unit_offset is weight_offset 1.
 """
 from __future__ import annotations
 
@@ -15,10 +16,10 @@ from dataclasses import replace
 
 import numpy as np
 
-from .. import reference
 from ..numerics.formats import base_format
 from ..numerics.sets import SetView
 from ..numerics.statistics import StatisticForm
+from ..reference.setwise import reference as setwise_reference
 from .batchnorm import drop_none
 from .core import AMONG_CHOICES, CaseField, Impl, KnownIssue, Op, Signature
 from .design import Design, Factor, eps_factor, levels
@@ -42,25 +43,34 @@ SWEEP = Design(
 
 
 EPS_AT = CaseField("eps_at", "floor", "where eps enters: floor (the norm floored at eps, max(‖x‖, eps), as "
-                   "F.normalize; the default) or sum (added to the sum of squares, sqrt(Σx² + eps))",
-                   choices=("floor", "sum"), metavar="WHERE", label="eps@{}", quiet="floor",
+                   "F.normalize; the default), sum (added to the sum of squares, sqrt(Σx² + eps)), rms (the RMS "
+                   "floored at eps, x / max(‖x‖/√H, eps), as mmpose) or normalize (F.normalize(x, eps)·√H, as "
+                   "x-transformers)",
+                   choices=("floor", "sum", "rms", "normalize"), metavar="WHERE", label="eps@{}", quiet="floor",
                    meanings={"floor": "floors the norm at eps, max(‖x‖, eps)",
-                             "sum": "adds eps to the sum of squares, sqrt(Σx² + eps)"}, draw=AMONG_CHOICES)
+                             "sum": "adds eps to the sum of squares, sqrt(Σx² + eps)",
+                             "rms": "floors the RMS at eps, x / max(‖x‖/√H, eps)",
+                             "normalize": "scales F.normalize(x, eps) by √H"}, draw=AMONG_CHOICES)
 
 
 # Its statistic form by its eps_at convention: the row's total Σx², its root floored at eps (1/max(‖x‖, eps)) or eps
-# added to it (1/√(Σx² + eps))
-FORMS = {"floor": StatisticForm("total", "floored"), "sum": StatisticForm("total", "added")}
+# added to it (1/√(Σx² + eps)); or the row's mean, its root floored at eps (the RMS floored) or at eps/√H (the norm
+# floored, the result scaled by √H: normalize, whose eps_scale the view sets from H)
+FORMS = {"floor": StatisticForm("total", "floored"), "sum": StatisticForm("total", "added"),
+         "rms": StatisticForm("mean", "floored"), "normalize": StatisticForm("mean", "floored")}
 
 
-def floors(case) -> bool:
-    return case.eps_at == "floor"
+def form_of(eps_at: str, set_size: int) -> StatisticForm:
+    """The form of a row of `set_size` elements: F.normalize(x)·√H's floor on the norm is eps/√H on the RMS."""
+    form = FORMS[eps_at]
+    return replace(form, eps_scale=set_size ** -0.5) if eps_at == "normalize" else form
 
 
 def view(case) -> SetView:
     """The rows' sets, whose statistic is a total (eps flooring its root, or added to it), and one gain over every
     element."""
-    return replace(row_view(case), param_shape=(1,), param_axes=(), form=FORMS[case.eps_at])
+    rows = row_view(case)
+    return replace(rows, param_shape=(1,), param_axes=(), form=form_of(case.eps_at, rows.set_size))
 
 
 def call(fn, t, case, group=None, world_size=1):
@@ -75,11 +85,10 @@ def array_call(fn, a, case):
 
 
 def reference_outputs(i) -> dict[str, np.ndarray]:
-    c, d = i.case, normalized_shape(i.case)
-    convention = dict(eps=c.eps_value, offset=c.weight_offset, floor=floors(c))
-    fwd = reference.scale_norm_forward(i.x, d, i.weight, **convention)
-    bwd = reference.scale_norm_backward(i.dy, i.x, d, i.weight, **convention)
-    return drop_none(y=fwd.y, dx=bwd.dx, dweight=bwd.dweight)
+    """The form's reference (reference.setwise.reference), uncentred, over the view's one gain."""
+    out = setwise_reference(i.case.view, i.x, i.dy, i.weight, None, i.case.eps_value, offset=i.case.weight_offset,
+                            centred=False)
+    return drop_none(**{name: out[name] for name in OUTPUTS})
 
 
 def scale_norm(input, normalized_shape, weight=None, eps=1e-5):
