@@ -8,6 +8,8 @@ its stage kinds; generic code reads it and has no branch of its own for any form
     root      r = φ(s):   added     1/√(s + eps)       (every torch norm)
                           floored   1/max(√s, eps)     (F.normalize, ScaleNorm)
                           outside   1/(√s + eps)       (the annotated transformer's LayerNorm, RMSNorms written so)
+    eps_scale             eps·c wherever eps enters (c = 1; F.normalize(x)·√H floors the RMS at eps/√H: rmsnorm_l2,
+                          ScaleNorm's --eps-at normalize, whose view sets c from the set's size)
 
 With x̂ = d·r, g = γ·dy and h = Σ(g·x̂)/D (the statistic of g·x̂), the first order of every form is
 
