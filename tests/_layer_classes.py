@@ -245,6 +245,25 @@ class BrokenGroupedGatedRMSNorm(GroupedGatedRMSNorm):
         return grouped.transpose(-1, -2).flatten(-2)
 
 
+class RequiredGroupsGatedRMSNorm(nn.Module):
+    """A gated RMSNorm whose constructor requires its group size (transformers' Mamba2 port: no default), the gate
+    before the norm, Llama's casting. Where a case has no groups, the whole row is its one group. Declares
+    --casting before-weight --output-dtype promote --compute-dtype f32."""
+
+    def __init__(self, hidden_size, group_size, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.group_size, self.eps = group_size, eps
+
+    def forward(self, hidden_states, gate=None):
+        dtype, h = hidden_states.dtype, hidden_states.float()
+        if gate is not None:
+            h = h * F.silu(gate.float())
+        groups = h.unflatten(-1, (-1, self.group_size))
+        h = (groups * torch.rsqrt(groups.pow(2).mean(-1, keepdim=True) + self.eps)).flatten(-2)
+        return self.weight * h.to(dtype)
+
+
 class GateFirstRMSNorm(nn.Module):
     """A gated RMSNorm as transformers' Mamba2 port writes it: forward(hidden_states, gate=None), the gate applied
     before the norm, Llama's casting (x̂ in x's dtype before the weight)."""

@@ -217,6 +217,15 @@ def test_a_gated_layer_with_groups_is_judged_by_class(op):
     assert judged(op, "BrokenGroupedGatedRMSNorm", case).verdict == FAIL
 
 
+@pytest.mark.parametrize("groups", [{}, {"group_size": 4}], ids=["no groups", "groups of 4"])
+def test_a_required_group_size_is_the_whole_row_where_a_case_has_no_groups(groups):
+    """A constructor that requires group_size (transformers' Mamba2 gated norm) is built: with the case's group size,
+    or the row's length where the case has none (one group, the ungrouped norm); it was a usage error."""
+    case = Case("gate_rmsnorm", (3, 16), "f32", eps=1e-6, **LLAMA, **groups)
+    report = judged("gate_rmsnorm", "RequiredGroupsGatedRMSNorm", case)
+    assert report.verdict in OK, report.summary()
+
+
 def test_a_forward_parameter_named_gate_takes_the_gate():
     """transformers' Mamba2 gated norm names it `gate` (it was dropped: 'dgate is None'); its gate comes first, so
     it passes gate_rmsnorm and fails rmsnorm_gate."""

@@ -14,6 +14,7 @@ each argument of a call is, and the op's record the constructor switches that ch
 from __future__ import annotations
 
 import inspect
+from math import prod
 from functools import partial
 from typing import Any, Callable
 
@@ -141,7 +142,7 @@ class Layer:
         except (TypeError, ValueError):
             return  # (no signature to read: trust it, a failure is a row)
         unknown = [p.name for p in params if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-                   and p.name.lower() not in FILLED]
+                   and p.name.lower() not in FILLED and p.name not in self.optional]
         if unknown:
             raise UsageError(f"{self.name}: cannot fill its {self.kind}'s argument{'s' * (len(unknown) > 1)} "
                              f"{', '.join(unknown)} (normcheck fills sizes, groups, eps, momentum and the affine and "
@@ -227,7 +228,11 @@ class Layer:
         if p.name in switches:
             return switches[p.name]
         if p.name in self.optional:  # (group_size: None where the case has none, the constructor's default too)
-            return given[p.name] if given.get(p.name) is not None else _LEAVE
+            if given.get(p.name) is not None:
+                return given[p.name]
+            if p.default is p.empty and given.get("normalized_shape"):  # (one it requires: the whole row, one group,
+                return prod(given["normalized_shape"])                  # which is the ungrouped norm: Mamba2's)
+            return _LEAVE
         if name in SIZE_NAMES:
             return self._size(p, given, owner or self.builder)
         if name in GROUP_NAMES and "num_groups" in given:
