@@ -10,10 +10,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
-import torch.autograd.forward_ad as fwAD
 
 from normcheck import Case
 from normcheck.engine.expected import expected_outputs
+from tests._form_checks import (WRT, assert_double_backward_is_the_derivative_of_the_first_order,
+                                 forward_over_reverse, second_order, tensors)
 
 PATHS = [dict(), dict(frozen="x"), dict(frozen="params"), dict(affine="weight")]
 
@@ -26,17 +27,12 @@ def torch_layer_norm_std(x, weight, bias, eps, dims):
     return y if bias is None else y + bias
 
 
+def _formula(t):
+    return torch_layer_norm_std(t["x"], t["weight"], t["bias"], 1e-2, (-2, -1))
+
+
 def _case(shape, order=1, profile="normal", **path):
     return Case("layernorm_std", shape, "f64", profile=profile, eps=1e-2, normalized_dims=2, order=order, **path)
-
-
-def _tensors(inputs):
-    t = {k: None if getattr(inputs, k) is None else torch.tensor(getattr(inputs, k))
-         for k in ("x", "dy", "weight", "bias", "ddx", "ddweight", "ddbias")}
-    wrt = {"dx": "x", "dweight": "weight", "dbias": "bias"}
-    for g in inputs.case.grads:
-        t[wrt[g]].requires_grad_()
-    return t, wrt
 
 
 def test_the_reference_is_torchs_float64_autograd_with_a_row_of_equal_values():
@@ -48,44 +44,17 @@ def test_the_reference_is_torchs_float64_autograd_with_a_row_of_equal_values():
     x[4] *= 1e-3  # a row whose std is below eps
     inputs = replace(inputs, x=x)
     ref = expected_outputs(inputs.case, inputs)
-    t, wrt = _tensors(inputs)
-    y = torch_layer_norm_std(t["x"], t["weight"], t["bias"], 1e-2, (-2, -1))
-    grads = torch.autograd.grad(y, [t[w] for w in wrt.values()], t["dy"])
+    t = tensors(inputs)
+    grads_of = inputs.case.grads
+    y = _formula(t)
+    grads = torch.autograd.grad(y, [t[WRT[g]] for g in grads_of], t["dy"])
     np.testing.assert_allclose(ref["y"], y.detach().numpy(), rtol=1e-12, atol=1e-12)
-    for (name, _), grad in zip(wrt.items(), grads):
+    for name, grad in zip(grads_of, grads):
         np.testing.assert_allclose(ref[name], grad.numpy(), rtol=1e-10, atol=1e-10, err_msg=name)
     # eps outside the root, the std unbiased: the constant row is β, the small one x̂ = (x − μ)/(std + eps)
     np.testing.assert_allclose(ref["y"][2], np.broadcast_to(inputs.bias, (3, 4)), rtol=1e-12)
     g = inputs.weight * inputs.dy[2]
     np.testing.assert_allclose(ref["dx"][2], (g - g.mean()) / 1e-2, rtol=1e-12)  # r = 1/eps, and no x̂·h term
-
-
-def _second_order_torch(case, inputs):
-    """torch's float64 double backward of the tutorial's formula (no row of equal values: torch's is NaN there)."""
-    t, wrt = _tensors(inputs)
-    dy = t["dy"].requires_grad_()
-    y = torch_layer_norm_std(t["x"], t["weight"], t["bias"], 1e-2, (-2, -1))
-    leaves = [t[wrt[g]] for g in case.grads]
-    grads = torch.autograd.grad(y, leaves, dy, create_graph=True)
-    cot = {"dx": t["ddx"], "dweight": t["ddweight"], "dbias": t["ddbias"]}
-    of = {"d2x": t["x"], "d2weight": t["weight"], "d2dy": dy}
-    second = torch.autograd.grad(grads, [of[n] for n in case.directional], [cot[g] for g in case.grads],
-                                 allow_unused=True)
-    return {n: (torch.zeros_like(of[n]) if s is None else s).detach().numpy() for n, s in zip(case.directional, second)}
-
-
-def _forward_over_reverse_torch(case, inputs):
-    """torch's float64 forward-mode AD of y and of its backward (forward-over-reverse)."""
-    t, wrt = _tensors(inputs)
-    tangent = {"x": "ddx", "weight": "ddweight", "bias": "ddbias"}
-    with fwAD.dual_level():
-        for g in case.differentiated:
-            t[wrt[g]] = fwAD.make_dual(t[wrt[g]], t[tangent[wrt[g]]])
-        y = torch_layer_norm_std(t["x"], t["weight"], t["bias"], 1e-2, (-2, -1))
-        grads = dict(zip(case.grads, torch.autograd.grad(y, [t[wrt[g]] for g in case.grads], t["dy"],
-                                                         create_graph=True)))
-        primals = {"y": y, **grads}
-        return {name: fwAD.unpack_dual(primals[p]).tangent.detach().numpy() for name, p in case.tangents.items()}
 
 
 @pytest.mark.parametrize("path", PATHS, ids=lambda p: ",".join(f"{k}={v}" for k, v in p.items()) or "all")
@@ -99,17 +68,10 @@ def test_the_directional_derivatives_are_torchs_float64_ones(order, path):
     inputs = replace(inputs, x=x)
     case = inputs.case
     ref = expected_outputs(case, inputs)
-    theirs = _second_order_torch(case, inputs) if order == 2 else _forward_over_reverse_torch(case, inputs)
+    theirs = (second_order if order == 2 else forward_over_reverse)(case, inputs, _formula)
     assert theirs
     for name, value in theirs.items():
         np.testing.assert_allclose(ref[name], value, rtol=1e-9, atol=1e-9, err_msg=name)
-
-
-def _first_order_loss(case, inputs) -> float:
-    """⟨ddx, dx⟩ + ⟨ddγ, dγ⟩ + ⟨ddβ, dβ⟩ from the first-order reference."""
-    first = expected_outputs(case.with_(order=1), inputs)
-    pairs = (("dx", inputs.ddx), ("dweight", inputs.ddweight), ("dbias", inputs.ddbias))
-    return sum(float(np.sum(first[g] * c)) for g, c in pairs if c is not None)
 
 
 @pytest.mark.parametrize("profile", ["normal", "near_constant"])
@@ -119,15 +81,8 @@ def test_the_double_backward_is_the_derivative_of_the_first_order_reference(prof
     inputs = _case((6, 5, 3), order=2, profile=profile).make_inputs()
     if profile == "near_constant":
         inputs = replace(inputs, x=inputs.x[1::2].repeat(2, axis=0), dy=inputs.dy, ddx=inputs.ddx)
-    case = inputs.case
-    ref = expected_outputs(case, inputs)
-    rng = np.random.default_rng(0)
-    for name, field in (("d2x", "x"), ("d2weight", "weight"), ("d2dy", "dy")):
-        v = rng.normal(size=getattr(inputs, field).shape)
-        h = 1e-7 if profile == "near_constant" else 1e-5
-        up = _first_order_loss(case, replace(inputs, **{field: getattr(inputs, field) + h * v}))
-        down = _first_order_loss(case, replace(inputs, **{field: getattr(inputs, field) - h * v}))
-        assert np.sum(ref[name] * v) == pytest.approx((up - down) / (2 * h), rel=1e-5, abs=1e-6), name
+    h = 1e-7 if profile == "near_constant" else 1e-5
+    assert_double_backward_is_the_derivative_of_the_first_order(inputs, h)
 
 
 def test_the_near_constant_profile_puts_rows_on_both_sides_of_eps():

@@ -10,11 +10,12 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
-import torch.autograd.forward_ad as fwAD
 
 from normcheck import Case, compare
 from normcheck.engine import FAIL, KNOWN
 from normcheck.engine.expected import expected_outputs
+from tests._form_checks import (WRT, assert_double_backward_is_the_derivative_of_the_first_order,
+                                 forward_over_reverse, second_order, tensors)
 from normcheck.ops.rmsnorm_eps_out import ZERO_ROW_DOUBLE_BACKWARD
 from tests.mutants import bound
 from tests.mutants.rmsnorm_eps_out import CORRECT
@@ -30,17 +31,12 @@ def torch_rms_norm_eps_out(x, weight):
     return y if weight is None else y * weight
 
 
+def _formula(t):
+    return torch_rms_norm_eps_out(t["x"], t["weight"])
+
+
 def _case(shape, order=1, profile="normal", **path):
     return Case("rmsnorm_eps_out", shape, "f64", profile=profile, eps=EPS, normalized_dims=2, order=order, **path)
-
-
-def _tensors(inputs):
-    t = {k: None if getattr(inputs, k) is None else torch.tensor(getattr(inputs, k))
-         for k in ("x", "dy", "weight", "ddx", "ddweight")}
-    wrt = {"dx": "x", "dweight": "weight"}
-    for g in inputs.case.grads:
-        t[wrt[g]].requires_grad_()
-    return t, wrt
 
 
 def test_the_reference_is_torchs_float64_autograd_with_a_zero_row():
@@ -52,38 +48,14 @@ def test_the_reference_is_torchs_float64_autograd_with_a_zero_row():
     x[4] *= 1e-3
     inputs = replace(inputs, x=x)
     ref = expected_outputs(inputs.case, inputs)
-    t, wrt = _tensors(inputs)
-    y = torch_rms_norm_eps_out(t["x"], t["weight"])
-    grads = torch.autograd.grad(y, [t[w] for w in wrt.values()], t["dy"])
+    t = tensors(inputs)
+    grads_of = inputs.case.grads
+    y = _formula(t)
+    grads = torch.autograd.grad(y, [t[WRT[g]] for g in grads_of], t["dy"])
     np.testing.assert_allclose(ref["y"], y.detach().numpy(), rtol=1e-12, atol=1e-12)
-    for (name, _), grad in zip(wrt.items(), grads):
+    for name, grad in zip(grads_of, grads):
         np.testing.assert_allclose(ref[name], grad.numpy(), rtol=1e-10, atol=1e-10, err_msg=name)
     np.testing.assert_allclose(ref["dx"][2], inputs.weight * inputs.dy[2] / EPS, rtol=1e-12)
-
-
-def _second_order_torch(case, inputs):
-    t, wrt = _tensors(inputs)
-    dy = t["dy"].requires_grad_()
-    y = torch_rms_norm_eps_out(t["x"], t["weight"])
-    grads = torch.autograd.grad(y, [t[wrt[g]] for g in case.grads], dy, create_graph=True)
-    cot = {"dx": t["ddx"], "dweight": t["ddweight"]}
-    of = {"d2x": t["x"], "d2weight": t["weight"], "d2dy": dy}
-    second = torch.autograd.grad(grads, [of[n] for n in case.directional], [cot[g] for g in case.grads],
-                                 allow_unused=True)
-    return {n: (torch.zeros_like(of[n]) if s is None else s).detach().numpy() for n, s in zip(case.directional, second)}
-
-
-def _forward_over_reverse_torch(case, inputs):
-    t, wrt = _tensors(inputs)
-    tangent = {"x": "ddx", "weight": "ddweight"}
-    with fwAD.dual_level():
-        for g in case.differentiated:
-            t[wrt[g]] = fwAD.make_dual(t[wrt[g]], t[tangent[wrt[g]]])
-        y = torch_rms_norm_eps_out(t["x"], t["weight"])
-        grads = dict(zip(case.grads, torch.autograd.grad(y, [t[wrt[g]] for g in case.grads], t["dy"],
-                                                         create_graph=True)))
-        primals = {"y": y, **grads}
-        return {name: fwAD.unpack_dual(primals[p]).tangent.detach().numpy() for name, p in case.tangents.items()}
 
 
 @pytest.mark.parametrize("path", PATHS, ids=lambda p: ",".join(f"{k}={v}" for k, v in p.items()) or "all")
@@ -97,16 +69,10 @@ def test_the_directional_derivatives_are_torchs_float64_ones(order, path):
     inputs = replace(inputs, x=x)
     case = inputs.case
     ref = expected_outputs(case, inputs)
-    theirs = _second_order_torch(case, inputs) if order == 2 else _forward_over_reverse_torch(case, inputs)
+    theirs = (second_order if order == 2 else forward_over_reverse)(case, inputs, _formula)
     assert theirs
     for name, value in theirs.items():
         np.testing.assert_allclose(ref[name], value, rtol=1e-9, atol=1e-9, err_msg=name)
-
-
-def _first_order_loss(case, inputs) -> float:
-    first = expected_outputs(case.with_(order=1), inputs)
-    pairs = (("dx", inputs.ddx), ("dweight", inputs.ddweight))
-    return sum(float(np.sum(first[g] * c)) for g, c in pairs if c is not None)
 
 
 @pytest.mark.parametrize("profile", ["normal", "near_constant"])
@@ -116,15 +82,8 @@ def test_the_double_backward_is_the_derivative_of_the_first_order_reference(prof
     inputs = _case((6, 5, 3), order=2, profile=profile).make_inputs()
     if profile == "near_constant":
         inputs = replace(inputs, x=inputs.x[1::2].repeat(2, axis=0))
-    case = inputs.case
-    ref = expected_outputs(case, inputs)
-    rng = np.random.default_rng(0)
-    for name, field in (("d2x", "x"), ("d2weight", "weight"), ("d2dy", "dy")):
-        v = rng.normal(size=getattr(inputs, field).shape)
-        h = 1e-7 if profile == "near_constant" else 1e-5
-        up = _first_order_loss(case, replace(inputs, **{field: getattr(inputs, field) + h * v}))
-        down = _first_order_loss(case, replace(inputs, **{field: getattr(inputs, field) - h * v}))
-        assert np.sum(ref[name] * v) == pytest.approx((up - down) / (2 * h), rel=1e-5, abs=1e-6), name
+    h = 1e-7 if profile == "near_constant" else 1e-5
+    assert_double_backward_is_the_derivative_of_the_first_order(inputs, h)
 
 
 def test_the_near_constant_profile_puts_rows_on_both_sides_of_eps():
