@@ -20,6 +20,7 @@ from normcheck.cases.sweep import default_sweep
 from normcheck.engine import FAIL
 from normcheck.impls import resolve_impl
 from normcheck.impls.limits import learned
+from normcheck.ops import get_op
 
 OP, KERNEL = "layernorm", "tests._limited_impls:once_differentiable_layer_norm"
 DESIGN = Narrowing(scans="without")
@@ -32,7 +33,7 @@ def sweep(which: str):
     impl = resolve_impl(OP, KERNEL)
     if which == "before: design, orders it cannot do skipped":
         return impl, [c for c in default_sweep(OP, narrowing=DESIGN) if c.order == 1]
-    return impl, default_sweep(OP, narrowing=learned(impl, DESIGN))
+    return impl, default_sweep(OP, narrowing=learned(get_op(OP), impl, DESIGN))
 
 
 @pytest.mark.parametrize("which", ["before: design, orders it cannot do skipped", "after: narrowed design",
@@ -49,7 +50,7 @@ def test_sweep(benchmark, judged_sweep, which):
 def test_probing(benchmark):
     """The probes alone (the worker already started): a fraction of a second, against the sweep's seconds."""
     impl = resolve_impl(OP, KERNEL)
-    learned(impl, DESIGN)  # (the worker started, its imports done)
+    learned(get_op(OP), impl, DESIGN)  # (the worker started, its imports done)
     benchmark.group = GROUP
     narrowing = benchmark(learned, impl, DESIGN)
     assert {lim.name for lim in narrowing.limits} == {"order"}

@@ -288,7 +288,7 @@ def _options(config) -> Options:
             raise UsageError(f"--normcheck-world-size applies to {', '.join(distributed_ops())} only, not {op}")
         default_sweep(OPS[op], narrowing=narrowing)  # what no case can take is refused now, in one line
         try:  # (what it cannot do narrows the design as an option does: impls.limits)
-            narrowing = learned(bound, narrowing)
+            narrowing = learned(OPS[op], bound, narrowing)
         except KeyboardInterrupt:  # (Ctrl-C or SIGTERM while it ran: the run stops at its first test, reporting)
             interrupted = True
     except UsageError as e:

@@ -21,6 +21,7 @@ from normcheck.engine.coverage import judged_coverage, narrowing_hint
 from normcheck.engine.report import FAIL, PASS, SKIP, Report
 from normcheck.impls import resolve_impl
 from normcheck.impls.limits import learned
+from normcheck.ops import get_op
 
 HERE = "tests._limited_impls"
 DESIGN = Narrowing(scans="without")
@@ -110,7 +111,7 @@ def test_a_bug_on_a_pair_that_only_higher_order_cases_carried_fails_the_sweep():
 
 def test_a_layer_class_narrows_to_the_sizes_and_parameters_its_constructor_takes():
     impl = resolve_impl("rmsnorm", "tests._layer_classes:LlamaStyleRMSNorm")
-    narrowing = learned(impl, Narrowing.of({"casting": "before-weight", "output_dtype": "promote",
+    narrowing = learned(get_op(impl.op), impl, Narrowing.of({"casting": "before-weight", "output_dtype": "promote",
                                             "compute_dtype": "f32"}, scans="without"))
     cases = default_sweep("rmsnorm", narrowing=narrowing)
     assert {c.normalized_dims for c in cases} == {1} and {c.affine for c in cases} == {True}
@@ -191,6 +192,6 @@ def test_what_a_record_declares_narrows_even_once_the_probes_budget_is_spent(mon
 
     monkeypatch.setattr(limits, "PROBE_SECONDS", 0.0)
     impl = resolve_impl("layernorm", Impl("once", "layernorm", "order 1 only, by its record", F.layer_norm, orders=(1,)))
-    narrowing = learned(impl, DESIGN)
+    narrowing = learned(get_op(impl.op), impl, DESIGN)
     assert {v for lim in narrowing.limits for v in lim.declines} == {2, "fwd", "fwd-rev"}
     assert all(lim.why == "once is only once differentiable (as recorded)" for lim in narrowing.limits)

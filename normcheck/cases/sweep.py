@@ -24,8 +24,7 @@ from ..core.errors import UsageError
 from ..numerics.formats import expressible, innermost_dim
 from ..ops import Op, get_op
 from ..ops.design import (CLASSES, REMAINDERS, SCAN_DTYPES, SCAN_ELEMENTS, SCAN_LAYOUT, SCAN_PROFILE, TRIPLE_STRENGTH,
-                          Exclusion, Factor, remainder_of, scan_of, scan_sizes, scanned_in_every_dtype, shared_anchors,
-                          shared_exclusions, shared_factors)
+                          Exclusion, Factor, remainder_of)
 from .case import Case
 from .covering import covering_array
 from .narrowing import OPTION, SPLIT, Narrowing, fits, narrowed
@@ -40,19 +39,14 @@ def on_record(fn):
 
 
 @on_record
-@lru_cache(maxsize=None)
 def factors(op: Op) -> tuple[Factor, ...]:
-    """The op's factors: the shared ones, each replaced by the op's own of the same name, then its own."""
-    own = {f.name: f for f in op.sweep.factors}
-    shared = [own.pop(f.name, f) for f in shared_factors(op)]
-    return tuple(shared) + tuple(own.values())
+    """The op's factors: the shared ones, each replaced by the op's own of the same name, then its own (Op.design)."""
+    return op.design.factors
 
 
 @on_record
-@lru_cache(maxsize=None)
 def exclusions(op: Op) -> tuple[Exclusion, ...]:
-    names = {f.name for f in factors(op)}
-    return tuple(e for e in shared_exclusions(op) + op.sweep.exclusions if set(e.factors) <= names)
+    return op.design.exclusions
 
 
 @on_record
@@ -68,8 +62,7 @@ def narrowed_design(op: Op, narrowing: Narrowing = Narrowing()) -> tuple[tuple[F
 
 def geometry_first(op: Op, fs) -> list[Factor]:
     """`fs` in the order a row's free factors are filled: the op's own (its geometry: its usual sizes) first."""
-    shared = {f.name for f in shared_factors(op)}
-    return sorted(fs, key=lambda f: f.name in shared)
+    return sorted(fs, key=lambda f: f.name in op.design.shared)
 
 
 @on_record
@@ -90,7 +83,7 @@ def anchor_rows(op: Op, narrowing: Narrowing = Narrowing()) -> tuple[dict, ...]:
     fs, excluded = narrowed_design(op, narrowing)
     kept = {f.name: f.values for f in fs}
     rows = []
-    for anchor in shared_anchors(op):
+    for anchor in op.design.anchors:
         if any(v not in kept[name] for name, v in anchor.values):
             continue
         row = filled(op, dict(anchor.values), fs, excluded)
@@ -250,12 +243,13 @@ def scan_rows(op: Op, narrowing: Narrowing = Narrowing()) -> tuple[tuple[str, in
     rows = []
     fixed = narrowing.fixed
     for f in factors(op):
-        scan = scan_of(f)
-        if scan is None or f.name not in kept or _fixed_by_run(f, fixed):
+        scanned = op.design.scans.get(f.name)
+        if scanned is None or f.name not in kept or _fixed_by_run(f, fixed):
             continue  # (a run that fixes the size has no scan of it)
+        scan = scanned.scan
         read, usual = scan.read or f.read, kept[f.name].values[kept[f.name].usual]
-        for n in scan_sizes(f):
-            for dtype in (dtypes if scanned_in_every_dtype(n) else dtypes[-1:]):
+        for n in scanned.sizes:
+            for dtype in (dtypes if n in scanned.in_every_dtype else dtypes[-1:]):
                 given = {**(scan.values(n, usual) if scan.values else {f.name: n}), "dtype": dtype, **common}
                 candidates = (filled(op, given, fs, excluded, smaller) for smaller in (False, True))
                 row = next((row for row in candidates if _fits_scan(op, row, narrowing, read, n, limit)), None)
@@ -281,7 +275,7 @@ def probe_rows(op: Op, narrowing: Narrowing = Narrowing(), base: dict | None = N
     base = base or row_of({})
     rows, seen = [(None, None, base)], [base]
     for f in fs:
-        for value in (() if f.name == SPLIT or scan_of(f) is not None else f.values):
+        for value in (() if f.name == SPLIT or f.name in op.design.scans else f.values):
             row = (filled(op, {f.name: value}, fs, excluded, prefer=base) if base is not None else None) \
                 or row_of({f.name: value})  # (the base's other levels wherever they meet this one)
             if row is not None and row not in seen:

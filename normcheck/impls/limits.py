@@ -27,7 +27,7 @@ from ..cases.narrowing import Limit, Narrowing
 from ..cases.sweep import case_of, narrowed_design, probe_rows
 from ..core.errors import CaseTimeout, Unsupported, UsageError
 from ..engine.compare import case_inputs
-from ..ops import Bound, Op, get_op
+from ..ops import Bound, Op
 
 ROUNDS = 3  # a limit changes the usual levels the next probes start from; more rounds than this find nothing new
 # What probing may cost a run: its wall seconds, and the probes that fail (each restarts the implementation's worker
@@ -36,10 +36,9 @@ PROBE_SECONDS = 5.0
 FAILING_PROBES = 3
 
 
-def learned(bound: Bound, narrowing: Narrowing) -> Narrowing:
-    """The run's `narrowing` with the limits a `bound` implementation declares or says on probe cases. A limit that
-    would leave a factor no level is not taken (the sweep's SKIP rows then say why)."""
-    op = get_op(bound.op)  # (fetched once: the probes read the record)
+def learned(op: Op, bound: Bound, narrowing: Narrowing) -> Narrowing:
+    """The run's `narrowing` of the `op`'s design with the limits a `bound` implementation declares or says on probe
+    cases. A limit that would leave a factor no level is not taken (the sweep's SKIP rows then say why)."""
     said = {}  # case -> what the implementation said of it: each probe case runs once
     budget = Budget()
     with bound.limit.aside() if bound.limit is not None else nullcontext():

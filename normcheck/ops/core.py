@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from math import inf
 from typing import Any, Callable
 
@@ -21,7 +22,7 @@ from ..numerics.dtypes import COMPUTE_DTYPES, OUTPUT_DTYPES
 from ..numerics.formats import expressible
 from ..numerics.sets import SetView
 from ..reference.stages import AFTER, BEFORE
-from .design import Design
+from .design import Composed, Design, compose
 from .layouts import BATCH, SHARDED, Layout
 
 ALL_CASES = "all dtypes (f64, f32, f16, bf16, mixed), all memory formats, every rank the op takes"
@@ -540,6 +541,11 @@ class Op:
     def __hash__(self) -> int:
         # (the sweep's caches are keyed by the record: its name, not every field's hash, on each call)
         return hash(self.name)
+
+    @cached_property
+    def design(self) -> Composed:
+        """Its whole design: the shared factors, exclusions and anchors with its own (`sweep`), composed once."""
+        return compose(self)
 
     @property
     def epilogue(self):

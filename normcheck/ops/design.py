@@ -394,6 +394,39 @@ def shared_exclusions(op) -> tuple[Exclusion, ...]:
             + ((zero_eps,) if op.running_stats and set(MODES_OF) - set(op.eps_zero) else ()))
 
 
+@dataclass(frozen=True)
+class Scanned:
+    """A factor's boundary scan as composed: the Scan, its sizes, and those scanned in f64 as well as f32."""
+    scan: Scan
+    sizes: tuple[int, ...]
+    in_every_dtype: frozenset[int]
+
+
+@dataclass(frozen=True, eq=False)
+class Composed:
+    """An op's whole design, composed once from its record (Op.design), which the sweep reads instead of composing it
+    again at each step: `factors`, the shared ones (each replaced by the op's own of the same name) then its own;
+    `exclusions` among them; `anchors`; `shared`, the names of the shared factors (a row fills the op's own, its
+    geometry, first); `scans`, each scanned factor's name -> Scanned."""
+    factors: tuple[Factor, ...]
+    exclusions: tuple[Exclusion, ...]
+    anchors: tuple[Anchor, ...]
+    shared: frozenset[str]
+    scans: dict[str, Scanned]
+
+
+def compose(op) -> Composed:
+    """The op's whole design (Composed) from its record: the shared factors, exclusions and anchors with its own."""
+    own = {f.name: f for f in op.sweep.factors}
+    shared = shared_factors(op)
+    factors = tuple(own.pop(f.name, f) for f in shared) + tuple(own.values())
+    names = {f.name for f in factors}
+    exclusions = tuple(e for e in shared_exclusions(op) + op.sweep.exclusions if set(e.factors) <= names)
+    scans = {f.name: Scanned(scan_of(f), scan_sizes(f), frozenset(n for n in scan_sizes(f) if scanned_in_every_dtype(n)))
+             for f in factors if scan_of(f) is not None}
+    return Composed(factors, exclusions, shared_anchors(op), frozenset(f.name for f in shared), scans)
+
+
 # ----------------------------------------------------------------------------- shared geometry
 def split_factor(*pairs) -> Factor:
     """The per-rank shares of a distributed op's split axis (Case.split): split_factor(shares, why, ...). Its scan
