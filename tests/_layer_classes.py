@@ -183,6 +183,22 @@ class FixedEpsLayerNorm(nn.Module):
         return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
 
 
+class Float32LayerNorm(nn.LayerNorm):
+    """diffusers' FP32LayerNorm: F.layer_norm on x, γ and β taken to float32 (a float64 x too), y back in x's dtype.
+    Declares --compute-dtype f32."""
+
+    def forward(self, inputs):
+        return F.layer_norm(inputs.float(), self.normalized_shape, None if self.weight is None else self.weight.float(),
+                            None if self.bias is None else self.bias.float(), self.eps).to(inputs.dtype)
+
+
+class BrokenGradientFloat32LayerNorm(Float32LayerNorm):
+    """The float32 LayerNorm with its input gradient tripled (x + 2·(x − x.detach()): the same y)."""
+
+    def forward(self, inputs):
+        return super().forward(inputs + 2 * (inputs - inputs.detach()))
+
+
 # A module already built (its sizes fixed), given where its class is meant: a usage line naming the class
 BUILT_LAYER_NORM = nn.LayerNorm(8)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 import time
 import traceback
-from dataclasses import replace
+from dataclasses import fields, replace
 
 import numpy as np
 
@@ -17,6 +17,7 @@ from ..cases.case import default_conventions
 from ..core.caching import cache_by_bytes
 from ..core.errors import ImplError, RaisedElsewhere, UsageError, Unsupported
 from ..core.text import exception_text, raised_at
+from ..numerics.dtypes import quantise
 from ..ops import Bound
 from ..ops.core import BATCH_INVARIANCE
 from . import invariance
@@ -51,6 +52,10 @@ def _judged(case: Case, bound: Bound, constants: Constants, against: Case | None
     def report(verdict: str, tensors=(), message: str = "") -> Report:
         if verdict == FAIL:
             issues = bound.applicable_issues(case, ops, op.known_issues)
+            kernels = kernels_case(case)  # (torch's kernels run in the precision the code declares it computes in)
+            if kernels is not None:
+                issues += [k for k in bound.applicable_issues(kernels, ops, op.known_issues)
+                           if k not in issues and k not in bound.impl.known_issues]
             raw, (verdict, message) = message, attribute(issues, tensors, message)
             own = [k for k in issues if k in bound.impl.known_issues]
             followed = [k for k in issues if k not in own]  # torch's, followed into code that ran its kernels
@@ -147,24 +152,32 @@ def reproduced(case: Case, bound: Bound, followed, tensors, message: str, output
     known = attribute(followed, tensors, message)[1]
     issue = next(k for k in followed if _explained([k], tensors, message)[0])
     # torch's record runs the case under its own conventions: what the code under test declared of its own outputs
-    # (--output-dtype promote, --compute-dtype f32) says nothing of torch's kernel
-    theirs = case.with_(**default_conventions(case.op))
+    # (--output-dtype promote, --compute-dtype f32) says nothing of torch's kernel. An issue of torch's kernels in
+    # the precision the code declares it computes in, and not in the case's own, is reproduced there: torch's record
+    # on the case's inputs rounded as those kernels were handed them, judged as the code is
+    theirs, inputs, alike = case.with_(**default_conventions(case.op)), None, "alike"
+    if not issue.applies(case):
+        kernels = kernels_case(case)
+        theirs, inputs = kernels, kernels_inputs(case, kernels)
+        alike = f"alike in {kernels.dtype}, the precision this code computes in"
     witness = bound.witness(issue, theirs) if bound.witness is not None else None
     if witness is None:
         return FAIL, f"{failure} (resembles known issue {issue.key}; no record of torch's that has it takes this case)"
-    why = _not_reproduced(case, theirs, witness, issue, tensors, message, outputs, constants)
+    why = _not_reproduced(case, theirs, witness, issue, tensors, message, outputs, constants, inputs)
     if why is None:
-        return KNOWN, f"{known} (torch's own `{witness.name}` record fails this case alike)"
+        return KNOWN, f"{known} (torch's own `{witness.name}` record fails this case {alike})"
     return FAIL, (f"{failure} (resembles known issue {issue.key}, but torch's own `{witness.name}` record does not "
-                  f"reproduce it on this case: {why})")
+                  f"reproduce it on this case{'' if inputs is None else f' in {theirs.dtype}'}: {why})")
 
 
 def _not_reproduced(case, own: Case, witness: Bound, issue, tensors, message: str, outputs: dict,
-                    constants) -> str | None:
+                    constants, inputs: CaseInputs | None = None) -> str | None:
     """None when `witness` (torch's record), run on `own` (the case under its own conventions), fails as the
-    implementation did on `case`; else why not, in a clause."""
+    implementation did on `case`; else why not, in a clause. `inputs`: what it runs on where they are not `own`'s
+    (the case's rounded to the precision the code computes in, kernels_inputs): its outputs are then judged as the
+    code's are, on `case`."""
     try:
-        theirs = witness.runner(own, case_inputs(own))[0]
+        theirs = witness.runner(own, case_inputs(own) if inputs is None else inputs)[0]
     except Exception as e:  # noqa: BLE001 - torch's record raising is data here
         raised = str(e) if isinstance(e, RaisedElsewhere) else exception_text(e)  # (its text says 'raised' already)
         if message and issue.signature.explains_message(raised):
@@ -174,7 +187,7 @@ def _not_reproduced(case, own: Case, witness: Bound, issue, tensors, message: st
         return "it runs the case without raising"
     op = case.record
     ref, bounds, baseline = expectations(case, constants)
-    their_ratios = {t.name: t for t in tensor_reports(own, theirs, constants)}
+    their_ratios = {t.name: t for t in tensor_reports(own if inputs is None else case, theirs, constants)}
     for t in (t for t in tensors if t.verdict == FAIL):
         name = t.name.split("[")[0]
         if name not in theirs:
@@ -188,6 +201,29 @@ def _not_reproduced(case, own: Case, witness: Bound, issue, tensors, message: st
         return (f"{t.name} is {apart:.3g} budgets from torch's output (torch's own {name}: "
                 f"{theirs_t.verdict}, ratio {theirs_t.max_ratio:.3g})")
     return None
+
+
+def kernels_case(case: Case) -> Case | None:
+    """The case as torch's kernels see it in code that declares it computes in a coarser precision than the case's
+    (--compute-dtype f32 on float64 input: diffusers' FP32LayerNorm calls F.layer_norm on x.float()): the case in that
+    precision, parameters included, under torch's conventions (None: the kernels see the case's own dtype). A known
+    issue of torch's kernels in that precision may explain what the code returns; torch's record, run on the case's
+    inputs so rounded (kernels_inputs), tells whether it does."""
+    if case.compute_dtype == "f64" or case.dtype != "f64":
+        return None
+    return case.with_(**default_conventions(case.op), dtype=case.compute_dtype, param_dtype=case.compute_dtype)
+
+
+def kernels_inputs(case: Case, kernels: Case) -> CaseInputs:
+    """`case`'s inputs rounded to the precision of `kernels` (kernels_case): what torch's kernels were handed."""
+    inputs = case_inputs(case)
+    dtype = kernels.dtype
+
+    def rounded(a):
+        return quantise(a, dtype) if isinstance(a, np.ndarray) else a
+
+    arrays = {f.name: rounded(getattr(inputs, f.name)) for f in fields(inputs) if f.name not in ("case", "extra")}
+    return replace(inputs, case=kernels, **arrays, extra={name: rounded(a) for name, a in inputs.extra.items()})
 
 
 # A case's inputs and expectations are kept while their arrays fit in CACHE_BYTES (each): implementations judged one

@@ -27,7 +27,7 @@ import numpy as np
 from ..cases import Case, CaseInputs
 from ..ops.core import DIRECTIONAL
 from ..ops.layouts import REPLICATED
-from ..numerics.dtypes import FINITE_MAX, TINY, UNIT_ROUNDOFF, quantise
+from ..numerics.dtypes import FINITE_MAX, FP8_FORMATS, TINY, UNIT_ROUNDOFF, quantise
 from .error_terms import (Precisions, SetSums, batch_statistics, casting_flips, inexact_input, input_gradient_error,
                           kink_spread, normalised, output_error, parameter_gradient_errors, read_either,
                           replicated_rounding_errors, running_statistics, running_update_errors,
@@ -126,7 +126,8 @@ def budget_ratio(
 ) -> np.ndarray:
     """|got − ref| / allowed per element; non-finite mismatches are +inf, matching non-finites 0.
 
-    A reference value beyond the range of `dtype` rounds to ±inf there, so ±inf is then right.
+    A reference value beyond the range of `dtype` rounds to ±inf there, so ±inf is then right; so it is where the
+    reference lies within its final rounding's reach of that range (Yardstick.overflowed).
     """
     return Yardstick.of(ref, bound, baseline, dtype, c).ratios(got)
 
@@ -134,8 +135,9 @@ def budget_ratio(
 @dataclass(frozen=True)
 class Yardstick:
     """What judging an output needs of its case alone, computed once however many implementations are judged on
-    it: the reference, each element's allowance plus the dtype's tiny (the ratio's denominator), where the
-    reference lies beyond the dtype's range (None: nowhere) and the budget's slack."""
+    it: the reference, each element's allowance plus the dtype's tiny (the ratio's denominator), where ±inf of the
+    reference's sign is a right answer (`overflowed`, None: nowhere; _overflowed says where) and the budget's
+    slack."""
 
     ref: np.ndarray
     denominator: np.ndarray
@@ -146,7 +148,7 @@ class Yardstick:
     def of(cls, ref: np.ndarray, bound: np.ndarray, baseline: np.ndarray | None, dtype: str,
            c: Constants = CONSTANTS) -> "Yardstick":
         allowed = allowance(ref, bound, baseline, c)
-        return cls(ref, allowed + TINY[dtype], _overflowed(ref, dtype), slack(ref, allowed))
+        return cls(ref, allowed + TINY[dtype], _overflowed(ref, allowed, dtype, c), slack(ref, allowed))
 
     def ratios(self, got: np.ndarray) -> np.ndarray:
         """|got − ref| / allowed per element (budget_ratio)."""
@@ -157,13 +159,29 @@ class Yardstick:
             return _abs_error(got, ref) / self.denominator
 
 
-def _overflowed(ref: np.ndarray, dtype: str) -> np.ndarray | None:
-    """Where a finite reference rounds to ±inf in `dtype` (None: nowhere)."""
+def _overflowed(ref: np.ndarray, allowed: np.ndarray, dtype: str, c: Constants = CONSTANTS) -> np.ndarray | None:
+    """Where ±inf of the reference's sign is a right answer in `dtype` (None: nowhere): where the finite reference
+    rounds to ±inf there, and where it lies within its final rounding's reach of a value that does.
+
+    The reach is the output rounding term of the allowance, c·u_o·|ref| (no more than the allowance): the few roundings
+    in the output dtype on the way to the output. A kernel computing in a wider precision holds a value within its
+    allowance of the reference and rounds it to `dtype` last; where the reference lies within that term of the
+    overflow threshold (f16: 65520, halfway from 65504 to 2^16), such a value may lie beyond it and round to ±inf, as
+    a correct one does (Llama's RMSNorm in f32, x̂ and its gradient rounded to f16 as the before-weight chain says: d2x
+    65528.1 in f32 where the reference is 65512.1, stored as inf). Further from the threshold only a larger error
+    reaches it, and the allowance is no licence for that: a first-order bound of rounding errors says nothing of an
+    intermediate that overflows (torch's f16 BatchNorm backward: dγ inf for 919, whose allowance of 5e5 is the
+    offset data's cancellation). fp8 outputs saturate by definition (their stage clamps before it rounds): only the
+    reference's own rounding there."""
+    u = 0.0 if dtype in FP8_FORMATS else c.rounding * UNIT_ROUNDOFF[dtype]
     with np.errstate(invalid="ignore"):
-        if not np.any(np.abs(ref) >= FINITE_MAX[dtype]):  # (NaN compares False; ±inf reaches it: quantised below)
+        # (|ref| + its reach is at most |ref|·(1 + u): NaN compares False; ±inf reaches it, excluded below)
+        if not np.any(np.abs(ref) >= FINITE_MAX[dtype] / (1 + u)):
             return None
-    with np.errstate(over="ignore"):
-        overflowed = np.isinf(quantise(ref, dtype)) & np.isfinite(ref)
+    with np.errstate(over="ignore", invalid="ignore"):
+        reach = np.minimum(allowed, u * np.abs(ref))
+        far = ref + np.copysign(np.where(np.isnan(reach), 0.0, reach), ref)
+        overflowed = np.isinf(quantise(far, dtype)) & np.isfinite(ref)
     return overflowed if overflowed.any() else None
 
 
