@@ -1,6 +1,6 @@
 """What a layer's code says that its parameters' names do not, read from its source (ast; nothing runs): whether a
-size argument takes one int or a shape, the parameters of the constructor its `**kwargs` reaches, and the constants
-it passes where an eps or a group count goes.
+size argument takes one int or a shape, the parameters of the constructor its `**kwargs` reaches, the constants it
+passes where an eps or a group count goes, and the dims its forward reduces over where it writes them as constants.
 
     ViTDet's LayerNorm(normalized_shape)      self.normalized_shape = (normalized_shape,)   one int, not a shape
     timm's LayerNorm(num_channels)            super().__init__(num_channels, ...)           nn.LayerNorm's shape
@@ -9,6 +9,7 @@ it passes where an eps or a group count goes.
     Flux's Normalize(in_channels)             nn.GroupNorm(num_groups=32, ..., eps=1e-6)    32 groups, eps 1e-6
     OLMo's LayerNorm.forward                  F.layer_norm(..., eps=1e-5)                   eps 1e-5
     Flux's RMSNorm.forward / DETR's           ... + 1e-6 / eps = 1e-5                       eps 1e-6 / 1e-5
+    diffusers' RMSNorm.forward                x.pow(2).mean(-1, keepdim=True)               one normalised dim
 
 Code whose source cannot be read (a builtin, a class made at run time) says nothing: None, or nothing found.
 """
@@ -207,6 +208,81 @@ def _with_helpers(method: Callable) -> list[Callable]:
             if isinstance(helper, types.FunctionType) and helper not in helpers:
                 helpers.append(helper)
     return helpers
+
+
+# The calls that reduce over the dims they name (a tensor's method, or torch's function of the same name), and those
+# that normalise over a shape they are given; the calls that regroup a tensor's dims, after which a reduction's axes
+# no longer say which of the input's dims it covers
+REDUCTIONS = ("mean", "sum", "var", "std", "var_mean", "std_mean", "norm", "vector_norm", "normalize")
+METHOD_DIM_AT = {"norm": 1}  # (where a tensor's method takes its dims by position: x.norm(p, dim), else first)
+SHAPED = ("normalized_shape",)
+RESHAPES = ("reshape", "view")           # (to sizes it writes, a parameter's broadcast shape: no regrouping)
+REGROUPS = ("flatten", "unflatten") + RESHAPES
+
+
+@lru_cache(maxsize=256)
+def reduced_dims(method: Callable) -> tuple[int, str] | None:
+    """(how many dims, the code that says so) a forward (and the methods of its own it calls on self) reduces over
+    where every reduction it makes names its dims as constants, and as many each: `h.pow(2).mean(-1, keepdim=True)`,
+    F.normalize(x, dim=-1): (1, "mean(-1)"); F.layer_norm(x, (x.shape[-1],)): one dim, a 1-tuple. None where one
+    reduction names them otherwise (a variable, all dims), a norm is given a shape (F.layer_norm(x,
+    self.normalized_shape)), the forward regroups a tensor's dims by sizes it computes (x.flatten(-2) before mean(-1)),
+    or it reduces nothing its source shows."""
+    found = []
+    for fn in _with_helpers(method):
+        tree = _tree(fn)
+        if tree is None:
+            return None
+        for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call)):
+            name = call.func.attr if isinstance(call.func, ast.Attribute) else \
+                call.func.id if isinstance(call.func, ast.Name) else None
+            if name in REGROUPS and not (name in RESHAPES and _literal_shape(call)):
+                return None
+            if name in REDUCTIONS:
+                dims = _reduction_dims(fn, call)
+                if dims is None:
+                    return None
+                found.append((len(dims), f"{name}({dims[0] if len(dims) == 1 else dims})"))
+        for p, arg, _ in _calls(fn):
+            if p.name in SHAPED and isinstance(arg, ast.AST):
+                if not isinstance(arg, (ast.Tuple, ast.List)) or any(isinstance(e, ast.Starred) for e in arg.elts):
+                    return None
+                found.append((len(arg.elts), f"{p.name}={ast.unparse(arg)}"))
+    counts = {n for n, _ in found}
+    return found[0] if len(counts) == 1 else None
+
+
+def _reduction_dims(fn: Callable, call: ast.Call) -> tuple[int, ...] | None:
+    """The dims a reduction names as constants (None: it names them otherwise, or none: all of them). A tensor's
+    method takes them first (h.mean(-1)); a function of torch's after its input (torch.mean(h, -1)), or by the
+    parameter its signature names dim, whose default holds where the call passes none (F.normalize's dim=1)."""
+    keyword = next((k.value for k in call.keywords if k.arg in ("dim", "axis")), None)
+    if keyword is not None:
+        return _dims(keyword)
+    target = _resolve(fn, call.func)
+    if target is None:  # (a method of a tensor the forward holds)
+        at = METHOD_DIM_AT.get(call.func.attr if isinstance(call.func, ast.Attribute) else None, 0)
+        return _dims(call.args[at]) if at < len(call.args) else None
+    params = [p for p in _parameters(target) or () if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    at = next((i for i, p in enumerate(params) if p.name in ("dim", "axis")), None if params else 1)
+    if at is not None and at < len(call.args):
+        return _dims(call.args[at])
+    default = params[at].default if at is not None and at < len(params) else None
+    return (default,) if isinstance(default, int) and not isinstance(default, bool) else None
+
+
+def _dims(node: ast.expr) -> tuple[int, ...] | None:
+    """Constant dims: one (-1) or a tuple or list of them ((-2, -1))."""
+    elements = node.elts if isinstance(node, (ast.Tuple, ast.List)) else [node]
+    dims = [_number(e) for e in elements]
+    return tuple(dims) if elements and all(isinstance(d, int) for d in dims) else None
+
+
+def _literal_shape(call: ast.Call) -> tuple[int, ...] | None:
+    """The sizes a reshape or view writes as constants (w.reshape(1, -1, 1, 1), w.view((1, -1))), else None."""
+    args = call.args[0].elts if len(call.args) == 1 and isinstance(call.args[0], (ast.Tuple, ast.List)) else call.args
+    sizes = [_number(a) for a in args]
+    return tuple(sizes) if args and not call.keywords and all(isinstance(s, int) for s in sizes) else None
 
 
 def takes_shape(fn: Callable, name: str, default: Callable[[str], bool]) -> bool:

@@ -7,7 +7,8 @@ case's weight, bias and running statistics to the module's parameters and buffer
 writes a reassigned running statistic back into the case's tensor (the contract updates them in place). A case the
 constructor cannot express (no bias, a fixed eps, no running statistics, one size for several normalised dims) is
 declined with `Unsupported`, which the engine reports as a SKIP row saying which argument is missing; so is a case
-its code fixes otherwise (an eps or a group count written as a constant, a size argument that takes one int:
+its code fixes otherwise (an eps or a group count written as a constant, a size argument that takes one int, a
+forward that reduces over one literal dim:
 `layer_source` reads them). Nothing here knows an op: the contract's parameter names (from its signature) say what
 each argument of a call is, and the op's record the constructor switches that choose it (`Op.layer_switches`).
 """
@@ -214,6 +215,7 @@ class Layer:
         training = given.get("training", given.get("use_input_stats", True))
         module.train(bool(training))
         self._check_input_rank(module, given["input"])
+        self._check_reduced(module, given)
         self._check_fixed(module, given, named)
         self._check_written(layer_source.written(type(module).forward, _ROLES, added="eps"), given, named,
                             "its forward's")
@@ -316,6 +318,19 @@ class Layer:
         if x.dim() == unbatched:  # (InstanceNorm2d reads 3-D input as one (C, H, W) sample, not (N, C, L))
             raise Unsupported(f"{who} reads {x.dim()}-D input as one unbatched sample, not (N, C, ...)",
                               declines={"rank": (unbatched,)})
+
+    def _check_reduced(self, module, given: dict) -> None:
+        """A forward that reduces over dims it writes as constants (x.pow(2).mean(-1): layer_source.reduced_dims)
+        normalises that many dims, whatever shape its constructor took (diffusers' RMSNorm: torch.ones(dim) takes a
+        tuple): a case that normalises another number of dims is not the layer's, as for a size argument that takes
+        one int (_size)."""
+        shape = given.get("normalized_shape")
+        reduced = layer_source.reduced_dims(type(module).forward) if shape is not None else None
+        if reduced is not None and reduced[0] != len(shape):
+            count, said = reduced
+            dims = "one dim" if count == 1 else f"{count} dims"
+            raise Unsupported(f"{self.name}'s forward reduces over {dims} ({said}): it normalises {dims}, the case "
+                              f"{len(shape)} dims {tuple(int(s) for s in shape)}", takes={"normalized_dims": (count,)})
 
     def _check_fixed(self, module, given: dict, named: set[str]) -> None:
         """A value the case sets that the constructor could not (eps, momentum, a group count) and the module holds
