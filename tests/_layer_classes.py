@@ -551,7 +551,7 @@ class BrokenRMSFloorScaleNorm(RMSFloorScaleNorm):
         return x / rms * self.g
 
 
-# -- what a forward writes: the dims it reduces over (issue 62) --------------------------------------------------
+# -- what a forward writes: the dims it reduces over, a default eps (issue 62) -----------------------------------
 class TrailingDimRMSNorm(nn.Module):
     """An RMSNorm as diffusion libraries write it (diffusers' RMSNorm, MochiRMSNorm): `dim` one int or a shape (its
     weight is torch.ones(dim)), but the mean of squares over the last dim only, in float32, y in x's dtype. It
@@ -585,3 +585,13 @@ class FlattenedTrailingDimsRMSNorm(TrailingDimRMSNorm):
             h = h * self.weight
         return h.to(input_dtype)
 
+
+class EpsNormalizeRMSNorm(NormalizeRMSNorm):
+    """lucidrains' RMSNorm passing F.normalize an eps of its constructor's: it takes the case's."""
+
+    def __init__(self, dim, eps=1e-12):
+        super().__init__(dim)
+        self.eps = eps
+
+    def forward(self, x):
+        return F.normalize(x, dim=-1, eps=self.eps) * self.scale * self.gamma

@@ -381,7 +381,7 @@ def test_their_wrong_twins_fail(op, layer, declared):
     assert judged(op, layer, Case(op, (4, 16), "f32", **declared)).verdict == FAIL
 
 
-# -- what a forward writes (issue 62): the dims it reduces over -------------------------------------------------
+# -- what a forward writes (issue 62): the dims it reduces over, F.normalize's eps ------------------------------
 DIFFUSERS = dict(compute_dtype="f32", output_dtype="promote")
 
 
@@ -413,6 +413,21 @@ def test_the_dims_a_forward_reduces_over_are_read_from_its_source():
         assert reduced_dims(getattr(L, layer).forward) is None, layer
     import torch
     assert reduced_dims(torch.nn.LayerNorm.forward) is None and reduced_dims(torch.nn.RMSNorm.forward) is None
+
+
+@pytest.mark.parametrize("op, layer, eps_at", [("rmsnorm_l2", "NormalizeRMSNorm", {}),
+                                               ("scalenorm", "NormalizeScaleNorm", {"eps_at": "normalize"})])
+def test_f_normalizes_default_eps_is_the_layers_fixed_eps(op, layer, eps_at):
+    """lucidrains' and x-transformers' F.normalize(x, dim=-1) passes no eps: its default, 1e-12, is the layer's own,
+    and a case with another SKIPs naming it (it FAILed where the data's statistic is about eps); a layer that passes
+    F.normalize its constructor's eps takes the case's."""
+    case = Case(op, (4, 16), "f32", eps=1e-5, profile="near_constant", **eps_at)
+    report = judged(op, layer, case)
+    assert report.verdict == SKIP and "fixes eps at 1e-12 (its forward's code writes it" in report.message, \
+        report.summary()
+    assert judged(op, layer, case.with_(eps=1e-12)).verdict in OK
+    if op == "rmsnorm_l2":
+        assert judged(op, "EpsNormalizeRMSNorm", case).verdict in OK
 
 
 @pytest.mark.parametrize("op, layer, declared, factor, taken", [

@@ -1,6 +1,7 @@
 """What a layer's code says that its parameters' names do not, read from its source (ast; nothing runs): whether a
 size argument takes one int or a shape, the parameters of the constructor its `**kwargs` reaches, the constants it
-passes where an eps or a group count goes, and the dims its forward reduces over where it writes them as constants.
+passes where an eps or a group count goes (or leaves to a default), and the dims its forward reduces over where it
+writes them as constants.
 
     ViTDet's LayerNorm(normalized_shape)      self.normalized_shape = (normalized_shape,)   one int, not a shape
     timm's LayerNorm(num_channels)            super().__init__(num_channels, ...)           nn.LayerNorm's shape
@@ -9,6 +10,7 @@ passes where an eps or a group count goes, and the dims its forward reduces over
     Flux's Normalize(in_channels)             nn.GroupNorm(num_groups=32, ..., eps=1e-6)    32 groups, eps 1e-6
     OLMo's LayerNorm.forward                  F.layer_norm(..., eps=1e-5)                   eps 1e-5
     Flux's RMSNorm.forward / DETR's           ... + 1e-6 / eps = 1e-5                       eps 1e-6 / 1e-5
+    lucidrains' RMSNorm.forward               F.normalize(x, dim=-1) * self.scale * g       eps 1e-12 (its default)
     diffusers' RMSNorm.forward                x.pow(2).mean(-1, keepdim=True)               one normalised dim
 
 Code whose source cannot be read (a builtin, a class made at run time) says nothing: None, or nothing found.
@@ -95,9 +97,13 @@ def _calls(fn: Callable) -> tuple:
     return tuple(_arguments(fn))
 
 
+DEFAULT = object()  # (what _arguments yields for a parameter a call leaves to its default)
+
+
 def _arguments(fn: Callable):
     """(callee parameter, the expression passed to it, the callee) for every argument of every call in `fn` whose
-    callee resolves, and (parameter, None, callee) for the callee's parameters that `fn`'s own `**kwargs` reaches."""
+    callee resolves, (parameter, None, callee) for the callee's parameters that `fn`'s own `**kwargs` reaches, and
+    (parameter, DEFAULT, callee) for those a call that passes no `*args` or `**kwargs` leaves to their default."""
     tree = _tree(fn)
     if tree is None:
         return
@@ -109,9 +115,10 @@ def _arguments(fn: Callable):
             continue
         params = params[found[1]:]
         positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-        bound = set()
+        bound, spread = set(), any(k.arg is None for k in call.keywords)
         for p, arg in zip(positional, call.args):
             if isinstance(arg, ast.Starred):
+                spread = True
                 break
             bound.add(p.name)
             yield p, arg, found[0]
@@ -124,6 +131,10 @@ def _arguments(fn: Callable):
             for p in params:
                 if p.name not in bound and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
                     yield p, None, found[0]
+        if not spread:
+            for p in params:
+                if p.name not in bound and p.default is not p.empty:
+                    yield p, DEFAULT, found[0]
 
 
 def reached(fn: Callable) -> list[tuple[inspect.Parameter, Callable]]:
@@ -153,12 +164,14 @@ def constructed(fn: Callable) -> list[tuple[str, type]]:
     return found
 
 
-def constants(fn: Callable, roles: dict[str, tuple[str, ...]], every: bool = False):
+def constants(fn: Callable, roles: dict[str, tuple[str, ...]], every: bool = False, defaults: bool = False):
     """role -> the number `fn` passes to a parameter of one of the role's names in the calls it makes (GroupNorm(32, C,
-    eps=1e-6)), where it passes one value only; `every`: each (role, number) passed, as found."""
+    eps=1e-6)), where it passes one value only; `every`: each (role, number) passed, as found; `defaults`: a number
+    such a parameter holds by default where a call passes it none counts as passed (F.normalize(x, dim=-1): eps
+    1e-12)."""
     found = []
     for p, arg, _ in _calls(fn):
-        value = _number(arg)
+        value = _number(arg) if arg is not DEFAULT else p.default if defaults and _is_number(p.default) else None
         role = next((r for r, named in roles.items() if p.name.lower() in named), None)
         if role is not None and value is not None:
             found.append((role, value))
@@ -172,11 +185,12 @@ def constants(fn: Callable, roles: dict[str, tuple[str, ...]], every: bool = Fal
 
 def written(method: Callable, roles: dict[str, tuple[str, ...]], added: str | None = None) -> dict[str, float]:
     """role -> the constant a forward (and the methods of its own it calls on self) writes for it, where it writes one
-    value: passed to a parameter of the role's names (F.layer_norm(..., eps=1e-5), F.group_norm(x, 32, ...)), assigned
+    value: passed to a parameter of the role's names (F.layer_norm(..., eps=1e-5), F.group_norm(x, 32, ...)) or left
+    to such a parameter's default (F.normalize(x, dim=-1): its eps, 1e-12), assigned
     to such a name (eps = 1e-5), or, for the role `added`, a small positive constant added (mean(x²) + 1e-6)."""
     values: dict[str, set] = {}
     for fn in _with_helpers(method):
-        for role, value in constants(fn, roles, every=True):
+        for role, value in constants(fn, roles, every=True, defaults=True):
             values.setdefault(role, set()).add(value)
         tree = _tree(fn)
         for node in ast.walk(tree) if tree is not None else ():
@@ -346,6 +360,10 @@ def _used(tree: ast.FunctionDef, name: str) -> bool | None:
         if isinstance(node, (ast.Tuple, ast.List)) and len(node.elts) == 1 and is_name(node.elts[0]):
             single = True
     return False if single else None
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _number(node: ast.expr | None) -> float | None:

@@ -7,8 +7,8 @@ case's weight, bias and running statistics to the module's parameters and buffer
 writes a reassigned running statistic back into the case's tensor (the contract updates them in place). A case the
 constructor cannot express (no bias, a fixed eps, no running statistics, one size for several normalised dims) is
 declined with `Unsupported`, which the engine reports as a SKIP row saying which argument is missing; so is a case
-its code fixes otherwise (an eps or a group count written as a constant, a size argument that takes one int, a
-forward that reduces over one literal dim:
+its code fixes otherwise (an eps or a group count written as a constant or left to a default, a size argument that
+takes one int, a forward that reduces over one literal dim:
 `layer_source` reads them). Nothing here knows an op: the contract's parameter names (from its signature) say what
 each argument of a call is, and the op's record the constructor switches that choose it (`Op.layer_switches`).
 """
