@@ -112,6 +112,16 @@ class BrokenFrozenBatchNorm2d(FrozenBatchNorm2d):
         return x * scale.reshape(1, -1, 1, 1) + shift.reshape(1, -1, 1, 1)
 
 
+class IndexedFrozenBatchNorm2d(FrozenBatchNorm2d):
+    """The frozen BatchNorm broadcasting by indexing (scale[:, None, None]), as older detection code does: written
+    for 4-D input, which no shape in its source says; on (N, C) input it broadcasts to (C, N, C)."""
+
+    def forward(self, x):
+        scale = self.weight * (self.running_var + self.eps).rsqrt()
+        shift = self.bias - self.running_mean * scale
+        return x * scale[:, None, None] + shift[:, None, None]
+
+
 class ReassigningBatchNorm(nn.Module):
     """A BatchNorm written out that reassigns its running statistics (self.running_mean = ...) instead of updating
     them in place, and names them `moving_mean`/`moving_var` as some ports do."""
@@ -551,7 +561,7 @@ class BrokenRMSFloorScaleNorm(RMSFloorScaleNorm):
         return x / rms * self.g
 
 
-# -- what a forward writes: the dims it reduces over, a default eps (issue 62) -----------------------------------
+# -- what a forward writes: the dims it reduces over, a default eps, a broadcast shape (issue 62) ---------------------
 class TrailingDimRMSNorm(nn.Module):
     """An RMSNorm as diffusion libraries write it (diffusers' RMSNorm, MochiRMSNorm): `dim` one int or a shape (its
     weight is torch.ones(dim)), but the mean of squares over the last dim only, in float32, y in x's dtype. It

@@ -381,8 +381,9 @@ def test_their_wrong_twins_fail(op, layer, declared):
     assert judged(op, layer, Case(op, (4, 16), "f32", **declared)).verdict == FAIL
 
 
-# -- what a forward writes (issue 62): the dims it reduces over, F.normalize's eps ------------------------------
+# -- what a forward writes (issue 62): the dims it reduces over, F.normalize's eps, a broadcast shape -----------------
 DIFFUSERS = dict(compute_dtype="f32", output_dtype="promote")
+FROZEN = dict(mode="eval", output_dtype="promote", eps=1e-5)
 
 
 @pytest.mark.parametrize("dims", [1, 2, 3])
@@ -430,12 +431,26 @@ def test_f_normalizes_default_eps_is_the_layers_fixed_eps(op, layer, eps_at):
         assert judged(op, "EpsNormalizeRMSNorm", case).verdict in OK
 
 
+@pytest.mark.parametrize("shape", [(4, 3), (4, 3, 5), (2, 3, 4, 4, 2)])
+def test_a_forward_broadcasting_for_4d_input_skips_other_ranks(shape):
+    """DETR's frozen BatchNorm reshapes its buffers to (1, -1, 1, 1): on input of another rank y came back of another
+    shape (436 FAIL rows of its default sweep, declared); those rows SKIP naming the shape, 4-D ones pass. A BatchNorm
+    whose broadcast shape follows x.dim() takes each rank."""
+    report = judged("batchnorm", "LiteralEpsFrozenBatchNorm2d", Case("batchnorm", shape, "f32", **FROZEN))
+    assert report.verdict == SKIP and ("forward broadcasts its tensors against the input as reshape(1, -1, 1, 1): it "
+                                       f"takes 4-D input, the case's is {len(shape)}-D") in report.message
+    four_d = Case("batchnorm", (4, 3, 5, 5), "f32", **FROZEN)
+    assert judged("batchnorm", "LiteralEpsFrozenBatchNorm2d", four_d).verdict in OK
+    assert judged("batchnorm", "ReassigningBatchNorm", Case("batchnorm", shape, "f64", mode="eval")).verdict in OK
+
+
 @pytest.mark.parametrize("op, layer, declared, factor, taken", [
     ("rmsnorm", "TrailingDimRMSNorm", DIFFUSERS, "normalized_dims", (1,)),
+    ("batchnorm", "LiteralEpsFrozenBatchNorm2d", dict(mode="eval", output_dtype="promote"), "rank", (4,)),
 ])
 def test_what_a_forward_writes_narrows_the_sweep(op, layer, declared, factor, taken):
-    """The limits a forward's code sets narrow the design as a constructor's do: the sweep judges only the dims the
-    layer takes (and the run says why), every other factor kept."""
+    """The limits a forward's code sets narrow the design as a constructor's do: the sweep judges only the dims or the
+    rank the layer takes (and the run says why), every other factor kept."""
     from normcheck.cases.narrowing import Narrowing
     from normcheck.cases.sweep import default_sweep
     from normcheck.impls.limits import learned

@@ -1,7 +1,7 @@
 """What a layer's code says that its parameters' names do not, read from its source (ast; nothing runs): whether a
 size argument takes one int or a shape, the parameters of the constructor its `**kwargs` reaches, the constants it
-passes where an eps or a group count goes (or leaves to a default), and the dims its forward reduces over where it
-writes them as constants.
+passes where an eps or a group count goes (or leaves to a default), and the dims and ranks its forward writes as
+constants.
 
     ViTDet's LayerNorm(normalized_shape)      self.normalized_shape = (normalized_shape,)   one int, not a shape
     timm's LayerNorm(num_channels)            super().__init__(num_channels, ...)           nn.LayerNorm's shape
@@ -12,6 +12,7 @@ writes them as constants.
     Flux's RMSNorm.forward / DETR's           ... + 1e-6 / eps = 1e-5                       eps 1e-6 / 1e-5
     lucidrains' RMSNorm.forward               F.normalize(x, dim=-1) * self.scale * g       eps 1e-12 (its default)
     diffusers' RMSNorm.forward                x.pow(2).mean(-1, keepdim=True)               one normalised dim
+    DETR's FrozenBatchNorm2d.forward          self.weight.reshape(1, -1, 1, 1)              4-D input only
 
 Code whose source cannot be read (a builtin, a class made at run time) says nothing: None, or nothing found.
 """
@@ -297,6 +298,41 @@ def _literal_shape(call: ast.Call) -> tuple[int, ...] | None:
     args = call.args[0].elts if len(call.args) == 1 and isinstance(call.args[0], (ast.Tuple, ast.List)) else call.args
     sizes = [_number(a) for a in args]
     return tuple(sizes) if args and not call.keywords and all(isinstance(s, int) for s in sizes) else None
+
+
+@lru_cache(maxsize=256)
+def broadcast_ranks(method: Callable, ranks: tuple[int, ...]) -> tuple[tuple[int, ...], str] | None:
+    """(the input ranks of `ranks` it takes, the code that says so) where a forward (and the methods of its own it
+    calls on self) broadcasts a tensor against its input by a shape it writes as constants, the batch dim's 1 first:
+    w.reshape(1, -1, 1, 1) meets the input's dim 1 only where the input is 4-D (another rank puts w on another dim,
+    or makes y of another rank); w.view(1, 1, -1) meets the last dim of an input of 3 dims or more. None: it writes
+    no such shape, or it asks its input's rank (x.dim(), x.ndim: it adapts to it)."""
+    found, said = set(), None
+    for fn in _with_helpers(method):
+        tree = _tree(fn)
+        for node in ast.walk(tree) if tree is not None else ():
+            if _asks_rank(node):
+                return None
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in RESHAPES):
+                continue
+            shape = _literal_shape(node)
+            if shape is None or len(shape) < 2 or shape[0] != 1 or shape.count(-1) != 1 or set(shape) - {1, -1}:
+                continue
+            found |= {r for r in ranks if r == len(shape) or (shape[-1] == -1 and r > len(shape))}
+            said = said or f"{node.func.attr}{shape}"
+    return (tuple(sorted(found)), said) if said is not None else None
+
+
+def _asks_rank(node: ast.AST) -> bool:
+    """x.dim(), x.ndimension(), x.ndim, len(x.shape): code that reads a tensor's rank."""
+    if isinstance(node, ast.Attribute) and node.attr == "ndim":
+        return True
+    if not isinstance(node, ast.Call):
+        return False
+    if isinstance(node.func, ast.Attribute) and node.func.attr in ("dim", "ndimension") and not node.args:
+        return True
+    return isinstance(node.func, ast.Name) and node.func.id == "len" and len(node.args) == 1 and \
+        isinstance(node.args[0], ast.Attribute) and node.args[0].attr in ("shape", "size")
 
 
 def takes_shape(fn: Callable, name: str, default: Callable[[str], bool]) -> bool:
