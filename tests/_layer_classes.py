@@ -2,6 +2,8 @@
 names and conventions, given to normcheck by class (`--impl tests._layer_classes:LlamaStyleRMSNorm`) with no adapter
 code. Each comment says what a run declares for it; the `Broken...` ones carry one real deviation each.
 Importable by name, so they run in the isolated worker."""
+import numbers
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -108,6 +110,16 @@ class BrokenFrozenBatchNorm2d(FrozenBatchNorm2d):
         scale = self.weight * (self.running_var.rsqrt() + self.eps)
         shift = self.bias - self.running_mean * scale
         return x * scale.reshape(1, -1, 1, 1) + shift.reshape(1, -1, 1, 1)
+
+
+class IndexedFrozenBatchNorm2d(FrozenBatchNorm2d):
+    """The frozen BatchNorm broadcasting by indexing (scale[:, None, None]), as older detection code does: written
+    for 4-D input, which no shape in its source says; on (N, C) input it broadcasts to (C, N, C)."""
+
+    def forward(self, x):
+        scale = self.weight * (self.running_var + self.eps).rsqrt()
+        shift = self.bias - self.running_mean * scale
+        return x * scale[:, None, None] + shift[:, None, None]
 
 
 class ReassigningBatchNorm(nn.Module):
@@ -563,3 +575,49 @@ class BrokenRMSFloorScaleNorm(RMSFloorScaleNorm):
     def forward(self, x):
         rms = torch.norm(x, dim=-1, keepdim=True).clamp(min=self.eps) * self.scale
         return x / rms * self.g
+
+
+# -- what a forward writes: the dims it reduces over, a default eps, a broadcast shape (issue 62) ---------------------
+class TrailingDimRMSNorm(nn.Module):
+    """An RMSNorm as diffusion libraries write it (diffusers' RMSNorm, MochiRMSNorm): `dim` one int or a shape (its
+    weight is torch.ones(dim)), but the mean of squares over the last dim only, in float32, y in x's dtype. It
+    normalises one dim. Declares --compute-dtype f32 --output-dtype promote."""
+
+    def __init__(self, dim, eps: float, elementwise_affine: bool = True):
+        super().__init__()
+        self.eps = eps
+        if isinstance(dim, numbers.Integral):
+            dim = (dim,)
+        self.dim = torch.Size(dim)
+        self.weight = nn.Parameter(torch.ones(dim)) if elementwise_affine else None
+
+    def forward(self, hidden_states):
+        input_dtype = hidden_states.dtype
+        variance = hidden_states.to(torch.float32).pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.eps)
+        if self.weight is not None:
+            hidden_states = hidden_states * self.weight
+        return hidden_states.to(input_dtype)
+
+
+class FlattenedTrailingDimsRMSNorm(TrailingDimRMSNorm):
+    """Its twin that flattens the dims of its shape before the mean over the last one: it normalises them all."""
+
+    def forward(self, hidden_states):
+        input_dtype = hidden_states.dtype
+        h = hidden_states.to(torch.float32).flatten(-len(self.dim))
+        h = (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)).unflatten(-1, self.dim)
+        if self.weight is not None:
+            h = h * self.weight
+        return h.to(input_dtype)
+
+
+class EpsNormalizeRMSNorm(NormalizeRMSNorm):
+    """lucidrains' RMSNorm passing F.normalize an eps of its constructor's: it takes the case's."""
+
+    def __init__(self, dim, eps=1e-12):
+        super().__init__(dim)
+        self.eps = eps
+
+    def forward(self, x):
+        return F.normalize(x, dim=-1, eps=self.eps) * self.scale * self.gamma

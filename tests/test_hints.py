@@ -223,6 +223,27 @@ def test_a_layer_that_ignores_eps_gets_no_float32_hint():
     assert {"compute_dtype": "f32", "eps": 1e-2} in impl.hints.probed
 
 
+def test_a_layer_that_fixes_its_eps_is_hinted_float32_where_it_computes_so():
+    """OLMo's LayerNorm writes eps=1e-5 and computes in float32: its float64 rows FAILed with no hint (282 of its
+    sweep), the search's probe at another eps being a SKIP, read as a failure. Where the layer takes one eps only, the
+    widening is judged on data whose statistic is about that eps instead, and it holds there."""
+    case = Case("layernorm", (4, 64), "f64", eps=1e-5, affine=False)
+    report, impl = judged("layernorm", "tests._layer_classes:LiteralEpsLayerNorm", case)
+    assert report.verdict == FAIL and report.hint is not None, report.summary()
+    assert dict(report.hint.declarations) == {"compute_dtype": "f32"}
+    assert {"compute_dtype": "f32", "profile": "near_constant"} in impl.hints.probed
+
+
+def test_a_fixed_eps_of_another_form_gets_no_float32_hint():
+    """lucidrains' F.normalize(x)·√d·g with F.normalize imported at module level: its eps, F.normalize's default 1e-12,
+    is fixed, so it cannot be judged at eps 1e-2; at data whose mean square is about 1e-12 its floor is far from
+    RMSNorm's eps, and float32's budget is not named for the row it passes by luck."""
+    case = Case("rmsnorm", (8, 64), "f64", eps=1e-12, profile="tiny")
+    report, impl = judged("rmsnorm", "tests._layer_classes:NormalizeRMSNorm", case)
+    assert report.verdict == FAIL and report.hint is None, report.summary()
+    assert {"compute_dtype": "f32", "profile": "near_constant"} in impl.hints.probed
+
+
 def _run(argv: list[str]) -> tuple[int, str]:
     out = io.StringIO()
     return main(argv, out), out.getvalue()

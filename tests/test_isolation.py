@@ -348,14 +348,15 @@ def test_a_worker_whose_parent_stopped_before_it_started_leaves_quietly(tmp_path
 
 # --------------------------------------------------------------------------- the per-case memory limit
 def test_a_case_past_its_memory_limit_is_a_skip_naming_memory(monkeypatch):
-    """A 4-D-only layer given 2-D input broadcasts its (C,1,1) scale against (N,C) to (1,C,N,C): here 537 MB under a
+    """A 4-D-only layer given 2-D input broadcasts its (C,1,1) scale against (N,C) to (C,N,C): here 537 MB under a
     256 MiB limit (in the issue 89.6 GB, which woke the machine's out-of-memory killer). Its worker's allocation fails
     at once, a SKIP row that names memory, and the worker goes on: a correct layer passes the same case under the same
-    limit. A limit that is no amount of memory is one usage line."""
+    limit. A limit that is no amount of memory is one usage line. (The layer broadcasts by indexing: one whose
+    source writes its 4-D shape, reshape(1, -1, 1, 1), is declined on 2-D input before it runs.)"""
     monkeypatch.setenv("NORMCHECK_CASE_MEMORY", "256M")
     case = Case("batchnorm", (4096, 128), "f64", mode="eval")
     assert judge(case, resolve_impl("batchnorm", "torch.nn:BatchNorm1d", hints=False)).verdict == PASS
-    report = judge(case, resolve_impl("batchnorm", "tests._layer_classes:FrozenBatchNorm2d", hints=False))
+    report = judge(case, resolve_impl("batchnorm", "tests._layer_classes:IndexedFrozenBatchNorm2d", hints=False))
     assert report.verdict == SKIP and "needs more memory than the case's limit (0.25 GiB" in report.message
     assert "it asked for 0.5 GiB (at _layer_classes.py" in report.message and report.seconds < 2, report.summary()
     assert judge(case, resolve_impl("batchnorm", "torch.nn:BatchNorm1d", hints=False)).verdict == PASS

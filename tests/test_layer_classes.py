@@ -379,3 +379,84 @@ def test_normalize_and_rms_floor_layers_pass_declared(op, layer, declared):
 ])
 def test_their_wrong_twins_fail(op, layer, declared):
     assert judged(op, layer, Case(op, (4, 16), "f32", **declared)).verdict == FAIL
+
+
+# -- what a forward writes (issue 62): the dims it reduces over, F.normalize's eps, a broadcast shape -----------------
+DIFFUSERS = dict(compute_dtype="f32", output_dtype="promote")
+FROZEN = dict(mode="eval", output_dtype="promote", eps=1e-5)
+
+
+@pytest.mark.parametrize("dims", [1, 2, 3])
+def test_a_forward_reducing_over_the_last_dim_skips_several_dims_whatever_its_constructor_takes(dims):
+    """diffusers' RMSNorm and MochiRMSNorm: `dim` takes a shape (torch.ones(dim)), but the mean of squares is over the
+    last dim only (mean(-1)): one dim passes, several SKIP naming the reduction (they FAILed: 25 rows of each one's
+    default sweep). Its twin that flattens the dims of its shape first normalises them all and passes."""
+    case = Case("rmsnorm", (2, 3, 4, 8), "f32", normalized_dims=dims, eps=1e-6, **DIFFUSERS)
+    report = judged("rmsnorm", "TrailingDimRMSNorm", case)
+    if dims == 1:
+        assert report.verdict in OK, report.summary()
+    else:
+        assert report.verdict == SKIP and ("forward reduces over one dim (mean(-1)): it normalises one dim, the case "
+                                           f"{dims} dims") in report.message, report.summary()
+    assert judged("rmsnorm", "FlattenedTrailingDimsRMSNorm", case).verdict in OK
+
+
+def test_the_dims_a_forward_reduces_over_are_read_from_its_source():
+    from normcheck.frameworks.torch.layer_source import reduced_dims
+    from tests import _layer_classes as L
+    assert reduced_dims(L.TrailingDimRMSNorm.forward) == (1, "mean(-1)")
+    assert reduced_dims(L.LiteralEpsRMSNorm.forward) == (1, "mean(-1)")          # (torch.mean(h ** 2, dim=-1))
+    assert reduced_dims(L.NormalizeRMSNorm.forward) == (1, "normalize(-1)")
+    assert reduced_dims(L.ChannelsFirstOneSizeLayerNorm.forward) == (1, "mean(1)")
+    assert reduced_dims(L.ChannelsFirstLayerNorm.forward)[0] == 1                 # (normalized_shape=(x.shape[-1],))
+    for layer in ("FlattenedTrailingDimsRMSNorm", "ShapeAnnotatedRMSNorm", "FixedEpsLayerNorm", "ReassigningBatchNorm",
+                  "GroupedGatedRMSNorm"):  # (flattened first, a shape given to the norm, dims it computes, groups)
+        assert reduced_dims(getattr(L, layer).forward) is None, layer
+    import torch
+    assert reduced_dims(torch.nn.LayerNorm.forward) is None and reduced_dims(torch.nn.RMSNorm.forward) is None
+
+
+@pytest.mark.parametrize("op, layer, eps_at", [("rmsnorm_l2", "NormalizeRMSNorm", {}),
+                                               ("scalenorm", "NormalizeScaleNorm", {"eps_at": "normalize"})])
+def test_f_normalizes_default_eps_is_the_layers_fixed_eps(op, layer, eps_at):
+    """lucidrains' and x-transformers' F.normalize(x, dim=-1) passes no eps: its default, 1e-12, is the layer's own,
+    and a case with another SKIPs naming it (it FAILed where the data's statistic is about eps); a layer that passes
+    F.normalize its constructor's eps takes the case's."""
+    case = Case(op, (4, 16), "f32", eps=1e-5, profile="near_constant", **eps_at)
+    report = judged(op, layer, case)
+    assert report.verdict == SKIP and "fixes eps at 1e-12 (its forward's code writes it" in report.message, \
+        report.summary()
+    assert judged(op, layer, case.with_(eps=1e-12)).verdict in OK
+    if op == "rmsnorm_l2":
+        assert judged(op, "EpsNormalizeRMSNorm", case).verdict in OK
+
+
+@pytest.mark.parametrize("shape", [(4, 3), (4, 3, 5), (2, 3, 4, 4, 2)])
+def test_a_forward_broadcasting_for_4d_input_skips_other_ranks(shape):
+    """DETR's frozen BatchNorm reshapes its buffers to (1, -1, 1, 1): on input of another rank y came back of another
+    shape (436 FAIL rows of its default sweep, declared); those rows SKIP naming the shape, 4-D ones pass. A BatchNorm
+    whose broadcast shape follows x.dim() takes each rank."""
+    report = judged("batchnorm", "LiteralEpsFrozenBatchNorm2d", Case("batchnorm", shape, "f32", **FROZEN))
+    assert report.verdict == SKIP and ("forward broadcasts its tensors against the input as reshape(1, -1, 1, 1): it "
+                                       f"takes 4-D input, the case's is {len(shape)}-D") in report.message
+    four_d = Case("batchnorm", (4, 3, 5, 5), "f32", **FROZEN)
+    assert judged("batchnorm", "LiteralEpsFrozenBatchNorm2d", four_d).verdict in OK
+    assert judged("batchnorm", "ReassigningBatchNorm", Case("batchnorm", shape, "f64", mode="eval")).verdict in OK
+
+
+@pytest.mark.parametrize("op, layer, declared, factor, taken", [
+    ("rmsnorm", "TrailingDimRMSNorm", DIFFUSERS, "normalized_dims", (1,)),
+    ("batchnorm", "LiteralEpsFrozenBatchNorm2d", dict(mode="eval", output_dtype="promote"), "rank", (4,)),
+])
+def test_what_a_forward_writes_narrows_the_sweep(op, layer, declared, factor, taken):
+    """The limits a forward's code sets narrow the design as a constructor's do: the sweep judges only the dims or the
+    rank the layer takes (and the run says why), every other factor kept."""
+    from normcheck.cases.narrowing import Narrowing
+    from normcheck.cases.sweep import default_sweep
+    from normcheck.impls.limits import learned
+    narrowing = learned(resolve_impl(op, f"{LAYERS}:{layer}"), Narrowing.of(declared, scans="without"))
+    limit = next(lim for lim in narrowing.limits if lim.name == factor)
+    assert limit.takes == taken and "forward" in limit.why
+    cases = default_sweep(op, narrowing=narrowing)
+    read = (lambda c: c.normalized_dims) if factor == "normalized_dims" else (lambda c: len(c.shape))
+    assert {read(c) for c in cases} == set(taken) and len(cases) > 50

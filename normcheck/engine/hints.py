@@ -17,7 +17,8 @@ bug a few ulps wide is a billionth of float32's budget; an output's own ratio sa
 1e-6 of its bound), judged against the same reference (eps=None pinned to the number it meant: float32 compute also
 means float32's eps there, a shift of float32's size on every output that excused any error), and, where the search
 finds it, the row passes at another eps too (a layer that ignores eps is off by about eps / (2·mean square),
-float32-sized at a small eps by luck).
+float32-sized at a small eps by luck), or, where the implementation takes one eps only (a probe it skips is no
+verdict), on data whose statistic is about that eps.
 
 Rows that fail alike (one kind: the input's rank, the dtype class, and how they fail: by their values, or with one
 message whatever its numbers) are explained alike. Every failing row is judged again under what explained its kind,
@@ -44,7 +45,7 @@ import numpy as np
 from ..core.errors import UsageError
 from ..numerics.dtypes import UNIT_ROUNDOFF
 from ..ops.design import dtype_class
-from .report import FAIL, MISTRUSTED, PASS, Report
+from .report import FAIL, MISTRUSTED, PASS, SKIP, Report
 
 SEARCHES = 16  # kinds of failure per bound run that get a full search (each input rank by dtype class, a few messages)
 # A search judges its row about ten times: it runs on a row of at most this many elements; a larger row of a kind not
@@ -61,6 +62,8 @@ GROWS = 1.125
 # The eps a widening is judged at again (or a hundred times the row's, where larger): float32 code passes there as
 # anywhere; a layer that ignores eps is off by ~eps/(2·mean square), far beyond float32's budget at data of unit size
 OTHER_EPS = 1e-2
+# Where an implementation takes one eps only, the data a widening is judged on again: the statistic about eps
+EPS_PROFILE = "near_constant"
 
 
 def option(name: str, value) -> str:
@@ -182,7 +185,7 @@ class _Prober:
         except UsageError:  # (a world that cannot run it)
             return None
         self.state.hung = ran_out(probed)
-        return None if self.state.hung else probed
+        return None if self.state.hung or probed.verdict == SKIP else probed
 
     def explains(self, declared: dict, before: Report, elsewhere: bool = False) -> bool:
         """Judged under `declared`, the row passes, and they explain its failure (`before`: its report under the
@@ -211,9 +214,13 @@ class _Prober:
         return UNIT_ROUNDOFF[probed.dtypes.accumulation] > UNIT_ROUNDOFF[self.case.dtypes.accumulation]
 
     def at_other_eps(self, declared: dict) -> bool:
-        """The row passes under `declared` at a far larger eps too (OTHER_EPS, or a hundred times its own; True where
-        it cannot be judged there: an implementation that takes one eps only)."""
+        """The row passes under `declared` at a far larger eps too (OTHER_EPS, or a hundred times its own); where it
+        cannot be judged there (an implementation that takes one eps only: OLMo's LayerNorm writes eps=1e-5), on data
+        whose statistic is about its eps (EPS_PROFILE), where an eps of another form or none is off by the data's own
+        size (F.normalize's floor judged as RMSNorm's eps); True where it cannot be judged there either."""
         other = self({**declared, "eps": max(OTHER_EPS, 100 * self.case.eps_value)})
+        if other is None and self.case.profile != EPS_PROFILE:
+            other = self({**declared, "profile": EPS_PROFILE})
         return other is None or passes(other)
 
 

@@ -1,6 +1,7 @@
 """What a layer's code says that its parameters' names do not, read from its source (ast; nothing runs): whether a
-size argument takes one int or a shape, the parameters of the constructor its `**kwargs` reaches, and the constants
-it passes where an eps or a group count goes.
+size argument takes one int or a shape, the parameters of the constructor its `**kwargs` reaches, the constants it
+passes where an eps or a group count goes (or leaves to a default), and the dims and ranks its forward writes as
+constants.
 
     ViTDet's LayerNorm(normalized_shape)      self.normalized_shape = (normalized_shape,)   one int, not a shape
     timm's LayerNorm(num_channels)            super().__init__(num_channels, ...)           nn.LayerNorm's shape
@@ -9,6 +10,9 @@ it passes where an eps or a group count goes.
     Flux's Normalize(in_channels)             nn.GroupNorm(num_groups=32, ..., eps=1e-6)    32 groups, eps 1e-6
     OLMo's LayerNorm.forward                  F.layer_norm(..., eps=1e-5)                   eps 1e-5
     Flux's RMSNorm.forward / DETR's           ... + 1e-6 / eps = 1e-5                       eps 1e-6 / 1e-5
+    lucidrains' RMSNorm.forward               F.normalize(x, dim=-1) * self.scale * g       eps 1e-12 (its default)
+    diffusers' RMSNorm.forward                x.pow(2).mean(-1, keepdim=True)               one normalised dim
+    DETR's FrozenBatchNorm2d.forward          self.weight.reshape(1, -1, 1, 1)              4-D input only
 
 Code whose source cannot be read (a builtin, a class made at run time) says nothing: None, or nothing found.
 """
@@ -94,9 +98,13 @@ def _calls(fn: Callable) -> tuple:
     return tuple(_arguments(fn))
 
 
+DEFAULT = object()  # (what _arguments yields for a parameter a call leaves to its default)
+
+
 def _arguments(fn: Callable):
     """(callee parameter, the expression passed to it, the callee) for every argument of every call in `fn` whose
-    callee resolves, and (parameter, None, callee) for the callee's parameters that `fn`'s own `**kwargs` reaches."""
+    callee resolves, (parameter, None, callee) for the callee's parameters that `fn`'s own `**kwargs` reaches, and
+    (parameter, DEFAULT, callee) for those a call that passes no `*args` or `**kwargs` leaves to their default."""
     tree = _tree(fn)
     if tree is None:
         return
@@ -108,9 +116,10 @@ def _arguments(fn: Callable):
             continue
         params = params[found[1]:]
         positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-        bound = set()
+        bound, spread = set(), any(k.arg is None for k in call.keywords)
         for p, arg in zip(positional, call.args):
             if isinstance(arg, ast.Starred):
+                spread = True
                 break
             bound.add(p.name)
             yield p, arg, found[0]
@@ -123,6 +132,10 @@ def _arguments(fn: Callable):
             for p in params:
                 if p.name not in bound and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
                     yield p, None, found[0]
+        if not spread:
+            for p in params:
+                if p.name not in bound and p.default is not p.empty:
+                    yield p, DEFAULT, found[0]
 
 
 def reached(fn: Callable) -> list[tuple[inspect.Parameter, Callable]]:
@@ -152,12 +165,14 @@ def constructed(fn: Callable) -> list[tuple[str, type]]:
     return found
 
 
-def constants(fn: Callable, roles: dict[str, tuple[str, ...]], every: bool = False):
+def constants(fn: Callable, roles: dict[str, tuple[str, ...]], every: bool = False, defaults: bool = False):
     """role -> the number `fn` passes to a parameter of one of the role's names in the calls it makes (GroupNorm(32, C,
-    eps=1e-6)), where it passes one value only; `every`: each (role, number) passed, as found."""
+    eps=1e-6)), where it passes one value only; `every`: each (role, number) passed, as found; `defaults`: a number
+    such a parameter holds by default where a call passes it none counts as passed (F.normalize(x, dim=-1): eps
+    1e-12)."""
     found = []
     for p, arg, _ in _calls(fn):
-        value = _number(arg)
+        value = _number(arg) if arg is not DEFAULT else p.default if defaults and _is_number(p.default) else None
         role = next((r for r, named in roles.items() if p.name.lower() in named), None)
         if role is not None and value is not None:
             found.append((role, value))
@@ -171,11 +186,12 @@ def constants(fn: Callable, roles: dict[str, tuple[str, ...]], every: bool = Fal
 
 def written(method: Callable, roles: dict[str, tuple[str, ...]], added: str | None = None) -> dict[str, float]:
     """role -> the constant a forward (and the methods of its own it calls on self) writes for it, where it writes one
-    value: passed to a parameter of the role's names (F.layer_norm(..., eps=1e-5), F.group_norm(x, 32, ...)), assigned
+    value: passed to a parameter of the role's names (F.layer_norm(..., eps=1e-5), F.group_norm(x, 32, ...)) or left
+    to such a parameter's default (F.normalize(x, dim=-1): its eps, 1e-12), assigned
     to such a name (eps = 1e-5), or, for the role `added`, a small positive constant added (mean(x²) + 1e-6)."""
     values: dict[str, set] = {}
     for fn in _with_helpers(method):
-        for role, value in constants(fn, roles, every=True):
+        for role, value in constants(fn, roles, every=True, defaults=True):
             values.setdefault(role, set()).add(value)
         tree = _tree(fn)
         for node in ast.walk(tree) if tree is not None else ():
@@ -207,6 +223,116 @@ def _with_helpers(method: Callable) -> list[Callable]:
             if isinstance(helper, types.FunctionType) and helper not in helpers:
                 helpers.append(helper)
     return helpers
+
+
+# The calls that reduce over the dims they name (a tensor's method, or torch's function of the same name), and those
+# that normalise over a shape they are given; the calls that regroup a tensor's dims, after which a reduction's axes
+# no longer say which of the input's dims it covers
+REDUCTIONS = ("mean", "sum", "var", "std", "var_mean", "std_mean", "norm", "vector_norm", "normalize")
+METHOD_DIM_AT = {"norm": 1}  # (where a tensor's method takes its dims by position: x.norm(p, dim), else first)
+SHAPED = ("normalized_shape",)
+RESHAPES = ("reshape", "view")           # (to sizes it writes, a parameter's broadcast shape: no regrouping)
+REGROUPS = ("flatten", "unflatten") + RESHAPES
+
+
+@lru_cache(maxsize=256)
+def reduced_dims(method: Callable) -> tuple[int, str] | None:
+    """(how many dims, the code that says so) a forward (and the methods of its own it calls on self) reduces over
+    where every reduction it makes names its dims as constants, and as many each: `h.pow(2).mean(-1, keepdim=True)`,
+    F.normalize(x, dim=-1): (1, "mean(-1)"); F.layer_norm(x, (x.shape[-1],)): one dim, a 1-tuple. None where one
+    reduction names them otherwise (a variable, all dims), a norm is given a shape (F.layer_norm(x,
+    self.normalized_shape)), the forward regroups a tensor's dims by sizes it computes (x.flatten(-2) before mean(-1)),
+    or it reduces nothing its source shows."""
+    found = []
+    for fn in _with_helpers(method):
+        tree = _tree(fn)
+        if tree is None:
+            return None
+        for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call)):
+            name = call.func.attr if isinstance(call.func, ast.Attribute) else \
+                call.func.id if isinstance(call.func, ast.Name) else None
+            if name in REGROUPS and not (name in RESHAPES and _literal_shape(call)):
+                return None
+            if name in REDUCTIONS:
+                dims = _reduction_dims(fn, call)
+                if dims is None:
+                    return None
+                found.append((len(dims), f"{name}({dims[0] if len(dims) == 1 else dims})"))
+        for p, arg, _ in _calls(fn):
+            if p.name in SHAPED and isinstance(arg, ast.AST):
+                if not isinstance(arg, (ast.Tuple, ast.List)) or any(isinstance(e, ast.Starred) for e in arg.elts):
+                    return None
+                found.append((len(arg.elts), f"{p.name}={ast.unparse(arg)}"))
+    counts = {n for n, _ in found}
+    return found[0] if len(counts) == 1 else None
+
+
+def _reduction_dims(fn: Callable, call: ast.Call) -> tuple[int, ...] | None:
+    """The dims a reduction names as constants (None: it names them otherwise, or none: all of them). A tensor's
+    method takes them first (h.mean(-1)); a function of torch's after its input (torch.mean(h, -1)), or by the
+    parameter its signature names dim, whose default holds where the call passes none (F.normalize's dim=1)."""
+    keyword = next((k.value for k in call.keywords if k.arg in ("dim", "axis")), None)
+    if keyword is not None:
+        return _dims(keyword)
+    target = _resolve(fn, call.func)
+    if target is None:  # (a method of a tensor the forward holds)
+        at = METHOD_DIM_AT.get(call.func.attr if isinstance(call.func, ast.Attribute) else None, 0)
+        return _dims(call.args[at]) if at < len(call.args) else None
+    params = [p for p in _parameters(target) or () if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    at = next((i for i, p in enumerate(params) if p.name in ("dim", "axis")), None if params else 1)
+    if at is not None and at < len(call.args):
+        return _dims(call.args[at])
+    default = params[at].default if at is not None and at < len(params) else None
+    return (default,) if isinstance(default, int) and not isinstance(default, bool) else None
+
+
+def _dims(node: ast.expr) -> tuple[int, ...] | None:
+    """Constant dims: one (-1) or a tuple or list of them ((-2, -1))."""
+    elements = node.elts if isinstance(node, (ast.Tuple, ast.List)) else [node]
+    dims = [_number(e) for e in elements]
+    return tuple(dims) if elements and all(isinstance(d, int) for d in dims) else None
+
+
+def _literal_shape(call: ast.Call) -> tuple[int, ...] | None:
+    """The sizes a reshape or view writes as constants (w.reshape(1, -1, 1, 1), w.view((1, -1))), else None."""
+    args = call.args[0].elts if len(call.args) == 1 and isinstance(call.args[0], (ast.Tuple, ast.List)) else call.args
+    sizes = [_number(a) for a in args]
+    return tuple(sizes) if args and not call.keywords and all(isinstance(s, int) for s in sizes) else None
+
+
+@lru_cache(maxsize=256)
+def broadcast_ranks(method: Callable, ranks: tuple[int, ...]) -> tuple[tuple[int, ...], str] | None:
+    """(the input ranks of `ranks` it takes, the code that says so) where a forward (and the methods of its own it
+    calls on self) broadcasts a tensor against its input by a shape it writes as constants, the batch dim's 1 first:
+    w.reshape(1, -1, 1, 1) meets the input's dim 1 only where the input is 4-D (another rank puts w on another dim,
+    or makes y of another rank); w.view(1, 1, -1) meets the last dim of an input of 3 dims or more. None: it writes
+    no such shape, or it asks its input's rank (x.dim(), x.ndim: it adapts to it)."""
+    found, said = set(), None
+    for fn in _with_helpers(method):
+        tree = _tree(fn)
+        for node in ast.walk(tree) if tree is not None else ():
+            if _asks_rank(node):
+                return None
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in RESHAPES):
+                continue
+            shape = _literal_shape(node)
+            if shape is None or len(shape) < 2 or shape[0] != 1 or shape.count(-1) != 1 or set(shape) - {1, -1}:
+                continue
+            found |= {r for r in ranks if r == len(shape) or (shape[-1] == -1 and r > len(shape))}
+            said = said or f"{node.func.attr}{shape}"
+    return (tuple(sorted(found)), said) if said is not None else None
+
+
+def _asks_rank(node: ast.AST) -> bool:
+    """x.dim(), x.ndimension(), x.ndim, len(x.shape): code that reads a tensor's rank."""
+    if isinstance(node, ast.Attribute) and node.attr == "ndim":
+        return True
+    if not isinstance(node, ast.Call):
+        return False
+    if isinstance(node.func, ast.Attribute) and node.func.attr in ("dim", "ndimension") and not node.args:
+        return True
+    return isinstance(node.func, ast.Name) and node.func.id == "len" and len(node.args) == 1 and \
+        isinstance(node.args[0], ast.Attribute) and node.args[0].attr in ("shape", "size")
 
 
 def takes_shape(fn: Callable, name: str, default: Callable[[str], bool]) -> bool:
@@ -270,6 +396,10 @@ def _used(tree: ast.FunctionDef, name: str) -> bool | None:
         if isinstance(node, (ast.Tuple, ast.List)) and len(node.elts) == 1 and is_name(node.elts[0]):
             single = True
     return False if single else None
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _number(node: ast.expr | None) -> float | None:

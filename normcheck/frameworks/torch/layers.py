@@ -7,7 +7,8 @@ case's weight, bias and running statistics to the module's parameters and buffer
 writes a reassigned running statistic back into the case's tensor (the contract updates them in place). A case the
 constructor cannot express (no bias, a fixed eps, no running statistics, one size for several normalised dims) is
 declined with `Unsupported`, which the engine reports as a SKIP row saying which argument is missing; so is a case
-its code fixes otherwise (an eps or a group count written as a constant, a size argument that takes one int:
+its code fixes otherwise (an eps or a group count written as a constant or left to a default, a size argument that
+takes one int, a forward that reduces over one literal dim or broadcasts its tensors for 4-D input only:
 `layer_source` reads them). Nothing here knows an op: the contract's parameter names (from its signature) say what
 each argument of a call is, and the op's record the constructor switches that choose it (`Op.layer_switches`).
 """
@@ -214,6 +215,7 @@ class Layer:
         training = given.get("training", given.get("use_input_stats", True))
         module.train(bool(training))
         self._check_input_rank(module, given["input"])
+        self._check_reduced(module, given)
         self._check_fixed(module, given, named)
         self._check_written(layer_source.written(type(module).forward, _ROLES, added="eps"), given, named,
                             "its forward's")
@@ -299,7 +301,14 @@ class Layer:
     def _check_input_rank(self, module, x: torch.Tensor) -> None:
         """torch's BatchNorm and InstanceNorm classes each take inputs of some ranks (BatchNorm2d: 4-D): another is
         a case the layer does not take, not its bug. A module that holds one such class (a block's norm) takes what
-        it takes."""
+        it takes; one whose forward broadcasts its tensors by a shape it writes (a frozen BatchNorm's
+        weight.reshape(1, -1, 1, 1): layer_source.broadcast_ranks) takes the ranks that shape meets right."""
+        written = layer_source.broadcast_ranks(type(module).forward, RANKS)
+        if written is not None and x.dim() not in written[0]:
+            ranks, said = written
+            raise Unsupported(f"{self.name}'s forward broadcasts its tensors against the input as {said}: it takes "
+                              f"{' or '.join(map(str, ranks)) or 'no'}-D input, the case's is {x.dim()}-D",
+                              takes={"rank": ranks})
         checking = module if hasattr(module, "_check_input_dim") else None
         if checking is None:
             held = [m for m in module.modules() if m is not module and hasattr(m, "_check_input_dim")]
@@ -316,6 +325,19 @@ class Layer:
         if x.dim() == unbatched:  # (InstanceNorm2d reads 3-D input as one (C, H, W) sample, not (N, C, L))
             raise Unsupported(f"{who} reads {x.dim()}-D input as one unbatched sample, not (N, C, ...)",
                               declines={"rank": (unbatched,)})
+
+    def _check_reduced(self, module, given: dict) -> None:
+        """A forward that reduces over dims it writes as constants (x.pow(2).mean(-1): layer_source.reduced_dims)
+        normalises that many dims, whatever shape its constructor took (diffusers' RMSNorm: torch.ones(dim) takes a
+        tuple): a case that normalises another number of dims is not the layer's, as for a size argument that takes
+        one int (_size)."""
+        shape = given.get("normalized_shape")
+        reduced = layer_source.reduced_dims(type(module).forward) if shape is not None else None
+        if reduced is not None and reduced[0] != len(shape):
+            count, said = reduced
+            dims = "one dim" if count == 1 else f"{count} dims"
+            raise Unsupported(f"{self.name}'s forward reduces over {dims} ({said}): it normalises {dims}, the case "
+                              f"{len(shape)} dims {tuple(int(s) for s in shape)}", takes={"normalized_dims": (count,)})
 
     def _check_fixed(self, module, given: dict, named: set[str]) -> None:
         """A value the case sets that the constructor could not (eps, momentum, a group count) and the module holds
