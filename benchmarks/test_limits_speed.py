@@ -52,5 +52,5 @@ def test_probing(benchmark):
     impl = resolve_impl(OP, KERNEL)
     learned(get_op(OP), impl, DESIGN)  # (the worker started, its imports done)
     benchmark.group = GROUP
-    narrowing = benchmark(learned, impl, DESIGN)
+    narrowing = benchmark(learned, get_op(OP), impl, DESIGN)
     assert {lim.name for lim in narrowing.limits} == {"order"}

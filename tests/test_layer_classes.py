@@ -454,7 +454,8 @@ def test_what_a_forward_writes_narrows_the_sweep(op, layer, declared, factor, ta
     from normcheck.cases.narrowing import Narrowing
     from normcheck.cases.sweep import default_sweep
     from normcheck.impls.limits import learned
-    narrowing = learned(resolve_impl(op, f"{LAYERS}:{layer}"), Narrowing.of(declared, scans="without"))
+    from normcheck.ops import get_op
+    narrowing = learned(get_op(op), resolve_impl(op, f"{LAYERS}:{layer}"), Narrowing.of(declared, scans="without"))
     limit = next(lim for lim in narrowing.limits if lim.name == factor)
     assert limit.takes == taken and "forward" in limit.why
     cases = default_sweep(op, narrowing=narrowing)

@@ -50,17 +50,23 @@ def context():
 
 def _start() -> None:
     """Start the server (once: a running one is kept) and stop it when this process exits. SIGINT is ignored while
-    it starts (the few milliseconds of a fork and exec): an ignored signal stays ignored through exec, so a Ctrl-C,
+    it starts (the few milliseconds of a fork and exec, and blocked: one that arrives then is this process's once
+    the server is started): an ignored signal stays ignored through exec, so a Ctrl-C,
     which a terminal sends the whole process group, never interrupts the server's start-up or its imports, whose
     tracebacks it printed under the run's one line. The workers forked from it ignore it too: the parent handles
     it and stops them."""
-    from multiprocessing import forkserver
+    from multiprocessing import forkserver, resource_tracker
 
     quiet_threads()
     if not _STOP_REGISTERED:
         atexit.register(stop)
         _STOP_REGISTERED.append(True)
     main_thread = threading.current_thread() is threading.main_thread()
+    # (blocked as well as ignored: Linux keeps a blocked signal pending whatever its handler, so a Ctrl-C in this
+    # window reaches this process's own handler once it is unblocked, instead of being lost. The resource tracker
+    # starts first: starting it unblocks SIGINT, which inside the window let a Ctrl-C meet the ignoring handler)
+    resource_tracker.ensure_running()
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if main_thread else None
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main_thread else None
     os.environ[PARENT] = str(os.getpid()) + ("" if main_thread else " unarmed")  # (core.orphans.arm_server reads it)
     try:
@@ -70,6 +76,7 @@ def _start() -> None:
         os.environ.pop(PARENT, None)
         if main_thread:
             signal.signal(signal.SIGINT, previous)
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 _STOP_REGISTERED: list[bool] = []
