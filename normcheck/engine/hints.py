@@ -59,6 +59,9 @@ PLAUSIBLE = 1e-3
 # reference they make is what the implementation computed. (A failing output's error may grow: an f32 layer's f64 rows
 # are f32 rounding against either reference, 1.0-2.1x apart; a casting chain it does not follow grew y's 1.4-2.2x.)
 GROWS = 1.125
+# ...unless it stays within this many float64 units of roundoff of the value: the references a declaration makes
+# differ by their own rounding there, whatever the implementation computed
+REFERENCE_NOISE = 32
 # The eps a widening is judged at again (or a hundred times the row's, where larger): float32 code passes there as
 # anywhere; a layer that ignores eps is off by ~eps/(2·mean square), far beyond float32's budget at data of unit size
 OTHER_EPS = 1e-2
@@ -282,9 +285,12 @@ def passes(report: Report | None) -> bool:
 
 def further(before: Report, after: Report) -> list[str]:
     """The outputs that passed in `before` and whose error grew under the declarations (GROWS): what the declarations
-    make of them is not what was computed, however much they widen another output's budget."""
+    make of them is not what was computed, however much they widen another output's budget. An error within the
+    float64 reference's own rounding of the value (REFERENCE_NOISE) grows by chance: a frozen BatchNorm's float64 dbias,
+    4.4e-16 off in train mode and 2.7e-15 in eval mode, the same sum either way."""
     passed = {t.name: t.max_abs_error for t in before.tensors if t.max_ratio <= 1}
-    return [name for name, error in errors(after).items() if name in passed and error > passed[name] * GROWS]
+    return [t.name for t in after.tensors if t.name in passed and t.max_abs_error > passed[t.name] * GROWS
+            and t.max_abs_error > REFERENCE_NOISE * UNIT_ROUNDOFF["f64"] * max(abs(t.got), abs(t.expected))]
 
 
 def same_errors(before: Report, after: Report) -> bool:
