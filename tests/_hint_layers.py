@@ -60,6 +60,17 @@ class ViTDetLayerNorm(_nn().Module):
         return self.weight[:, None, None] * x + self.bias[:, None, None]
 
 
+class UnsqueezedViTDetLayerNorm(ViTDetLayerNorm):
+    """ViTDet's LayerNorm with its weight and bias given their new dims one call at a time: as 4-D-only, but no shape
+    in its source says so (its 3-D rows are run, and raise)."""
+
+    def forward(self, x):
+        u = x.mean(1, keepdim=True)
+        s = (x - u).pow(2).mean(1, keepdim=True)
+        x = (x - u) / (s + self.eps).sqrt()
+        return self.weight.unsqueeze(-1).unsqueeze(-1) * x + self.bias.unsqueeze(-1).unsqueeze(-1)
+
+
 class NormalizeRMSNorm(_nn().Module):
     """lucidrains' RMSNorm: F.normalize(x)·√d·g, which ignores eps (the norm floored at 1e-12 instead), computed in
     x's dtype: no convention normcheck knows describes it, and float32's budget must not be named for its error."""

@@ -112,14 +112,14 @@ class BrokenFrozenBatchNorm2d(FrozenBatchNorm2d):
         return x * scale.reshape(1, -1, 1, 1) + shift.reshape(1, -1, 1, 1)
 
 
-class IndexedFrozenBatchNorm2d(FrozenBatchNorm2d):
-    """The frozen BatchNorm broadcasting by indexing (scale[:, None, None]), as older detection code does: written
+class UnsqueezedFrozenBatchNorm2d(FrozenBatchNorm2d):
+    """The frozen BatchNorm broadcasting by dims added one call at a time (scale.unsqueeze(-1).unsqueeze(-1)): written
     for 4-D input, which no shape in its source says; on (N, C) input it broadcasts to (C, N, C)."""
 
     def forward(self, x):
         scale = self.weight * (self.running_var + self.eps).rsqrt()
         shift = self.bias - self.running_mean * scale
-        return x * scale[:, None, None] + shift[:, None, None]
+        return x * scale.unsqueeze(-1).unsqueeze(-1) + shift.unsqueeze(-1).unsqueeze(-1)
 
 
 class ReassigningBatchNorm(nn.Module):

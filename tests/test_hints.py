@@ -13,7 +13,7 @@ import torch
 from normcheck import Case, resolve_impl
 from normcheck.cases.tokens import encode_case
 from normcheck.cli import main
-from normcheck.engine import FAIL, judge
+from normcheck.engine import FAIL, SKIP, judge
 from normcheck.engine.hints import further
 from normcheck.pytest_plugin import failure_message
 
@@ -126,11 +126,24 @@ def test_a_passing_run_judges_nothing_again():
 VITDET = "tests._hint_layers:ViTDetLayerNorm"
 
 
-def test_rows_of_a_wrong_rank_are_a_kind_of_their_own_and_leave_the_search_to_the_rows_a_hint_explains():
-    """ViTDet's LayerNorm reshapes its weight for 4-D input only: 3-D rows raise whatever is declared, 4-D ones pass
-    with channels-first sets. The 3-D rows (more of them than a run once searched) are one kind, searched once; the
-    4-D rows are another, and every one of them carries the hint."""
+def test_a_layer_written_for_4d_input_skips_other_ranks_and_its_4d_rows_carry_the_hint():
+    """ViTDet's LayerNorm broadcasts its weight as weight[:, None, None], which meets dim 1 of 4-D input only: its 3-D
+    rows are the layer's limit (SKIP, saying so), not failures; its 4-D rows pass with channels-first sets."""
     impl = resolve_impl("layernorm", VITDET)
+    for shape in ((4, 6, 5), (2, 5, 4)):
+        report = judge(Case("layernorm", shape), impl)
+        assert report.verdict == SKIP and "[:, None, None]" in report.message and "4-D" in report.message, \
+            report.summary()
+    for shape in ((3, 6, 5, 5), (2, 5, 6, 6)):
+        report = judge(Case("layernorm", shape), impl)
+        assert report.hint is not None and dict(report.hint.declarations) == {"normalized_at": "channels"}, shape
+
+
+def test_rows_of_a_wrong_rank_are_a_kind_of_their_own_and_leave_the_search_to_the_rows_a_hint_explains():
+    """ViTDet's LayerNorm written so that no shape in its source says it is 4-D only: 3-D rows raise whatever is
+    declared, 4-D ones pass with channels-first sets. The 3-D rows (more of them than a run once searched) are one
+    kind, searched once; the 4-D rows are another, and every one of them carries the hint."""
+    impl = resolve_impl("layernorm", "tests._hint_layers:UnsqueezedViTDetLayerNorm")
     probes = []
     for shape in ((4, 6, 5), (4, 6, 7), (2, 5, 4), (3, 6, 9)):
         report = judge(Case("layernorm", shape), impl)

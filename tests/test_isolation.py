@@ -356,7 +356,7 @@ def test_a_case_past_its_memory_limit_is_a_skip_naming_memory(monkeypatch):
     monkeypatch.setenv("NORMCHECK_CASE_MEMORY", "256M")
     case = Case("batchnorm", (4096, 128), "f64", mode="eval")
     assert judge(case, resolve_impl("batchnorm", "torch.nn:BatchNorm1d", hints=False)).verdict == PASS
-    report = judge(case, resolve_impl("batchnorm", "tests._layer_classes:IndexedFrozenBatchNorm2d", hints=False))
+    report = judge(case, resolve_impl("batchnorm", "tests._layer_classes:UnsqueezedFrozenBatchNorm2d", hints=False))
     assert report.verdict == SKIP and "needs more memory than the case's limit (0.25 GiB" in report.message
     assert "it asked for 0.5 GiB (at _layer_classes.py" in report.message and report.seconds < 2, report.summary()
     assert judge(case, resolve_impl("batchnorm", "torch.nn:BatchNorm1d", hints=False)).verdict == PASS

@@ -13,6 +13,7 @@ constants.
     lucidrains' RMSNorm.forward               F.normalize(x, dim=-1) * self.scale * g       eps 1e-12 (its default)
     diffusers' RMSNorm.forward                x.pow(2).mean(-1, keepdim=True)               one normalised dim
     DETR's FrozenBatchNorm2d.forward          self.weight.reshape(1, -1, 1, 1)              4-D input only
+    ViTDet's LayerNorm.forward                self.weight[:, None, None] * x                4-D input only
 
 Code whose source cannot be read (a builtin, a class made at run time) says nothing: None, or nothing found.
 """
@@ -313,14 +314,33 @@ def broadcast_ranks(method: Callable, ranks: tuple[int, ...]) -> tuple[tuple[int
         for node in ast.walk(tree) if tree is not None else ():
             if _asks_rank(node):
                 return None
-            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in RESHAPES):
+            if isinstance(node, ast.Subscript):
+                shape = _indexed_shape(node)
+                how = None if shape is None else f"[{', '.join(':' if n == -1 else 'None' for n in shape)}]"
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in RESHAPES:
+                shape, how = _literal_shape(node), None
+            else:
                 continue
-            shape = _literal_shape(node)
-            if shape is None or len(shape) < 2 or shape[0] != 1 or shape.count(-1) != 1 or set(shape) - {1, -1}:
+            if shape is None or len(shape) < 2 or shape.count(-1) != 1 or set(shape) - {1, -1}:
                 continue
-            found |= {r for r in ranks if r == len(shape) or (shape[-1] == -1 and r > len(shape))}
-            said = said or f"{node.func.attr}{shape}"
+            if shape[0] == 1:  # (the batch dim's 1 first: the whole input's shape)
+                found |= {r for r in ranks if r == len(shape) or (shape[-1] == -1 and r > len(shape))}
+            elif shape[0] == -1:  # (the channels first, the batch dim left to broadcasting: w[:, None, None])
+                found |= {r for r in ranks if r == len(shape) + 1}
+            else:
+                continue
+            said = said or how or f"{node.func.attr}{shape}"
     return (tuple(sorted(found)), said) if said is not None else None
+
+
+def _indexed_shape(node: ast.Subscript) -> tuple[int, ...] | None:
+    """The shape an index of one full slice and new axes gives a 1-D tensor (w[:, None, None]: (-1, 1, 1)), else None."""
+    elements = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+    whole = [isinstance(e, ast.Slice) and e.lower is None and e.upper is None and e.step is None for e in elements]
+    new = [isinstance(e, ast.Constant) and e.value is None for e in elements]
+    if whole.count(True) != 1 or not all(a or b for a, b in zip(whole, new)):
+        return None
+    return tuple(-1 if w else 1 for w in whole)
 
 
 def _asks_rank(node: ast.AST) -> bool:
