@@ -155,6 +155,41 @@ def test_rows_of_a_wrong_rank_are_a_kind_of_their_own_and_leave_the_search_to_th
         assert report.hint is not None and dict(report.hint.declarations) == {"normalized_at": "channels"}, shape
 
 
+MAMBA2_GATED = "tests._layer_classes:RequiredGroupsGatedRMSNorm"
+
+
+def test_a_declaration_that_makes_every_set_one_value_is_not_hinted():
+    """A Mamba2-style gated RMSNorm (transformers' Mamba2RMSNormGated: the gate before the norm, the last dim
+    normalised in float32, x̂ rounded to x's dtype before the weight, a group size it requires) on a row whose dim 1 has
+    size 1. Channels-first sets are then one value each, and the layer, built with a group of prod(normalized_shape) =
+    1, normalises each value alone along its last dim: the same x/√(x² + eps) = ±1, exact in float16, so the casting
+    error vanished and it was hinted --normalized-at channels. The search does not judge sets of one value; the casting
+    chain is the hint, and the row passes under it."""
+    declared = {"compute_dtype": "f32", "output_dtype": "promote"}
+    case = Case("gate_rmsnorm", (1, 1, 7, 256), "f16", "f32", profile="big", eps=None, seed=1, **declared)
+    report, impl = judged("gate_rmsnorm", MAMBA2_GATED, case, declared)
+    assert report.verdict == FAIL and report.hint is not None, report.summary()
+    assert dict(report.hint.declarations) == {"casting": "before-weight"}, str(report.hint)
+    assert not any("normalized_at" in probe for probe in impl.hints.probed)
+    layer = resolve_impl("gate_rmsnorm", MAMBA2_GATED)
+    assert judge(case.with_(casting="before-weight"), layer).verdict != FAIL
+    assert judge(case.with_(normalized_at="channels"), layer).verdict != FAIL  # (what the hint was: a pass of one value)
+
+
+def test_a_row_whose_declared_sets_are_one_value_carries_a_hint_found_on_sets_of_several():
+    """ViTDet's LayerNorm on 4-D rows with C = 1: channels-first sets of one value are not searched on them (they pass
+    whatever dims a layer normalises), but once a row with C > 1 found --normalized-at channels, they carry it."""
+    impl = resolve_impl("layernorm", VITDET)
+    one_value = Case("layernorm", (2, 1, 5, 5))
+    report = judge(one_value, impl)
+    assert report.verdict == FAIL and report.hint is None, report.summary()
+    assert not any("normalized_at" in probe for probe in impl.hints.probed)
+    assert dict(judge(Case("layernorm", (3, 6, 5, 5)), impl).hint.declarations) == {"normalized_at": "channels"}
+    for shape in ((2, 1, 5, 5), (2, 1, 3, 7)):
+        report = judge(Case("layernorm", shape), impl)
+        assert report.hint is not None and dict(report.hint.declarations) == {"normalized_at": "channels"}, shape
+
+
 GEMMA = "tests._layer_classes:GemmaStyleRMSNorm"
 
 

@@ -20,6 +20,15 @@ finds it, the row passes at another eps too (a layer that ignores eps is off by 
 float32-sized at a small eps by luck), or, where the implementation takes one eps only (a probe it skips is no
 verdict), on data whose statistic is about that eps.
 
+A declaration under which every set is one value, where the row's sets held several (channels-first sets over a dim
+of size 1), is not searched for: the normalisation of one value is x/√(x² + eps) (0 where centred) whichever dims
+hold it, so a pass there tells the declared sets from no others, and it drops every error a set makes (a casting
+chain's x̂ is ±1, exact in any dtype). A layer built from the declared sizes passes it whatever dims it normalises:
+Mamba2's gated RMSNorm (its last dim, its group size prod(normalized_shape)) was hinted channels-first sets on a
+1x1x1x7x4096 row, where it was built with groups of one value; its rows fail by their casting chain. Such a row
+carries a set found on a row where its declarations were judged on sets of several values (a channels-first
+layer's 4-D rows with C = 1 do, once a row with C > 1 found it).
+
 Rows that fail alike (one kind: the input's rank, the dtype class, and how they fail: by their values, or with one
 message whatever its numbers) are explained alike. Every failing row is judged again under what explained its kind,
 then under what explained any other (one probe each; where that explains a row of a new kind, less what the row does
@@ -208,6 +217,15 @@ class _Prober:
             return False
         return not elsewhere or self.at_other_eps(declared)
 
+    def one_value_sets(self, declared: dict) -> bool:
+        """Under `declared` every set is one value, where the row's sets held several: a pass there tells the declared
+        sets from no others (any normalisation of one value is the same), so the search does not judge it."""
+        try:
+            probed = replace(self.case, **declared)
+        except UsageError:
+            return False
+        return probed.view.set_size == 1 < self.case.view.set_size
+
     def coarsens(self, name: str, value) -> bool:
         """Declaring `name` = `value` makes the case accumulate in a coarser precision (compute_dtype f32 on f64)."""
         try:
@@ -252,6 +270,8 @@ def search(remaining: dict[str, tuple], probe: _Prober) -> dict | None:
         for name, values in remaining.items():
             for value in values:
                 trial = {**adopted, name: value}
+                if probe.one_value_sets(trial):
+                    continue  # (sets of one value tell no declared sets from others: nothing found or built on)
                 probed = probe(trial)
                 if probed is None:
                     continue
