@@ -340,6 +340,19 @@ def make_conditioned_layer_norm(embedding_dim):
     return ConditionedLayerNorm(embedding_dim)
 
 
+class PermutedLayerNorm2d(nn.LayerNorm):
+    """timm's LayerNorm2d: channels-first by permuting (N, C, H, W) to channels-last and back around F.layer_norm, so
+    written for 4-D input (x.permute(0, 2, 3, 1)); right under --normalized-at channels."""
+
+    def __init__(self, num_channels, eps=1e-6, affine=True, **kwargs):
+        super().__init__(num_channels, eps=eps, elementwise_affine=affine, **kwargs)
+
+    def forward(self, x):
+        x = x.permute(0, 2, 3, 1)
+        x = F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+        return x.permute(0, 3, 1, 2)
+
+
 # -- size arguments: one int or a shape (issue 62) -------------------------------------------------------------------
 class ChannelsFirstOneSizeLayerNorm(nn.Module):
     """A channels-first LayerNorm as detection backbones write it (ViTDet's): `normalized_shape` is one int, the

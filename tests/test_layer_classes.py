@@ -437,11 +437,21 @@ def test_a_forward_broadcasting_for_4d_input_skips_other_ranks(shape):
     shape (436 FAIL rows of its default sweep, declared); those rows SKIP naming the shape, 4-D ones pass. A BatchNorm
     whose broadcast shape follows x.dim() takes each rank."""
     report = judged("batchnorm", "LiteralEpsFrozenBatchNorm2d", Case("batchnorm", shape, "f32", **FROZEN))
-    assert report.verdict == SKIP and ("forward broadcasts its tensors against the input as reshape(1, -1, 1, 1): it "
+    assert report.verdict == SKIP and ("forward is written for its input's rank (reshape(1, -1, 1, 1)): it "
                                        f"takes 4-D input, the case's is {len(shape)}-D") in report.message
     four_d = Case("batchnorm", (4, 3, 5, 5), "f32", **FROZEN)
     assert judged("batchnorm", "LiteralEpsFrozenBatchNorm2d", four_d).verdict in OK
     assert judged("batchnorm", "ReassigningBatchNorm", Case("batchnorm", shape, "f64", mode="eval")).verdict in OK
+
+
+@pytest.mark.parametrize("shape", [(4, 3, 5), (2, 3, 4, 4, 2)])
+def test_a_forward_that_permutes_four_dims_skips_other_ranks(shape):
+    """timm's LayerNorm2d permutes (N, C, H, W) to channels-last and back: on input of another rank permute raised
+    (617 FAIL rows of its default sweep); those rows SKIP naming the permutation, and 4-D ones pass channels-first."""
+    report = judged("layernorm", "PermutedLayerNorm2d", Case("layernorm", shape, "f32", normalized_at="channels"))
+    assert report.verdict == SKIP and "(permute(0, 2, 3, 1)): it takes 4-D input" in report.message, report.summary()
+    four_d = Case("layernorm", (2, 3, 4, 5), "f32", normalized_at="channels")
+    assert judged("layernorm", "PermutedLayerNorm2d", four_d).verdict in OK
 
 
 @pytest.mark.parametrize("op, layer, declared, factor, taken", [

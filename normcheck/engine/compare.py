@@ -192,6 +192,9 @@ def _not_reproduced(case, own: Case, witness: Bound, issue, tensors, message: st
         name = t.name.split("[")[0]
         if name not in theirs:
             return f"it returns no {name}"
+        if np.shape(theirs[name]) != np.shape(outputs[t.name]):  # (a convention that moves the sets: channels-first)
+            return (f"its {name} has shape {np.shape(theirs[name])} where this code's has "
+                    f"{np.shape(outputs[t.name])}: under torch's conventions the case has other sets")
         allowed = allowance(ref[name], bounds[name], baseline.get(name), constants)
         apart = float(np.max(budget_ratio(outputs[t.name], theirs[name], allowed, None, op.output_dtype(case, name),
                                           constants), initial=0.0))

@@ -14,6 +14,7 @@ constants.
     diffusers' RMSNorm.forward                x.pow(2).mean(-1, keepdim=True)               one normalised dim
     DETR's FrozenBatchNorm2d.forward          self.weight.reshape(1, -1, 1, 1)              4-D input only
     ViTDet's LayerNorm.forward                self.weight[:, None, None] * x                4-D input only
+    timm's LayerNorm2d.forward                x.permute(0, 2, 3, 1)                         4-D input only
 
 Code whose source cannot be read (a builtin, a class made at run time) says nothing: None, or nothing found.
 """
@@ -302,18 +303,25 @@ def _literal_shape(call: ast.Call) -> tuple[int, ...] | None:
 
 
 @lru_cache(maxsize=256)
-def broadcast_ranks(method: Callable, ranks: tuple[int, ...]) -> tuple[tuple[int, ...], str] | None:
+def written_ranks(method: Callable, ranks: tuple[int, ...]) -> tuple[tuple[int, ...], str] | None:
     """(the input ranks of `ranks` it takes, the code that says so) where a forward (and the methods of its own it
     calls on self) broadcasts a tensor against its input by a shape it writes as constants, the batch dim's 1 first:
     w.reshape(1, -1, 1, 1) meets the input's dim 1 only where the input is 4-D (another rank puts w on another dim,
-    or makes y of another rank); w.view(1, 1, -1) meets the last dim of an input of 3 dims or more. None: it writes
-    no such shape, or it asks its input's rank (x.dim(), x.ndim: it adapts to it)."""
+    or makes y of another rank); w.view(1, 1, -1) meets the last dim of an input of 3 dims or more; w[:, None, None]
+    meets dim 1 of 4-D input; and where it permutes a tensor's dims in an order it writes, x.permute(0, 2, 3, 1) takes
+    4-D input. None: it writes no such shape, or it asks its input's rank (x.dim(), x.ndim: it adapts to it)."""
     found, said = set(), None
     for fn in _with_helpers(method):
         tree = _tree(fn)
         for node in ast.walk(tree) if tree is not None else ():
             if _asks_rank(node):
                 return None
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "permute":
+                order = _literal_shape(node)  # (x.permute(0, 2, 3, 1): its input has as many dims as it names)
+                if order is not None and sorted(order) == list(range(len(order))):
+                    found |= {r for r in ranks if r == len(order)}
+                    said = said or f"permute{order}"
+                continue
             if isinstance(node, ast.Subscript):
                 shape = _indexed_shape(node)
                 how = None if shape is None else f"[{', '.join(':' if n == -1 else 'None' for n in shape)}]"

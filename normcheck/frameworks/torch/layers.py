@@ -8,7 +8,7 @@ writes a reassigned running statistic back into the case's tensor (the contract 
 constructor cannot express (no bias, a fixed eps, no running statistics, one size for several normalised dims) is
 declined with `Unsupported`, which the engine reports as a SKIP row saying which argument is missing; so is a case
 its code fixes otherwise (an eps or a group count written as a constant or left to a default, a size argument that
-takes one int, a forward that reduces over one literal dim or broadcasts its tensors for 4-D input only:
+takes one int, a forward that reduces over one literal dim or is written for 4-D input only:
 `layer_source` reads them). Nothing here knows an op: the contract's parameter names (from its signature) say what
 each argument of a call is, and the op's record the constructor switches that choose it (`Op.layer_switches`).
 """
@@ -302,11 +302,12 @@ class Layer:
         """torch's BatchNorm and InstanceNorm classes each take inputs of some ranks (BatchNorm2d: 4-D): another is
         a case the layer does not take, not its bug. A module that holds one such class (a block's norm) takes what
         it takes; one whose forward broadcasts its tensors by a shape it writes (a frozen BatchNorm's
-        weight.reshape(1, -1, 1, 1): layer_source.broadcast_ranks) takes the ranks that shape meets right."""
-        written = layer_source.broadcast_ranks(type(module).forward, RANKS)
+        weight.reshape(1, -1, 1, 1)) or permutes the input's dims in an order it writes (x.permute(0, 2, 3, 1):
+        layer_source.written_ranks) takes the ranks that code meets right."""
+        written = layer_source.written_ranks(type(module).forward, RANKS)
         if written is not None and x.dim() not in written[0]:
             ranks, said = written
-            raise Unsupported(f"{self.name}'s forward broadcasts its tensors against the input as {said}: it takes "
+            raise Unsupported(f"{self.name}'s forward is written for its input's rank ({said}): it takes "
                               f"{' or '.join(map(str, ranks)) or 'no'}-D input, the case's is {x.dim()}-D",
                               takes={"rank": ranks})
         checking = module if hasattr(module, "_check_input_dim") else None
