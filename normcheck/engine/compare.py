@@ -155,29 +155,34 @@ def reproduced(case: Case, bound: Bound, followed, tensors, message: str, output
     # (--output-dtype promote, --compute-dtype f32) says nothing of torch's kernel. An issue of torch's kernels in
     # the precision the code declares it computes in, and not in the case's own, is reproduced there: torch's record
     # on the case's inputs rounded as those kernels were handed them, judged as the code is
-    theirs, inputs, alike = case.with_(**default_conventions(case.op)), None, "alike"
+    theirs, inputs, alike, where = case.with_(**default_conventions(case.op)), None, "alike", ""
     if not issue.applies(case):
         kernels = kernels_case(case)
         theirs, inputs = kernels, kernels_inputs(case, kernels)
-        alike = f"alike in {kernels.dtype}, the precision this code computes in"
+        alike, where = f"alike in {kernels.dtype}, the precision this code computes in", f" in {kernels.dtype}"
+    # A channels-first case's sets are the last K dims under torch's conventions: torch's record runs the same sets
+    # moved last (as channels-first code built on torch's kernels hands them), its outputs moved back
+    theirs, inputs, back = sets_last(case, theirs, inputs)
     witness = bound.witness(issue, theirs) if bound.witness is not None else None
     if witness is None:
         return FAIL, f"{failure} (resembles known issue {issue.key}; no record of torch's that has it takes this case)"
-    why = _not_reproduced(case, theirs, witness, issue, tensors, message, outputs, constants, inputs)
+    why = _not_reproduced(case, theirs, witness, issue, tensors, message, outputs, constants, inputs, back)
     if why is None:
         return KNOWN, f"{known} (torch's own `{witness.name}` record fails this case {alike})"
     return FAIL, (f"{failure} (resembles known issue {issue.key}, but torch's own `{witness.name}` record does not "
-                  f"reproduce it on this case{'' if inputs is None else f' in {theirs.dtype}'}: {why})")
+                  f"reproduce it on this case{where}: {why})")
 
 
 def _not_reproduced(case, own: Case, witness: Bound, issue, tensors, message: str, outputs: dict,
-                    constants, inputs: CaseInputs | None = None) -> str | None:
+                    constants, inputs: CaseInputs | None = None, back=None) -> str | None:
     """None when `witness` (torch's record), run on `own` (the case under its own conventions), fails as the
     implementation did on `case`; else why not, in a clause. `inputs`: what it runs on where they are not `own`'s
-    (the case's rounded to the precision the code computes in, kernels_inputs): its outputs are then judged as the
-    code's are, on `case`."""
+    (the case's rounded to the precision the code computes in, kernels_inputs; the case's sets moved last,
+    sets_last): its outputs are then judged as the code's are, on `case`, each moved back by `back` first."""
     try:
         theirs = witness.runner(own, case_inputs(own) if inputs is None else inputs)[0]
+        if back is not None:
+            theirs = {name: back(a) for name, a in theirs.items()}
     except Exception as e:  # noqa: BLE001 - torch's record raising is data here
         raised = str(e) if isinstance(e, RaisedElsewhere) else exception_text(e)  # (its text says 'raised' already)
         if message and issue.signature.explains_message(raised):
@@ -215,6 +220,29 @@ def kernels_case(case: Case) -> Case | None:
     if case.compute_dtype == "f64" or case.dtype != "f64":
         return None
     return case.with_(**default_conventions(case.op), dtype=case.compute_dtype, param_dtype=case.compute_dtype)
+
+
+def sets_last(case: Case, theirs: Case, inputs: CaseInputs | None):
+    """(the case torch's record runs, its inputs or None for its own, what moves an output back or None) where
+    torch's conventions (`theirs`) would normalise other dims than a channels-first case's (normalized_at channels,
+    dims 1..K; torch's records normalise the last K): the same sets moved last, in the standard layout, its x-shaped
+    inputs moved alike. Unchanged elsewhere."""
+    if case.normalized_at != "channels" or theirs.normalized_at == "channels":
+        return theirs, inputs, None
+    k, rank = case.normalized_dims, len(case.shape)
+    first, last = range(1, 1 + k), range(rank - k, rank)
+
+    def moved(a):  # (x-shaped: x, dy, their directions, an x-shaped operand; a parameter has fewer dims)
+        return np.moveaxis(a, first, last) if isinstance(a, np.ndarray) and a.ndim == rank else a
+
+    def back(a):
+        return np.moveaxis(a, last, first) if isinstance(a, np.ndarray) and a.ndim == rank else a
+
+    given = case_inputs(case) if inputs is None else inputs
+    own = theirs.with_(shape=moved(np.empty(case.shape, dtype=bool)).shape, x_format="contiguous",
+                       dy_format="contiguous")
+    arrays = {f.name: moved(getattr(given, f.name)) for f in fields(given) if f.name not in ("case", "extra")}
+    return own, replace(given, case=own, **arrays, extra={n: moved(a) for n, a in given.extra.items()}), back
 
 
 def kernels_inputs(case: Case, kernels: Case) -> CaseInputs:
