@@ -60,6 +60,9 @@ SEARCHES = 16  # kinds of failure per bound run that get a full search (each inp
 # A search judges its row about ten times: it runs on a row of at most this many elements; a larger row of a kind not
 # yet explained is judged only under what explained other rows, and its kind waits for a smaller row
 SEARCH_NUMEL = 1 << 18
+# A kind whose search found nothing while a declaration made its row's sets one value each (untellable) waits for
+# another of its rows, this many times at most (ViTDet's and timm's channels-first rows of one channel come first)
+DEFERRALS = 3
 HELPS = 4.0   # a probe whose worst budget ratio falls by this factor helped: the search builds on it
 # A declaration that only widens the budget (the same errors: compute_dtype) explains errors of at least this ratio
 # under it: float32 code judged on float64 rows measured 0.005 to 0.5; naive variance in float64 (a bug) 1e-9 to 1e-6
@@ -121,6 +124,7 @@ class HintSearch:
     explained: list[dict] = field(default_factory=list)  # the declaration sets that made a row pass, in order
     probed: list[dict] = field(default_factory=list)     # every probe's declarations, in order (what tests count)
     hung: bool = False  # a probe ran out of its time limit: no more probes in this run (each would wait one out)
+    deferred: dict = field(default_factory=dict)         # kind -> its searches that found nothing on one-value sets
 
     @property
     def probes(self) -> int:
@@ -146,7 +150,13 @@ class HintSearch:
         if kind in self.kinds or self.searches <= 0 or case.numel > SEARCH_NUMEL:
             return None
         self.searches -= 1
-        found = self.kinds[kind] = self._spelled(search(alternatives(case, bound.impl), probe))
+        found = self._spelled(search(alternatives(case, bound.impl), probe))
+        if found is None and probe.untellable and self.deferred.get(kind, 0) < DEFERRALS:
+            # (a declaration its sets could not tell apart, one value each: a later row of its kind is searched)
+            self.deferred[kind] = self.deferred.get(kind, 0) + 1
+            self.searches += 1
+            return None
+        self.kinds[kind] = found
         return None if found is None else hint_of(case, found)
 
     def _spelled(self, found: dict | None) -> dict | None:
@@ -170,6 +180,7 @@ class _Prober:
     state: HintSearch
     row: Report
     seen: dict = field(default_factory=dict)  # the declarations, as a frozenset of items -> their Report (or None)
+    untellable: bool = False  # a declaration was not judged: under it the row's sets were one value each
 
     def __post_init__(self):
         self.seen[frozenset()] = self.row
@@ -271,6 +282,7 @@ def search(remaining: dict[str, tuple], probe: _Prober) -> dict | None:
             for value in values:
                 trial = {**adopted, name: value}
                 if probe.one_value_sets(trial):
+                    probe.untellable = True
                     continue  # (sets of one value tell no declared sets from others: nothing found or built on)
                 probed = probe(trial)
                 if probed is None:
