@@ -225,7 +225,10 @@ FROZEN_BN = "tests._layer_classes:FrozenBatchNorm2d"
     (Case("batchnorm", (4, 3, 5, 5), "f64"), {"mode": "eval"}),
     (Case("batchnorm", (4, 3, 5, 5), "f32", order=2), {"mode": "eval"}),
     (Case("batchnorm", (4, 3, 5, 5), "bf16", "f32"), {"output_dtype": "promote", "mode": "eval"}),
-], ids=["f64", "f32 order 2", "mixed"])
+    # (dbias, a sum of 191 values, moves by float64 roundings between the two references: no growth that counts)
+    (Case("batchnorm", (1, 3, 1, 191), "f64"), {"mode": "eval"}),
+    (Case("batchnorm", (2, 3, 8, 12), "f64"), {"mode": "eval"}),
+], ids=["f64", "f32 order 2", "mixed", "f64 long sums", "f64 long sums 2"])
 def test_a_frozen_batchnorm_is_hinted_to_eval_mode(case, declarations):
     """detectron2's FrozenBatchNorm2d normalises with its running statistics in training mode too: its training rows
     fail, and the hint says to run it in eval mode (a frozen BatchNorm has no training mode)."""

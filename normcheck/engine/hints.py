@@ -74,6 +74,7 @@ GROWS = 1.125
 # ...unless it stays within this many float64 units of roundoff of the value: the references a declaration makes
 # differ by their own rounding there, whatever the implementation computed
 REFERENCE_NOISE = 32
+BUDGET_NOISE = 1e-2  # ...or under this fraction of the row's own budget for it, grown as it did
 # The eps a widening is judged at again (or a hundred times the row's, where larger): float32 code passes there as
 # anywhere; a layer that ignores eps is off by ~eps/(2·mean square), far beyond float32's budget at data of unit size
 OTHER_EPS = 1e-2
@@ -317,12 +318,22 @@ def passes(report: Report | None) -> bool:
 
 def further(before: Report, after: Report) -> list[str]:
     """The outputs that passed in `before` and whose error grew under the declarations (GROWS): what the declarations
-    make of them is not what was computed, however much they widen another output's budget. An error within the
-    float64 reference's own rounding of the value (REFERENCE_NOISE) grows by chance: a frozen BatchNorm's float64 dbias,
-    4.4e-16 off in train mode and 2.7e-15 in eval mode, the same sum either way."""
-    passed = {t.name: t.max_abs_error for t in before.tensors if t.max_ratio <= 1}
-    return [t.name for t in after.tensors if t.name in passed and t.max_abs_error > passed[t.name] * GROWS
-            and t.max_abs_error > REFERENCE_NOISE * UNIT_ROUNDOFF["f64"] * max(abs(t.got), abs(t.expected))]
+    make of them is not what was computed, however much they widen another output's budget. An error that stays
+    within the float64 reference's own rounding grows by chance: within REFERENCE_NOISE units of roundoff of the value,
+    or under BUDGET_NOISE of the row's own budget for it (a frozen BatchNorm's float64 dbias, a sum of 191 values, 2.4e-15
+    off in train mode and 4.4e-15 in eval mode: 0.005 and 0.009 of its budget, the same sum either way)."""
+    passed = {t.name: t for t in before.tensors if t.max_ratio <= 1}
+    grown = []
+    for t in after.tensors:
+        was = passed.get(t.name)
+        if was is None or t.max_abs_error <= was.max_abs_error * GROWS:
+            continue
+        if t.max_abs_error <= REFERENCE_NOISE * UNIT_ROUNDOFF["f64"] * max(abs(t.got), abs(t.expected)):
+            continue
+        if was.max_abs_error > 0 and was.max_ratio * t.max_abs_error / was.max_abs_error < BUDGET_NOISE:
+            continue
+        grown.append(t.name)
+    return grown
 
 
 def same_errors(before: Report, after: Report) -> bool:
