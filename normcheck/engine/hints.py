@@ -319,9 +319,9 @@ def passes(report: Report | None) -> bool:
 def further(before: Report, after: Report) -> list[str]:
     """The outputs that passed in `before` and whose error grew under the declarations (GROWS): what the declarations
     make of them is not what was computed, however much they widen another output's budget. An error that stays
-    within the float64 reference's own rounding grows by chance: within REFERENCE_NOISE units of roundoff of the value,
-    or under BUDGET_NOISE of the row's own budget for it (a frozen BatchNorm's float64 dbias, a sum of 191 values, 2.4e-15
-    off in train mode and 4.4e-15 in eval mode: 0.005 and 0.009 of its budget, the same sum either way)."""
+    within the float64 reference's own rounding grows by chance: within REFERENCE_NOISE units of roundoff of the
+    value, or under BUDGET_NOISE of the row's own budget for it (a frozen BatchNorm's float64 dbias, a sum of 191
+    values, 2.4e-15 off in train mode and 4.4e-15 in eval mode: 0.005 and 0.009 of its budget, the same sum)."""
     passed = {t.name: t for t in before.tensors if t.max_ratio <= 1}
     grown = []
     for t in after.tensors:
