@@ -20,7 +20,7 @@ from .cases.sweep import default_sweep
 from .core.disk_cache import cache_root
 from .core.errors import ImplError, Unsupported, UsageError
 from .doctor import run_doctor
-from .engine import FAIL, KNOWN, ahead, judge, nothing_tested, runs_per_case
+from .engine import FAIL, KNOWN, ahead, hint_again, judge, nothing_tested, runs_per_case
 from .engine.coverage import judged_coverage, narrowing_hint, overruled
 from .engine.normalises import no_norm
 from .engine.search import database_folder, require_hypothesis, search
@@ -34,7 +34,7 @@ from .outputs.junit import write_junit
 from .outputs.plot import write_plot
 from .outputs.progress import Progress, wants_progress
 from .outputs.replay import report_replay
-from .outputs.table import hint_line, narrowed_lines, row, search_lines, search_summary_line, summary_line, wants_colour
+from .outputs.table import hint_line, late_hint_lines, narrowed_lines, row, search_lines, search_summary_line, summary_line, wants_colour
 from .request import Request, compare_request, declared_conventions, options_narrowing
 from .worlds import CaseLimit, printed
 from .worlds.env import close_env_world, env_world
@@ -138,6 +138,13 @@ def run_compare(request: Request, out) -> int:
             if reports_to.maxfail and sum(r.verdict == FAIL for r in reports) >= reports_to.maxfail:
                 stopped = f"stopped after {reports_to.maxfail} failing case{'s' if reports_to.maxfail > 1 else ''} (--maxfail)"
                 break
+        if not stopped:  # (rows judged before a row of their kind was explained: what explained it since)
+            try:
+                late = [r for r in reports if hint_again(r, bound)]
+            except KeyboardInterrupt:
+                stopped, late = f"interrupted by {interrupted.get('signal', 'SIGINT')}", []
+            for line in late_hint_lines(late) if not reports_to.json else ():
+                progress.print(line, out)
     elapsed = time.perf_counter() - start
     failed = any(r.verdict == FAIL or (reports_to.strict and r.verdict == KNOWN) for r in reports)
     untested = "" if stopped else nothing_tested(reports)

@@ -13,7 +13,8 @@ import torch
 from normcheck import Case, resolve_impl
 from normcheck.cases.tokens import encode_case
 from normcheck.cli import main
-from normcheck.engine import FAIL, SKIP, judge
+from normcheck.engine import FAIL, SKIP, hint_again, judge
+from normcheck.outputs.table import late_hint_lines
 from normcheck.engine.hints import further
 from normcheck.pytest_plugin import failure_message
 
@@ -137,6 +138,21 @@ def test_a_layer_written_for_4d_input_skips_other_ranks_and_its_4d_rows_carry_th
     for shape in ((3, 6, 5, 5), (2, 5, 6, 6)):
         report = judge(Case("layernorm", shape), impl)
         assert report.hint is not None and dict(report.hint.declarations) == {"normalized_at": "channels"}, shape
+
+
+def test_a_row_judged_before_its_kind_was_explained_carries_the_hint_at_the_end_of_the_run():
+    """A one-channel row of ViTDet's LayerNorm cannot tell channels-first sets apart (one value each): judged first it
+    gets no hint; once a row of several channels found it, the run's last pass gives it the same hint, and the
+    table's closing line names it."""
+    impl = resolve_impl("layernorm", VITDET)
+    first = judge(Case("layernorm", (2, 1, 5, 5)), impl)
+    assert first.verdict == FAIL and first.hint is None, first.summary()
+    assert not hint_again(first, impl)  # (nothing explained yet)
+    assert judge(Case("layernorm", (3, 6, 5, 5)), impl).hint is not None
+    assert hint_again(first, impl) and dict(first.hint.declarations) == {"normalized_at": "channels"}
+    [line] = late_hint_lines([first])
+    assert line.startswith("hint, for 1 FAIL row above judged before a row of their kind was explained (2x1x5x5")
+    assert line.endswith(str(first.hint))
 
 
 def test_rows_of_a_wrong_rank_are_a_kind_of_their_own_and_leave_the_search_to_the_rows_a_hint_explains():

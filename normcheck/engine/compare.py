@@ -40,6 +40,18 @@ def judge(case: Case, bound: Bound, constants: Constants = CONSTANTS) -> Report:
     return report
 
 
+def hint_again(report: Report, bound: Bound, constants: Constants = CONSTANTS) -> bool:
+    """A FAIL row judged before any row of its kind was explained (engine.hints: ViTDet's rows of one channel, where
+    every declared set is one value, come before the first row that tells channels-first sets apart) is judged again
+    under what explained rows since: True when it now carries a hint (Report.hint set). A run's last pass over its
+    unhinted rows; it searches nothing new."""
+    if report.verdict != FAIL or report.hint is not None or bound.hints is None or report.case is None:
+        return False
+    report.hint = bound.hints.hint(report.case, bound, report,
+                                   lambda probe, quiet, against=None: _judged(probe, quiet, constants, against))
+    return report.hint is not None
+
+
 def _judged(case: Case, bound: Bound, constants: Constants, against: Case | None = None) -> Report:
     """`against`: the case whose inputs and expectations `case` is judged on (an order-2 case judged at order 1: the same
     x, dy and parameters, and its first-order references and bounds, computed once for both)."""

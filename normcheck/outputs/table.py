@@ -38,6 +38,20 @@ def hint_line(r: Report) -> str | None:
     return None if r.hint is None else f"    hint: {r.hint}"
 
 
+def late_hint_lines(late: list[Report]) -> list[str]:
+    """One line per hint that rows printed above carry only since a later row of their kind was explained
+    (engine.compare.hint_again): how many, which (the first three), and the hint."""
+    by_hint = {}
+    for r in late:
+        by_hint.setdefault(str(r.hint), []).append(r)
+    lines = []
+    for hint, rows in by_hint.items():
+        named = "; ".join(r.case.label for r in rows[:3]) + (f"; and {len(rows) - 3} more" if len(rows) > 3 else "")
+        lines.append(f"hint, for {len(rows)} FAIL row{'s' if len(rows) > 1 else ''} above judged before a row of their "
+                     f"kind was explained ({named}): {hint}")
+    return lines
+
+
 def summary_line(op: str, impl: str, reports: list[Report], seconds: float, covered: JudgedCoverage | None = None) -> str:
     """'... 108 cases: 54 passed, 0 failed, 54 skipped in 4.1 s (54 of 108 cases tested); 1790 of 1857 pairs judged
     (...)': with a sweep's coverage as judged (engine.coverage), what no judged case covered, the first of it named."""
