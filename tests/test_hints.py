@@ -140,6 +140,17 @@ def test_a_layer_written_for_4d_input_skips_other_ranks_and_its_4d_rows_carry_th
         assert report.hint is not None and dict(report.hint.declarations) == {"normalized_at": "channels"}, shape
 
 
+def test_sets_found_apart_are_tried_together_where_they_agree():
+    """torchvision's frozen BatchNorm: its float32 rows found --mode eval and a mixed eval row --output-dtype promote,
+    each alone; its f16/f32 training rows need both, which no search of their own found (a row too large to search,
+    a kind searched on a row nothing explained): the union is tried too, and never where two sets disagree."""
+    from normcheck.engine.hints import HintSearch
+    search = HintSearch(explained=[{"mode": "eval"}, {"output_dtype": "promote"}])
+    assert search._together() == [{"mode": "eval", "output_dtype": "promote"}]
+    assert HintSearch(explained=[{"mode": "eval"}, {"mode": "train", "output_dtype": "promote"}])._together() == []
+    assert HintSearch(explained=[{"mode": "eval"}])._together() == []
+
+
 def test_a_row_judged_before_its_kind_was_explained_carries_the_hint_at_the_end_of_the_run():
     """A one-channel row of ViTDet's LayerNorm cannot tell channels-first sets apart (one value each): judged first it
     gets no hint; once a row of several channels found it, the run's last pass gives it the same hint, and the

@@ -142,7 +142,7 @@ class HintSearch:
         probe = _Prober(case, replace(bound, hints=None), judge, self, report)
         kind = kind_of(case, report)
         own = self.kinds.get(kind)
-        for known in ([own] if own else []) + [k for k in self.explained if k != own]:
+        for known in ([own] if own else []) + [k for k in self.explained if k != own] + self._together():
             declared = {k: v for k, v in known.items() if getattr(case, k) != v}
             if declared and probe.explains(declared, report):
                 if kind not in self.kinds:  # (a new kind: what explained another, less what this row does without)
@@ -159,6 +159,16 @@ class HintSearch:
             return None
         self.kinds[kind] = found
         return None if found is None else hint_of(case, found)
+
+    def _together(self) -> list[dict]:
+        """Every set found, together, where they were found apart and agree (a frozen BatchNorm's float32 rows found
+        --mode eval and its mixed rows --output-dtype promote alone; its f16/f32 rows of order 2 need both)."""
+        together = {}
+        for found in self.explained:
+            if any(together.get(k, v) != v for k, v in found.items()):
+                return []
+            together.update(found)
+        return [together] if len(self.explained) > 1 and together not in self.explained else []
 
     def _spelled(self, found: dict | None) -> dict | None:
         """A set found again keeps its first spelling (one hint reads alike on every row); a new one is kept."""
