@@ -77,13 +77,13 @@ def compare_request(args) -> Request:
         _check_search_options(args, backend)
     _check_report_paths(args)
     declared = declared_conventions(args)
-    named, narrowing = _named_cases(args, op, declared), None
-    if named is None:
-        narrowing = options_narrowing(args, op, declared)
     first = args.seed or 0
+    seeds = tuple(range(first, first + (args.cases or 1)))
+    named = _named_cases(args, op, declared, seeds)
+    narrowing = options_narrowing(args, op, declared) if named is None else None
     return Request(op, args.impl, backend, args.framework, args.device, args.triton_interpret, not args.no_hints,
                    tuple(args.check), args.timeout, declared, named, args.case is not None, narrowing,
-                   tuple(range(first, first + (args.cases or 1))), args.budget, args.seed,
+                   seeds, args.budget, args.seed,
                    Reports(args.json, args.junit_xml, args.plot, args.traceback, args.maxfail, args.strict))
 
 
@@ -101,7 +101,7 @@ def options_narrowing(args, op: Op, conventions: dict) -> Narrowing:
     return Narrowing.of(fields, args.world_size, scans=args.scans, limits=rank_limit(args.rank))
 
 
-def _named_cases(args, op: Op, declared: dict) -> tuple[Case, ...] | None:
+def _named_cases(args, op: Op, declared: dict, seeds: tuple[int, ...]) -> tuple[Case, ...] | None:
     """The cases a --case token or --one-case names (under the declared conventions), None for the sweep."""
     given = [k for k in (*_CASE_OPTIONS, "cases", "seed", "one_case") if _is_given(getattr(args, k))]
     fixed = _fixed(args)
@@ -112,8 +112,7 @@ def _named_cases(args, op: Op, declared: dict) -> tuple[Case, ...] | None:
                    *(("no_affine" if k == "affine" and args.no_affine else k) for k in fixed if k not in tried)]
         return (_token_case(args, op, refused, tried),)
     if args.one_case:
-        first = args.seed or 0
-        return _one_case(args, op, declared, fixed, range(first, first + (args.cases or 1)))
+        return _one_case(args, op, declared, fixed, seeds)
     return None
 
 

@@ -54,10 +54,13 @@ class ViTDetLayerNorm(_nn().Module):
         self.eps = eps
 
     def forward(self, x):
+        x = self._normalised(x)
+        return self.weight[:, None, None] * x + self.bias[:, None, None]
+
+    def _normalised(self, x):
         u = x.mean(1, keepdim=True)
         s = (x - u).pow(2).mean(1, keepdim=True)
-        x = (x - u) / (s + self.eps).sqrt()
-        return self.weight[:, None, None] * x + self.bias[:, None, None]
+        return (x - u) / (s + self.eps).sqrt()
 
 
 class UnsqueezedViTDetLayerNorm(ViTDetLayerNorm):
@@ -65,9 +68,7 @@ class UnsqueezedViTDetLayerNorm(ViTDetLayerNorm):
     in its source says so (its 3-D rows are run, and raise)."""
 
     def forward(self, x):
-        u = x.mean(1, keepdim=True)
-        s = (x - u).pow(2).mean(1, keepdim=True)
-        x = (x - u) / (s + self.eps).sqrt()
+        x = self._normalised(x)
         return self.weight.unsqueeze(-1).unsqueeze(-1) * x + self.bias.unsqueeze(-1).unsqueeze(-1)
 
 

@@ -357,10 +357,7 @@ class BrokenBiasGradientLayerNorm2d(PermutedLayerNorm2d):
     """timm's LayerNorm2d with its bias gradient tripled (β + 2·(β − β.detach()): the same y)."""
 
     def forward(self, x):
-        x = x.permute(0, 2, 3, 1)
-        bias = self.bias + 2 * (self.bias - self.bias.detach())
-        x = F.layer_norm(x, self.normalized_shape, self.weight, bias, self.eps)
-        return x.permute(0, 3, 1, 2)
+        return super().forward(x) + 2 * (self.bias - self.bias.detach())[:, None, None]
 
 
 # -- size arguments: one int or a shape (issue 62) -------------------------------------------------------------------

@@ -382,9 +382,13 @@ class CaseInputs:
     def copied(self) -> "CaseInputs":
         """The same inputs in arrays of their own: for an implementation handed the master copies, which may write to
         them (the next run, or the next implementation judged on the case, reads the masters)."""
-        arrays = {f.name: getattr(self, f.name).copy() for f in dataclass_fields(self)
+        return self.mapped(lambda a: a.copy())
+
+    def mapped(self, fn, **changes) -> "CaseInputs":
+        """These inputs with `fn` applied to every array (the declared operands' too), and `changes` (another case)."""
+        arrays = {f.name: fn(getattr(self, f.name)) for f in dataclass_fields(self)
                   if isinstance(getattr(self, f.name), np.ndarray)}
-        return replace(self, **arrays, extra={name: a.copy() for name, a in self.extra.items()})
+        return replace(self, **arrays, extra={name: fn(a) for name, a in self.extra.items()}, **changes)
 
     def kept(self, outputs: dict) -> dict:
         """What a run on these inputs hands back: every output (a batch-invariance batch's keeps only what the check

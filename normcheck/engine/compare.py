@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 import time
 import traceback
-from dataclasses import fields, replace
+from dataclasses import replace
 
 import numpy as np
 
@@ -34,17 +34,15 @@ def judge(case: Case, bound: Bound, constants: Constants = CONSTANTS) -> Report:
     hint (Report.hint) when the bound run's hint search (Bound.hints) finds declarations under which it passes.
     """
     report = _judged(case, bound, constants)
-    if report.verdict == FAIL and bound.hints is not None:
-        report.hint = bound.hints.hint(case, bound, report,
-                                       lambda probe, quiet, against=None: _judged(probe, quiet, constants, against))
+    hint_again(report, bound, constants)
     return report
 
 
 def hint_again(report: Report, bound: Bound, constants: Constants = CONSTANTS) -> bool:
-    """A FAIL row judged before any row of its kind was explained (engine.hints: ViTDet's rows of one channel, where
-    every declared set is one value, come before the first row that tells channels-first sets apart) is judged again
-    under what explained rows since: True when it now carries a hint (Report.hint set). A run's last pass over its
-    unhinted rows; it searches nothing new."""
+    """A FAIL row without a hint gets one where the bound run's hint search (Bound.hints) finds it: True when it now
+    carries one (Report.hint set). `judge` asks as it judges the row; a run's last pass asks again for the rows judged
+    before any row of their kind was explained (ViTDet's rows of one channel, where every declared set is one value,
+    come before the first row that tells channels-first sets apart), which then get what explained rows since."""
     if report.verdict != FAIL or report.hint is not None or bound.hints is None or report.case is None:
         return False
     report.hint = bound.hints.hint(report.case, bound, report,
@@ -245,28 +243,19 @@ def sets_last(case: Case, theirs: Case, inputs: CaseInputs | None):
     first, last = range(1, 1 + k), range(rank - k, rank)
 
     def moved(a):  # (x-shaped: x, dy, their directions, an x-shaped operand; a parameter has fewer dims)
-        return np.moveaxis(a, first, last) if isinstance(a, np.ndarray) and a.ndim == rank else a
+        return np.moveaxis(a, first, last) if a.ndim == rank else a
 
     def back(a):
         return np.moveaxis(a, last, first) if isinstance(a, np.ndarray) and a.ndim == rank else a
 
-    given = case_inputs(case) if inputs is None else inputs
     own = theirs.with_(shape=moved(np.empty(case.shape, dtype=bool)).shape, x_format="contiguous",
                        dy_format="contiguous")
-    arrays = {f.name: moved(getattr(given, f.name)) for f in fields(given) if f.name not in ("case", "extra")}
-    return own, replace(given, case=own, **arrays, extra={n: moved(a) for n, a in given.extra.items()}), back
+    return own, (case_inputs(case) if inputs is None else inputs).mapped(moved, case=own), back
 
 
 def kernels_inputs(case: Case, kernels: Case) -> CaseInputs:
     """`case`'s inputs rounded to the precision of `kernels` (kernels_case): what torch's kernels were handed."""
-    inputs = case_inputs(case)
-    dtype = kernels.dtype
-
-    def rounded(a):
-        return quantise(a, dtype) if isinstance(a, np.ndarray) else a
-
-    arrays = {f.name: rounded(getattr(inputs, f.name)) for f in fields(inputs) if f.name not in ("case", "extra")}
-    return replace(inputs, case=kernels, **arrays, extra={name: rounded(a) for name, a in inputs.extra.items()})
+    return case_inputs(case).mapped(lambda a: quantise(a, kernels.dtype), case=kernels)
 
 
 # A case's inputs and expectations are kept while their arrays fit in CACHE_BYTES (each): implementations judged one

@@ -422,8 +422,11 @@ def compose(op) -> Composed:
     factors = tuple(own.pop(f.name, f) for f in shared) + tuple(own.values())
     names = {f.name for f in factors}
     exclusions = tuple(e for e in shared_exclusions(op) + op.sweep.exclusions if set(e.factors) <= names)
-    scans = {f.name: Scanned(scan_of(f), scan_sizes(f), frozenset(n for n in scan_sizes(f) if scanned_in_every_dtype(n)))
-             for f in factors if scan_of(f) is not None}
+    scans = {}
+    for f in factors:
+        if (scan := scan_of(f)) is not None:
+            sizes = scan_sizes(f)
+            scans[f.name] = Scanned(scan, sizes, frozenset(n for n in sizes if scanned_in_every_dtype(n)))
     return Composed(factors, exclusions, shared_anchors(op), frozenset(f.name for f in shared), scans)
 
 
