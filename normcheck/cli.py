@@ -10,7 +10,6 @@ import sys
 import threading
 import time
 from dataclasses import replace
-from textwrap import indent
 
 from .arguments import parse
 from .cases import Case
@@ -30,14 +29,13 @@ from .impls.limits import learned
 from .ops import OPS, get_op
 from .outputs.coverage import coverage_document, coverage_text
 from .outputs.json_report import run_document
-from .outputs.junit import write_junit
-from .outputs.plot import write_plot
 from .outputs.progress import Progress, wants_progress
 from .outputs.replay import report_replay
-from .outputs.table import hint_line, late_hint_lines, narrowed_lines, row, search_lines, search_summary_line, summary_line, wants_colour
+from .outputs.sweep_report import Run, RunEnd, SweepReporter
+from .outputs.table import narrowed_lines, search_lines, search_summary_line, wants_colour
 from .request import Request, compare_request, declared_conventions, options_narrowing
 from .worlds import CaseLimit, printed
-from .worlds.env import close_env_world, env_world
+from .worlds.env import close_env_world
 
 
 
@@ -57,15 +55,10 @@ def _cases(request: Request, bound) -> tuple[list[Case], Narrowing | None]:
 
 def run_narrowing(request: Request, bound) -> Narrowing:
     """What the run's options and the implementation fix and take of the design (a sweep's, or a search's): the
-    conventions it follows, the element scale Triton's interpreter needs, torchrun's world size, what it cannot do."""
+    conventions it follows, the element scale Triton's interpreter needs, what it cannot do."""
     narrowing = request.narrowing.with_fields(bound.impl.follows)
     if bound.triton_interpret:
         narrowing = replace(narrowing, element_scale=INTERPRETER_ELEMENT_SCALE)
-    if request.op.distributed and request.backend == "env":  # the launcher fixed the world size
-        size = env_world(request.timeout).world_size
-        if narrowing.world_size not in (None, size):
-            raise UsageError(f"--world-size {narrowing.world_size}: torchrun started {size} ranks")
-        narrowing = replace(narrowing, world_size=size)
     return learned(request.op, bound, narrowing)  # (what it cannot do narrows the design as an option does: impls.limits)
 
 
@@ -93,86 +86,58 @@ def run_compare(request: Request, out) -> int:
     if backend is not None:
         for case in cases:
             check_world(bound, case)
-        if request.backend == "env" and env_world(request.timeout).rank != 0:
+        if request.world is not None and request.world.rank != 0:
             return _serve_as_peer(request, bound, cases)
+    run = Run(op.name, bound.name, backend, bound.device, bound.triton_interpret, request.impl, request.timeout,
+              len(cases), len(request.seeds) > 1)
     start = time.perf_counter()
-    reports = []
-    timeout = request.timeout
-    colour, seeds = wants_colour(out), len(request.seeds) > 1
-    stopped = ""  # why the run ended before its last case
     # What code run in this process prints never mixes with a JSON document on stdout (workers write theirs to a
     # file of their own)
     keep_stdout = contextlib.redirect_stdout(sys.stderr) if reports_to.json else contextlib.nullcontext()
-    with Progress(len(cases), f"{op.name} / {bound.name}", wants_progress(quiet=reports_to.json)) as progress, \
-            _interruptible() as interrupted, keep_stdout:
-        for line in narrowed if not reports_to.json else ():
-            progress.print(line, out)
-        for case in ahead(cases, lambda c: bound.unsupported(c.with_(order=1)) is None):
-            if limit.stuck:
-                stopped = limit.stuck
-                break
-            printed.start()
-            try:
-                report = judge(case, bound)
-            except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (see _interruptible): report what ran
-                stopped = f"interrupted by {interrupted.get('signal', 'SIGINT')}"
-                break
-            reports.append(report)
-            progress.advance()
-            if not reports_to.json:
-                progress.print(row(report, colour, seeds), out)
-                if report.verdict == FAIL:
-                    if reports_to.traceback and report.traceback:
-                        progress.print(indent(report.traceback.rstrip(), "    | "), out)
-                    progress.print(f"    replay: {report_replay(report, backend, timeout, request.impl)}", out)
-                    hint = hint_line(report)
-                    if hint:  # (after the replay line, which scripts read right under the row)
-                        progress.print(hint, out)
-                    for line in printed.shown(printed.first()):  # (never in --json's document)
-                        progress.print(line, out)
-            # A layer that fails its first cases far beyond any convention may be no norm at all (DyT): one line
-            # says so, instead of a row per case
-            if why := no_norm(reports, bound):
-                stopped = why
-                break
-            if reports_to.maxfail and sum(r.verdict == FAIL for r in reports) >= reports_to.maxfail:
-                stopped = f"stopped after {reports_to.maxfail} failing case{'s' if reports_to.maxfail > 1 else ''} (--maxfail)"
-                break
-        if not stopped:  # (rows judged before a row of their kind was explained: what explained it since)
-            try:
-                late = [r for r in reports if hint_again(r, bound)]
-            except KeyboardInterrupt:
-                stopped, late = f"interrupted by {interrupted.get('signal', 'SIGINT')}", []
-            for line in late_hint_lines(late) if not reports_to.json else ():
-                progress.print(line, out)
-    elapsed = time.perf_counter() - start
+    with SweepReporter(out, reports_to, run, narrowed) as reporter, _interruptible() as interrupted, keep_stdout:
+        reports, stopped = _judged(cases, bound, limit, reports_to.maxfail, reporter, interrupted)
+    seconds = time.perf_counter() - start
     failed = any(r.verdict == FAIL or (reports_to.strict and r.verdict == KNOWN) for r in reports)
     untested = "" if stopped else nothing_tested(reports)
     status = _SIGNAL_STATUS[interrupted.get("signal", "SIGINT")] if stopped.startswith("interrupted") else \
         2 if untested else 1 if failed else 0
     covered = judged_coverage(op, reports, narrowing) if narrowing is not None else None
-    hint = narrowing_hint(op, reports)
-    if reports_to.json:
-        json.dump(run_document(op.name, bound.name, backend, reports, elapsed, status, timeout, limit.describe(),
-                               stopped, bound.device, bound.triton_interpret, covered, narrowed,
-                               hint.line() if hint else None),
-                  out, indent=1, allow_nan=False)
-        print(file=out)
-    else:
-        print(summary_line(op.name, bound.name, reports, elapsed, covered), file=out)
-        if hint is not None:
-            print(f"hint: {hint.line()}", file=out)
-    if reports_to.junit_xml:
-        write_junit(reports_to.junit_xml, op.name, bound.name, backend, reports, elapsed, reports_to.strict, timeout, stopped,
-                    len(cases))
-    if reports_to.plot:
-        write_plot(reports_to.plot, f"{op.name} / {bound.name}", reports)
+    reporter.ended(reports, RunEnd(status, stopped, seconds, limit.describe(), covered,
+                                   narrowing_hint(op, reports)))
     if untested:
         why = overruled(narrowing) if narrowing is not None else []
         print(f"normcheck: error: {untested}{''.join('; ' + w for w in why)}", file=sys.stderr)
     if stopped:
         print(f"normcheck: {stopped}: {len(reports)} of {len(cases)} cases ran", file=sys.stderr)
     return status
+
+
+def _judged(cases: list[Case], bound, limit: CaseLimit, maxfail: int | None, reporter: SweepReporter,
+            interrupted: dict) -> tuple[list, str]:
+    """Judge `cases` in turn, each report to `reporter` as it comes: (the reports, why the run stopped before its last
+    case: "" when it did not)."""
+    reports = []
+    for case in ahead(cases, lambda c: bound.unsupported(c.with_(order=1)) is None):
+        if limit.stuck:
+            return reports, limit.stuck
+        printed.start()
+        try:
+            report = judge(case, bound)
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (see _interruptible): report what ran
+            return reports, f"interrupted by {interrupted.get('signal', 'SIGINT')}"
+        reports.append(report)
+        reporter.judged(report, printed.shown(printed.first()) if report.verdict == FAIL else [])
+        # A layer that fails its first cases far beyond any convention may be no norm at all (DyT): one line says
+        # so, instead of a row per case
+        if why := no_norm(reports, bound):
+            return reports, why
+        if maxfail and sum(r.verdict == FAIL for r in reports) >= maxfail:
+            return reports, f"stopped after {maxfail} failing case{'s' if maxfail > 1 else ''} (--maxfail)"
+    try:  # (rows judged before a row of their kind was explained: what explained it since)
+        reporter.hinted_late([r for r in reports if hint_again(r, bound)])
+    except KeyboardInterrupt:
+        return reports, f"interrupted by {interrupted.get('signal', 'SIGINT')}"
+    return reports, ""
 
 
 def run_search(request: Request, bound, out) -> int:
@@ -255,7 +220,7 @@ def _serve_as_peer(request: Request, bound, cases) -> int:
             continue  # rank 0 skips it too
         try:
             for _ in range(runs_per_case(bound)):
-                env_world(request.timeout).run(case, bound.impl.spec)
+                request.world.run(case, bound.impl.spec)
         except (ImplError, Unsupported):
             pass  # rank 0 reports it
     return 0

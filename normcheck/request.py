@@ -6,8 +6,9 @@ torch). What only the bound implementation can say (the conventions it follows, 
 it is bound: `Request.conventions` holds what the options declare."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .arguments import _NO_EPS
 from .cases.case import CONVENTIONS, OP_FIELDS, Case
@@ -19,6 +20,9 @@ from .ops import PARALLEL_LAYOUTS, Op, distributed_ops, get_op, laid_out
 from .ops.layouts import ROWS
 from .option_text import field_value
 from .outputs.plot import require_matplotlib
+
+if TYPE_CHECKING:
+    from .worlds.env import EnvWorld
 
 # Case options beyond the path's (--mode, --frozen, --order, --eps, --momentum, --affine) and the conventions: every
 # one fixes its factor on every case of the sweep (cases.narrowing); --one-case builds one case from them instead.
@@ -46,7 +50,8 @@ class Request:
     binds the implementation (impls.resolve_impl); `conventions`: those the options declare; `named`: the cases a
     --case token or --one-case names (None: the sweep), `token` whether a token named it; `narrowing`: what the case
     options fix of the sweep's design (cases.narrowing), before the implementation's limits; `seeds`: each case's;
-    `budget`/`seed`: --budget's search instead of the sweep."""
+    `budget`/`seed`: --budget's search instead of the sweep; `world`: under --backend env, this process's rank of the
+    launcher's job (worlds.env), whose size torchrun fixed (the narrowing's world size)."""
     op: Op
     impl: str | None
     backend: str | None
@@ -64,6 +69,7 @@ class Request:
     budget: float | None
     seed: int | None
     reports: Reports
+    world: EnvWorld | None = None
 
 
 def compare_request(args) -> Request:
@@ -81,10 +87,28 @@ def compare_request(args) -> Request:
     seeds = tuple(range(first, first + (args.cases or 1)))
     named = _named_cases(args, op, declared, seeds)
     narrowing = options_narrowing(args, op, declared) if named is None else None
+    world = _launched_world(backend, args.timeout)
+    if world is not None and narrowing is not None:
+        narrowing = _launched_size(narrowing, world.world_size)
     return Request(op, args.impl, backend, args.framework, args.device, args.triton_interpret, not args.no_hints,
                    tuple(args.check), args.timeout, declared, named, args.case is not None, narrowing,
                    seeds, args.budget, args.seed,
-                   Reports(args.json, args.junit_xml, args.plot, args.traceback, args.maxfail, args.strict))
+                   Reports(args.json, args.junit_xml, args.plot, args.traceback, args.maxfail, args.strict), world)
+
+
+def _launched_world(backend: str | None, timeout: float | None) -> EnvWorld | None:
+    """Under --backend env, this process's rank of the launcher's job, joined now (the launcher fixed its size)."""
+    if backend != "env":
+        return None
+    from .worlds.env import env_world  # (torch loads here only under a launcher: a usage error comes first)
+    return env_world(timeout)
+
+
+def _launched_size(narrowing: Narrowing, size: int) -> Narrowing:
+    """The sweep's world size is the job's: torchrun started `size` ranks."""
+    if narrowing.world_size not in (None, size):
+        raise UsageError(f"--world-size {narrowing.world_size}: torchrun started {size} ranks")
+    return replace(narrowing, world_size=size)
 
 
 def declared_conventions(args) -> dict:
