@@ -62,13 +62,6 @@ def run_narrowing(request: Request, bound) -> Narrowing:
     return learned(request.op, bound, narrowing)  # (what it cannot do narrows the design as an option does: impls.limits)
 
 
-def _check_follows(bound, conventions: dict) -> None:
-    """A convention the run declares is the one the implementation follows, where it follows one."""
-    for name, value in bound.impl.follows:
-        if conventions.get(name, value) != value:
-            raise UsageError(f"--{name.replace('_', '-')} {conventions[name]}: {bound.name} follows {name}={value}")
-
-
 def run_compare(request: Request, out) -> int:
     """Run what `request` asks (its cases, or --budget's search) and report each case as it is judged; the exit status:
     0 every case passed, 1 one failed, 2 none was tested, 130/143 interrupted."""
@@ -76,7 +69,7 @@ def run_compare(request: Request, out) -> int:
     limit = CaseLimit(request.timeout, "--timeout")
     bound = resolve_impl(op.name, request.impl, request.backend, limit, request.framework, request.device,
                          request.triton_interpret, hints=request.hints).checking(request.check)
-    _check_follows(bound, request.conventions)
+    bound.impl.check_declared(request.conventions)
     if request.budget is not None:
         return run_search(request, bound, out)
     cases, narrowing = _cases(request, bound)

@@ -274,11 +274,8 @@ def _options(config) -> Options:
                  if config.getoption(f"normcheck_{name}") is not None}
         spelled = {name: field_value(name, text) for name, text in _conventions_given(config, CASE_FIELDS)}
         declared = {name: value for name, value in spelled.items() if name in CONVENTIONS}
+        bound.impl.check_declared(declared, "--normcheck-")
         follows = {**default_conventions(op), **dict(bound.impl.follows), **declared}  # (generated cases draw them all)
-        for name, value in bound.impl.follows:
-            if follows[name] != value:
-                raise UsageError(f"--normcheck-{name.replace('_', '-')} {follows[name]}: {bound.name} follows "
-                                 f"{name}={value}")
         narrowing = Narrowing.of({**follows, **spelled, **fixed, **_narrowing_fields(config)},
                                  _given(config, "world_size"),
                                  INTERPRETER_ELEMENT_SCALE if bound.triton_interpret else None,

@@ -336,6 +336,14 @@ class Impl:
         """This record with the checks `names` added to those it promises (a run's --check)."""
         return replace(self, checks=tuple(dict.fromkeys(self.checks + tuple(names))))
 
+    def check_declared(self, conventions: dict, option: str = "--") -> None:
+        """A convention a run declares (`option`: how its options begin) is the one this record follows, where it
+        follows one."""
+        for name, value in self.follows:
+            if conventions.get(name, value) != value:
+                raise UsageError(f"{option}{name.replace('_', '-')} {conventions[name]}: {self.name} follows "
+                                 f"{name}={value}")
+
     def declaring(self, conventions: dict) -> "Impl":
         """This record following `conventions` too (a run's convention options, once checked against its own): a
         convention it follows is declared, so a hint never judges it otherwise."""
