@@ -23,6 +23,7 @@ from .doctor import run_doctor
 from .engine import FAIL, KNOWN, ahead, hint_again, judge, nothing_tested, runs_per_case
 from .engine.coverage import judged_coverage, narrowing_hint, overruled
 from .engine.normalises import no_norm
+from .engine.other_op import another_op
 from .engine.search import database_folder, require_hypothesis, search
 from .frameworks.torch.triton import INTERPRETER_ELEMENT_SCALE
 from .impls import backend_of, check_world, list_impls, resolve_impl, support_text
@@ -130,9 +131,9 @@ def run_compare(request: Request, out) -> int:
                         progress.print(hint, out)
                     for line in printed.shown(printed.first()):  # (never in --json's document)
                         progress.print(line, out)
-            # A layer that fails its first cases far beyond any convention may be no norm at all (DyT): one line
-            # says so, instead of a row per case
-            if why := no_norm(reports, bound):
+            # A layer that fails its first cases far beyond any convention may be no norm at all (DyT), or another
+            # op's (SimpleNorm run as rmsnorm): one line says so, instead of a row per case
+            if why := no_norm(reports, bound) or another_op(reports, bound):
                 stopped = why
                 break
             if reports_to.maxfail and sum(r.verdict == FAIL for r in reports) >= reports_to.maxfail:
