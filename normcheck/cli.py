@@ -22,6 +22,7 @@ from .doctor import run_doctor
 from .engine import FAIL, KNOWN, ahead, hint_again, judge, nothing_tested, runs_per_case
 from .engine.coverage import judged_coverage, narrowing_hint, overruled
 from .engine.normalises import no_norm
+from .engine.other_op import another_op
 from .engine.search import database_folder, require_hypothesis, search
 from .frameworks.torch.triton import INTERPRETER_ELEMENT_SCALE
 from .impls import backend_of, check_world, list_impls, resolve_impl, support_text
@@ -120,9 +121,9 @@ def _judged(cases: list[Case], bound, limit: CaseLimit, maxfail: int | None, rep
             return reports, f"interrupted by {interrupted.get('signal', 'SIGINT')}"
         reports.append(report)
         reporter.judged(report, printed.shown(printed.first()) if report.verdict == FAIL else [])
-        # A layer that fails its first cases far beyond any convention may be no norm at all (DyT): one line says
-        # so, instead of a row per case
-        if why := no_norm(reports, bound):
+        # A layer that fails its first cases far beyond any convention may be no norm at all (DyT), or another op's
+        # (SimpleNorm run as rmsnorm): one line says so, instead of a row per case
+        if why := no_norm(reports, bound) or another_op(reports, bound):
             return reports, why
         if maxfail and sum(r.verdict == FAIL for r in reports) >= maxfail:
             return reports, f"stopped after {maxfail} failing case{'s' if maxfail > 1 else ''} (--maxfail)"

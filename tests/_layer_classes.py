@@ -530,6 +530,20 @@ class DyT(nn.Module):
         return self.weight * torch.tanh(self.alpha * x) + self.bias
 
 
+class TimmSimpleNorm(nn.Module):
+    """timm's SimpleNorm (timm.layers.norm) as it writes it, x / std(x): x · rsqrt(var(x) + eps) · w over the last
+    dim, var torch.var's default (unbiased), x itself not centred. The op simplenorm's; run as rmsnorm, another op's."""
+
+    def __init__(self, channels, eps=1e-6, affine=True):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(channels)) if affine else None
+
+    def forward(self, x):
+        x = x * torch.rsqrt(torch.var(x, dim=-1, keepdim=True) + self.eps)
+        return x if self.weight is None else x * self.weight
+
+
 # -- F.normalize and ScaleNorm's √d (issue 62) ----------------------------------------------------------------------
 class NormalizeRMSNorm(nn.Module):
     """RMSNorm as lucidrains writes it in many repositories: F.normalize (its own eps, 1e-12, kept) times √dim and a

@@ -359,6 +359,56 @@ def test_a_wrong_norm_is_still_a_norm(layer, op):
     assert f"is not a {op}" in not_a_norm(Case(op, (6, 32), "f32"), resolve_impl(op, f"{LAYERS}:DyT", hints=False))
 
 
+# -- another op's layer: one line naming the op, not a FAIL row per case (issue 62) ----------------------------------
+def test_a_layer_of_another_op_ends_the_run_with_one_line(capsys):
+    """timm's SimpleNorm (x · rsqrt(var(x) + eps) · w) run as rmsnorm fails its first cases, which no convention
+    explains; judged as simplenorm's they pass, and the run stops there (timm's own class printed 683 FAIL rows)."""
+    status = main(["compare", "--op", "rmsnorm", "--impl", f"{LAYERS}:TimmSimpleNorm", "--no-hints", "--dtype", "f32",
+                   "--order", "1", "--profile", "normal"])
+    out, err = capsys.readouterr()
+    assert status == 1 and sum(line.startswith("FAIL") for line in out.splitlines()) == 3, out
+    assert (f"{LAYERS}:TimmSimpleNorm is not rmsnorm: its first 3 cases failed as rmsnorm's; as --op simplenorm's, "
+            "3 pass and none fails by its values") in err and "run it with --op simplenorm" in err, err
+
+
+@pytest.mark.parametrize("op, layer, named", [
+    ("layernorm", "AnnotatedTransformerLayerNorm", "layernorm_std"),
+    ("rmsnorm", ("rmsnorm_eps_out", "CORRECT", "composed"), "rmsnorm_eps_out"),  # (tests/mutants/: its textbook)
+    ("rmsnorm", ("rmsnorm", "MUTANTS", "drop_xhat_term"), None),  # a wrong RMSNorm
+    ("layernorm", "DyT", None),  # no norm at all
+], ids=["annotated-layernorm", "eps-outside-rmsnorm", "dx-without-xhat-rmsnorm", "dyt"])
+def test_another_op_is_named_only_where_its_cases_pass(op, layer, named):
+    """The annotated transformer's LayerNorm run as layernorm is layernorm_std's, a textbook RMSNorm with eps outside
+    the root run as rmsnorm rmsnorm_eps_out's; an RMSNorm whose dx lost its x̂ term is no op's (its cases fail by
+    their values as each of rmsnorm_eps_out's, rmsnorm_l2's and simplenorm's), nor is DyT."""
+    from normcheck.engine.other_op import another_op
+    from tests.mutants import CATALOGUE, bound
+    if isinstance(layer, tuple):  # (a catalogue's function, under `op`'s contract)
+        owner, kind, name = layer
+        impl = bound(op, getattr(CATALOGUE[owner], kind)[name].target)
+    else:
+        impl = resolve_impl(op, f"{LAYERS}:{layer}", hints=False)
+    cases = [Case(op, shape, "f32", seed=seed) for seed, shape in enumerate([(6, 32), (3, 7, 16), (2, 50)])]
+    reports = [judge(case, impl) for case in cases]
+    assert [r.verdict for r in reports] == [FAIL] * 3
+    line = another_op(reports, impl)
+    assert (line is None) if named is None else f"as --op {named}'s, 3 pass" in line, line
+
+
+def test_a_case_moves_to_another_op_only_as_the_same_call():
+    """A case is another op's where that op takes its inputs as they are (eps=None as the number it means, where the
+    other op needs one): not with a convention set otherwise than its op's default (Gemma's weight offset), nor with
+    the weight shaped otherwise (scalenorm's one gain)."""
+    from normcheck.engine.other_op import as_op
+    from normcheck.ops import OPS
+    case = Case("rmsnorm", (4, 16), "f32")
+    assert as_op(case, OPS["simplenorm"]) == Case("simplenorm", (4, 16), "f32")
+    default = case.with_(eps=None)
+    assert as_op(default, OPS["simplenorm"]) == Case("simplenorm", (4, 16), "f32", eps=default.eps_value)
+    assert as_op(case.with_(weight_offset=1.0), OPS["simplenorm"]) is None
+    assert as_op(case, OPS["scalenorm"]) is None
+
+
 # -- F.normalize's and mmpose's forms (issue 62): declared, 0 adapter lines; each wrong twin fails ---------------------
 @pytest.mark.parametrize("op, layer, declared", [
     ("rmsnorm_l2", "NormalizeRMSNorm", dict(eps=1e-12, profile="near_constant")),

@@ -431,10 +431,11 @@ class CaseInputs:
 
 def profile_values(case: Case, dtype: str, rng) -> tuple[np.ndarray, np.ndarray]:
     """x-like and dy-like values (sets, set size) from the case's profile, which aims its eps-sized data at the
-    mean square where eps and the set's statistic are the same size (SetView.eps_as_mean_square)."""
+    mean square where eps and the set's statistic are the same size (SetView.eps_as_mean_square), about the set's
+    mean where the statistic is (StatisticForm.centres)."""
     view = case.view
     return PROFILES[case.profile](view.set_count, view.set_size, dtype, view.eps_as_mean_square(case.eps_value), rng,
-                                  centred=case.record.centred)
+                                  centred=view.form.centres(case.record.centred))
 
 
 def _operands(case: Case) -> dict[str, np.ndarray]:

@@ -111,8 +111,10 @@ def batch_statistics(case: Case, x: np.ndarray, sums: SetSums, u: Precisions, ro
     Welford's running mean adds a term in |μ|·mean|x − μ|; E[x²] − E[x]² would lose u_a·μ², which is what must not
     pass. Σ(x − μ̃)² = Σ(x − μ)² + M·δμ², and the variance may be held in the moments' dtype; SyncBN's primitives pass
     invstd between ranks and recover σ² from it, losing u_a·(σ² + eps). In another statistic form (Σd²/D) the same
-    terms are the statistic's, and δμ² counts M/D times."""
-    centred, form = case.record.centred, sums.view.form
+    terms are the statistic's, and δμ² counts M/D times. A statistic about the mean of an uncentred op's sets
+    (StatisticForm.about_mean) has these μ and δμ."""
+    form = sums.view.form
+    centred = form.centres(case.record.centred)
     mean = sums.mean(x) if centred else np.zeros_like(sums.mean(x))
     deviation = x - mean
     var = sums.statistic(deviation * deviation)
@@ -159,6 +161,10 @@ class Normalised:
     statistic: np.ndarray | None = None  # s (training mode)
     # Where a correct kernel's λ·h may be anything up to √(Σg²/D) (StatisticForm.ambiguous; None: nowhere)
     ambiguous: np.ndarray | None = None
+    # The statistic's (x − μ)·r and its error, where the output's x̂ is not it (an uncentred op whose statistic is
+    # about the mean: x̂ = x·r); dx's term λ·h takes it (None: x̂)
+    shat: np.ndarray | None = None
+    shat_error: np.ndarray | None = None
 
 
 def normalised(case: Case, x: np.ndarray, stats: Statistics, u: Precisions, rounding: float) -> Normalised:
@@ -173,9 +179,13 @@ def normalised(case: Case, x: np.ndarray, stats: Statistics, u: Precisions, roun
     if not case.training:  # (the running statistics are constants: nothing moves r, whatever floors it)
         xhat_error = xhat_error + rounding * u.accumulation * rstd * (np.abs(x) + np.abs(stats.mean))
         return Normalised(deviation, rstd, rel, xhat, xhat_error)
+    shat = shat_error = None
+    if not case.record.centred and form.about_mean:  # (the output scales x itself; the statistic's deviations beside)
+        shat, shat_error, deviation, xhat = xhat, xhat_error, x, x * rstd
+        xhat_error = np.abs(xhat) * rel
     return Normalised(deviation, rstd, rel, xhat, xhat_error, form.slope_value(stats.var, eps),
                       form.slope_error(stats.var, stats.var_error, eps), stats.var,
-                      form.ambiguous(stats.var, stats.var_error, eps))
+                      form.ambiguous(stats.var, stats.var_error, eps), shat, shat_error)
 
 
 def read_either(norm: Normalised, other: Normalised) -> Normalised:
@@ -245,10 +255,10 @@ def epilogue_errors(epilogue, y_norm, y_error, dz, u: Precisions, rounding: floa
 def input_gradient_error(case: Case, sums: SetSums, norm: Normalised, gamma, dy, dy_error, u: Precisions,
                          rounding: float) -> np.ndarray:
     """B(dx) for dx = r·(g − ḡ − x̂·λh), g = γ·dy, h = Σ(g·x̂)/D (eval mode: dx = r·g, the statistics do not depend
-    on x; an uncentred op has no ḡ; λ = 1 unless the statistic form says otherwise): the three terms' own rounding
-    at u_o, each sum's growth at u_a, what δx̂, δr/r and δλ carry in, and the error of the dy received (a fused
-    epilogue's). A casting chain that rounds x̂ rounds the gradient reaching it too (autograd casts it to x̂'s dtype,
-    the input's): δg gains u_o·|g|."""
+    on x; an uncentred op has no ḡ; λ = 1 unless the statistic form says otherwise; x̂·λh's x̂ is the statistic's
+    (x − μ)·r where the output's is not, Normalised.shat): the three terms' own rounding at u_o, each sum's growth at
+    u_a, what δx̂, δr/r and δλ carry in, and the error of the dy received (a fused epilogue's). A casting chain that
+    rounds x̂ rounds the gradient reaching it too (autograd casts it to x̂'s dtype, the input's): δg gains u_o·|g|."""
     xhat, rstd = norm.xhat, norm.rstd
     zeros = np.zeros_like(sums.mean(xhat))
     g = gamma * dy
@@ -269,9 +279,10 @@ def input_gradient_error(case: Case, sums: SetSums, norm: Normalised, gamma, dy,
         # statistics"); δh counts as λ's on the side where r moves (1 for the floor)
         h, slope_error = h * norm.slope, np.where(norm.slope_error > 0, np.abs(h) * norm.slope_error, 0.0)
         h_error = h_error * np.maximum(np.abs(norm.slope), 1.0)
-    dx = rstd * (g - gbar - xhat * h)
-    bound = (rounding * u.storage * rstd * (np.abs(g) + np.abs(gbar) + np.abs(xhat * h))
-             + rstd * (g_error + gbar_error + np.abs(xhat) * (h_error + slope_error) + np.abs(h) * norm.xhat_error)
+    shat, shat_error = (xhat, norm.xhat_error) if norm.shat is None else (norm.shat, norm.shat_error)
+    dx = rstd * (g - gbar - shat * h)
+    bound = (rounding * u.storage * rstd * (np.abs(g) + np.abs(gbar) + np.abs(shat * h))
+             + rstd * (g_error + gbar_error + np.abs(shat) * (h_error + slope_error) + np.abs(h) * shat_error)
              + np.abs(dx) * norm.rstd_rel_error)
     if norm.ambiguous is not None and case.training:
         # λ·h of either sign up to √(Σg²/D) where the set's deviations are rounding's ("Statistic forms"): times a

@@ -27,14 +27,21 @@ SCALE = 4.0      # a power of two: x·SCALE is exact in float64 (normal data sta
 MOVED = 1e-9     # of y's root mean square: float64's rounding, where a set's other elements moved by a factor of 4
 
 
+def first_failures(reports: list[Report]) -> list[Report] | None:
+    """The judged reports (SKIPs aside) as the PROBE_AFTER-th comes in, where they all failed (None otherwise): what
+    the probes of a run's first failures read, once a run."""
+    judged = [r for r in reports if r.verdict != SKIP]
+    if not reports or reports[-1].verdict == SKIP or len(judged) != PROBE_AFTER or any(r.verdict != FAIL for r in judged):
+        return None
+    return judged
+
+
 def no_norm(reports: list[Report], bound: Bound) -> str | None:
     """Why `bound` is not a norm of its op at all, once exactly PROBE_AFTER judged reports (SKIPs aside) are in and all
     failed (so the probe runs once a run): the first of their cases the probe can decide on says (None: it computes
     over its sets, or no case can say: sets of one element)."""
-    judged = [r for r in reports if r.verdict != SKIP]
-    if not reports or reports[-1].verdict == SKIP or len(judged) != PROBE_AFTER or any(r.verdict != FAIL for r in judged):
-        return None
-    if not all(r.tensors for r in judged):  # (a case that hung, died or raised has no y to say anything by)
+    judged = first_failures(reports)
+    if judged is None or not all(r.tensors for r in judged):  # (a case that hung, died or raised has no y)
         return None
     return next((why for r in judged if (why := not_a_norm(r.case, bound))), None)
 

@@ -10,15 +10,18 @@ its stage kinds; generic code reads it and has no branch of its own for any form
                           outside   1/(√s + eps)       (the annotated transformer's LayerNorm, RMSNorms written so)
     eps_scale             eps·c wherever eps enters (c = 1; F.normalize(x)·√H floors the RMS at eps/√H: rmsnorm_l2,
                           ScaleNorm's --eps-at normalize, whose view sets c from the set's size)
+    about_mean            an uncentred norm's statistic taken about the set's mean all the same (timm's SimpleNorm,
+                          x·rsqrt(var(x) + eps)): d = x − μ in s while the output scales x itself
 
 With x̂ = d·r, g = γ·dy and h = Σ(g·x̂)/D (the statistic of g·x̂), the first order of every form is
 
     dx = r·(g − ḡ − λ·x̂·h),   λ = −2φ'(s)/r³
 
-(ḡ, the mean of g, only for a centred norm): λ = 1 where the root adds eps, the floor's mask (1 where r moves with s,
-0 where eps holds it), 1 + eps/√s outside the root. Along tangents ḋ of the deviations, w = Σ(d·ḋ)/D is half the
-statistic's tangent, so ṙ = φ'(s)·2w = −λ·r³·w and λ̇ = 2λ'(s)·w (`slope_rate`: 2λ'(s), none where λ is constant
-in s): what reference.setwise's directional derivatives (the double backward, forward mode) take of the form.
+(ḡ, the mean of g, only for a centred norm; about the mean, x̂·λh is the statistic's d·r times λ·Σ(g·x·r)/D): λ = 1
+where the root adds eps, the floor's mask (1 where r moves with s, 0 where eps holds it), 1 + eps/√s outside the root.
+Along tangents ḋ of the deviations, w = Σ(d·ḋ)/D is half the statistic's tangent, so ṙ = φ'(s)·2w = −λ·r³·w and
+λ̇ = 2λ'(s)·w (`slope_rate`: 2λ'(s), none where λ is constant in s): what reference.setwise's directional derivatives
+(the double backward, forward mode) take of the form.
 
 Each function of s comes as a value (NumPy, in s's own dtype: the float64 reference and the same-precision baseline)
 and an error map (how far an error δs in s moves it: the running-error bound), applied through the `Arithmetic`
@@ -44,10 +47,20 @@ class StatisticForm:
     # What the layer's eps is multiplied by where it meets s: F.normalize(x)·√M floors the norm ‖x‖ at eps while s is
     # the mean, so √s is floored at eps/√M (a view sets it from its set size M); 1 for every other form
     eps_scale: float = 1.0
+    # An uncentred norm's statistic about the set's mean: s = Σ(x − μ)²/D, y = x·r (timm's SimpleNorm); a centred
+    # norm's is about it already
+    about_mean: bool = False
 
     def __post_init__(self):
         if self.divisor not in DIVISORS or self.root not in ROOTS:
             raise ValueError(f"a statistic form is one of {DIVISORS} by one of {ROOTS}, not {self.divisor}/{self.root}")
+        if self.about_mean and self.root != "added":  # (the kink's range, error_terms.kink_spread, has one deviation)
+            raise ValueError("a statistic about the mean of an uncentred norm is taken with eps added to it")
+
+    def centres(self, centred: bool) -> bool:
+        """Whether the statistic is taken about the set's mean, for a norm that centres its output (`centred`) or
+        not."""
+        return centred or self.about_mean
 
     # ---------------------------------------------------------------- the statistic
     def reduce(self, a, axes: tuple[int, ...], size: int):

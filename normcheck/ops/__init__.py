@@ -8,7 +8,7 @@ from __future__ import annotations
 from ..core.errors import UsageError
 from . import (adagn, adagn_silu, adaln, add_layernorm, add_rmsnorm, batchnorm, gated_rmsnorm, grouped_rmsnorm, groupnorm,
                groupnorm_silu, instancenorm, layernorm, layernorm_gate, parallel, rmsnorm, scalenorm, syncbn, syncbn_silu)
-from . import layernorm_std, rmsnorm_eps_out, rmsnorm_l2
+from . import layernorm_std, rmsnorm_eps_out, rmsnorm_l2, simplenorm
 from .core import ALL_CASES, GRADIENTS, Bound, CaseField, Impl, KnownIssue, Op, Operand, Result, Signature
 from .design import Design, Exclusion, Factor, Level
 
@@ -36,6 +36,7 @@ _RECORDS = (
     layernorm_std.OP,
     rmsnorm_eps_out.OP,
     rmsnorm_l2.OP,
+    simplenorm.OP,
     parallel.LAYERNORM_SP,
     parallel.RMSNORM_SP,
     parallel.LAYERNORM_HP,

@@ -24,8 +24,11 @@ here in closed form; ∂L/∂β = 0. With ẋ = ddx, γ̇ = ddγ, β̇ = ddβ (z
   Ḣ = λ·Σ(ġ·x̂ + g·x̂̇)/D + λ̇·h,  λ̇ = 2λ'(s)·w  (the form's slope_rate; none where λ is constant in s)
   d2x = ṙ·(g − mean(g) − x̂·H) + r·(ġ − mean(ġ) − x̂̇·H − x̂·Ḣ)   (eval: r·ġ)
   d2weight = Σ dy·x̂̇   (over the elements that share a parameter)
-The means of g and ġ are absent for an uncentred op. tests/test_reference.py checks these against central finite
-differences of the first-order reference and against torch's float64 double backward.
+The means of g and ġ are absent for an uncentred op. Where an uncentred op's statistic is about the set's mean
+(StatisticForm.about_mean: timm's SimpleNorm, y = γ·x·r, s = Σ(x − μ)²/D) the output's x̂ = x·r and the statistic's
+d·r differ: h, x̂̇, d2dy and d2weight take x̂, and the term x̂·H of dx and d2x (its tangent x̂̇·H + x̂·Ḣ) is the
+statistic's d·r (ḋ·r + d·ṙ, ḋ = ẋ − mean(ẋ)), as s's derivative by x is 2d/D. tests/test_reference.py checks these
+against central finite differences of the first-order reference and against torch's float64 double backward.
 
 The formulas only add, subtract and multiply their values and call `ar` for the rest (`ar.mean`, `ar.statistic`,
 `ar.param_sum`, and `ar.apply` for the form's functions of s), so one spelling serves three evaluations: float64 (the
@@ -68,6 +71,12 @@ def numpy_arithmetic(view) -> Arithmetic:
     return Arithmetic(view.mean, view.reduce, view.channel_sum, apply, form=view.form)
 
 
+def statistic_deviations(x, dev, ar: Arithmetic, centred: bool):
+    """The deviations the statistic is formed from: the output's own `dev` (x − μ, or x uncentred), or x − μ where an
+    uncentred norm's form takes its statistic about the mean (StatisticForm.about_mean)."""
+    return x - ar.mean(x) if ar.form.centres(centred) and not centred else dev
+
+
 def training(x, dy, gamma, beta, eps: float, ar: Arithmetic, *, centred: bool = True) -> dict:
     """y, the first-order gradients and the set's mean and r with the batch's own statistics, in the statistic form
     of `ar` (module docstring: dx = r·(g − ḡ − λ·x̂·h)); an op whose form is its only difference from the others
@@ -75,15 +84,17 @@ def training(x, dy, gamma, beta, eps: float, ar: Arithmetic, *, centred: bool = 
     form = ar.form
     mu = ar.mean(x) if centred else None
     dev = x - mu if centred else x
-    s = ar.statistic(dev * dev)
+    spread = statistic_deviations(x, dev, ar, centred)
+    s = ar.statistic(spread * spread)
     r = form.r(ar, s, eps)
     slope = form.slope(ar, s, eps)
     with np.errstate(invalid="ignore"):
         xhat = dev * r
+        shat = xhat if spread is dev else spread * r
         g = gamma * dy
         h = ar.statistic(g * xhat)
         h = h if slope is None else h * slope
-        inner = g - ar.mean(g) - xhat * h if centred else g - xhat * h
+        inner = g - ar.mean(g) - shat * h if centred else g - shat * h
         return {"y": gamma * xhat + beta, "dx": r * inner, "dweight": ar.param_sum(dy * xhat),
                 "dbias": ar.param_sum(dy), "mean": mu, "rstd": r}
 
@@ -134,12 +145,13 @@ def second_order(x, dy, gamma, ddx, ddweight, ddbias, eps: float, ar: Arithmetic
     if stats is None:
         mu = ar.mean(x) if centred else None
         dev = x - mu if centred else x
-        s = ar.statistic(dev * dev)
+        spread = statistic_deviations(x, dev, ar, centred)
+        s = ar.statistic(spread * spread)
         r = form.r(ar, s, eps)
         slope, rate = form.slope(ar, s, eps), form.slope_rate(ar, s, eps)
     else:
         mu, s = stats
-        dev = x - mu
+        dev = spread = x - mu
         r = form.r(ar, s, eps)
 
     def held(a):
@@ -149,12 +161,15 @@ def second_order(x, dy, gamma, ddx, ddweight, ddbias, eps: float, ar: Arithmetic
     out = {}
     if stats is None:
         d_dot = ddx - ar.mean(ddx) if centred else ddx
+        spread_dot = d_dot if spread is dev else ddx - ar.mean(ddx)
         # Σ(d·ḋ) = Σ(d·ẋ) in exact arithmetic, and a kernel may write either (as the backward's h = Σ(g·x̂)/D takes
         # g uncentred); the uncentred product's rounding carries mean(x − μ)'s times mean(ẋ)
-        w = ar.either(ar.statistic(dev * d_dot), ar.statistic(dev * ddx))
+        w = ar.either(ar.statistic(spread * spread_dot), ar.statistic(spread * ddx))
         r_dot = held(r * r * r * w * -1.0)
         xhat_dot = d_dot * r + dev * r_dot
         if "d2x" in wanted:
+            # (the statistic's d·r and its tangent, where they are not x̂'s: module docstring)
+            shat, shat_dot = (xhat, xhat_dot) if spread is dev else (spread * r, spread_dot * r + spread * r_dot)
             g, g_dot = gamma * dy, ddweight * dy
             h_own = ar.statistic(g * xhat)
             h = held(h_own)
@@ -162,11 +177,11 @@ def second_order(x, dy, gamma, ddx, ddweight, ddbias, eps: float, ar: Arithmetic
             if rate is not None:  # λ̇·h, where λ varies with s
                 h_dot = h_dot + rate * w * h_own
             if centred:
-                inner = g - ar.mean(g) - xhat * h
-                inner_dot = g_dot - ar.mean(g_dot) - xhat_dot * h - xhat * h_dot
+                inner = g - ar.mean(g) - shat * h
+                inner_dot = g_dot - ar.mean(g_dot) - shat_dot * h - shat * h_dot
             else:
-                inner = g - xhat * h
-                inner_dot = g_dot - xhat_dot * h - xhat * h_dot
+                inner = g - shat * h
+                inner_dot = g_dot - shat_dot * h - shat * h_dot
             out["d2x"] = r_dot * inner + r * inner_dot
     else:
         xhat_dot = ddx * r
