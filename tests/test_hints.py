@@ -13,7 +13,7 @@ import torch
 from normcheck import Case, resolve_impl
 from normcheck.cases.tokens import encode_case
 from normcheck.cli import main
-from normcheck.engine import FAIL, SKIP, hint_again, judge
+from normcheck.engine import FAIL, MISTRUSTED, PASS, SKIP, hint_again, judge
 from normcheck.outputs.table import late_hint_lines
 from normcheck.engine.hints import further
 from normcheck.pytest_plugin import failure_message
@@ -215,6 +215,26 @@ def test_a_row_whose_declared_sets_are_one_value_carries_a_hint_found_on_sets_of
     for shape in ((2, 1, 5, 5), (2, 1, 3, 7)):
         report = judge(Case("layernorm", shape), impl)
         assert report.hint is not None and dict(report.hint.declarations) == {"normalized_at": "channels"}, shape
+
+
+def test_a_search_on_a_row_of_one_value_sets_starts_from_what_sets_of_several_found():
+    """ViTDet's LayerNorm on a mixed row with C = 1 needs channels-first sets and y promoted with its float32 parameters.
+    Its mixed rows of several channels fail whatever is declared (statistics in half precision), so no row found both;
+    its own search may not judge channels-first sets of one value on their own, but takes them as given once a float32
+    row of several channels found them, and finds --output-dtype promote on top; its kind, closed after its deferrals
+    (as ViTDet's sweep's mixed rows of one channel came first), is searched again once a set is found."""
+    from normcheck.engine.hints import DEFERRALS
+    impl = resolve_impl("layernorm", VITDET)
+    mixed = Case("layernorm", (2, 1, 3, 7), "bf16", "f32")
+    for seed in range(DEFERRALS + 1):
+        assert judge(mixed.with_(seed=seed), impl).hint is None  # (nothing found on sets of several yet)
+    assert dict(judge(Case("layernorm", (3, 6, 5, 5)), impl).hint.declarations) == {"normalized_at": "channels"}
+    report = judge(mixed, impl)
+    assert report.verdict == FAIL and report.hint is not None, report.summary()
+    assert dict(report.hint.declarations) == {"normalized_at": "channels", "output_dtype": "promote"}
+    declared = {"normalized_at": "channels", "output_dtype": "promote"}
+    declaring = resolve_impl("layernorm", VITDET).declaring(declared)
+    assert judge(mixed.with_(**declared), declaring).verdict in (PASS, MISTRUSTED)  # (dx is 0 on sets of one value)
 
 
 GEMMA = "tests._layer_classes:GemmaStyleRMSNorm"
