@@ -287,6 +287,23 @@ def test_a_frozen_batchnorm_is_hinted_to_eval_mode(case, declarations):
     assert judge(case.with_(**declarations), resolve_impl("batchnorm", FROZEN_BN)).verdict != FAIL
 
 
+def test_a_frozen_batchnorms_folded_statistics_are_within_the_bound_of_ys_jvp():
+    """A frozen BatchNorm folds the running statistics into y = x·(γr) + (β − μγr), so y's JVP along γ̇ rounds x·γ̇r
+    and μ·γ̇r apart, as y's own bound has it; the directional bound had (x − μ)·r's rounding alone. torchvision's
+    FrozenBatchNorm2d's f64 fwd-rev row of 2x16x128x256 (heavy-tailed x) then failed under --mode eval (jvp_y 3.73
+    budgets, 1.4e-14 off): too large to search, it got no hint from the set its other rows found. It passes at 0.11
+    now; eps added outside the root still fails it."""
+    impl = resolve_impl("batchnorm", FROZEN_BN)
+    assert dict(judge(Case("batchnorm", (4, 3, 5, 5), "f64"), impl).hint.declarations) == {"mode": "eval"}
+    folded = Case("batchnorm", (2, 16, 128, 256), "f64", None, "transposed", "sliced", "heavy_tailed", eps=1e-10,
+                  momentum=0.0, frozen="x", order="fwd-rev")
+    report = judge(folded, impl)
+    assert report.verdict == FAIL and report.hint is not None, report.summary()
+    assert dict(report.hint.declarations) == {"mode": "eval"}
+    broken = judge(folded.with_(mode="eval"), resolve_impl("batchnorm", "tests._layer_classes:BrokenFrozenBatchNorm2d"))
+    assert broken.verdict == FAIL, broken.summary()
+
+
 def test_eval_mode_explains_no_bug_of_the_batch_statistics():
     """Eval mode never forms batch statistics, so a BatchNorm with a bug there passes it: the hint judges the row's own
     (training) call against eval mode's expectations, which only a layer that ignores the mode meets."""
