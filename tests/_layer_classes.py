@@ -354,10 +354,11 @@ class PermutedLayerNorm2d(nn.LayerNorm):
 
 
 class BrokenBiasGradientLayerNorm2d(PermutedLayerNorm2d):
-    """timm's LayerNorm2d with its bias gradient tripled (β + 2·(β − β.detach()): the same y)."""
+    """timm's LayerNorm2d with its bias gradient tripled (β + 2·(β − β.detach()), added in x's dtype: the same y, of
+    the same dtype with float32 parameters too)."""
 
     def forward(self, x):
-        return super().forward(x) + 2 * (self.bias - self.bias.detach())[:, None, None]
+        return super().forward(x) + (2 * (self.bias - self.bias.detach())).to(x.dtype)[:, None, None]
 
 
 # -- size arguments: one int or a shape (issue 62) -------------------------------------------------------------------

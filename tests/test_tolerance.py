@@ -4,8 +4,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from normcheck import Case, compare
-from normcheck.engine import FAIL, KNOWN, PASS
+from normcheck import Case, compare, resolve_impl
+from normcheck.engine import FAIL, KNOWN, PASS, judge
 from normcheck.cases.narrowing import Narrowing
 from normcheck.cases.sweep import default_sweep
 from normcheck.cases.case import FROZEN
@@ -27,6 +27,18 @@ def test_ratio_arithmetic():
     r = budget_ratio(got, ref, bound, None, "f64")
     assert r[0] == pytest.approx(0.5) and r[1] == 0 and r[2] == 0 and r[3] == 0 and r[5] == 0
     assert np.isinf(r[4])  # NaN where the reference is finite
+    # a singular element's bound is NaN as its reference is: NaN there is still an exact match, anything else is not
+    r = budget_ratio(np.array([np.nan, 1.0, 2.0]), np.array([np.nan, np.nan, 2.0]), np.full(3, np.nan), None, "f64")
+    assert r[0] == 0 and r[2] == 0 and not r[1] <= 1
+
+
+def test_a_set_of_one_value_at_eps_0_is_nan_in_the_reference_and_in_torch_and_passes():
+    """x̂ = 0/0 on a set of one value without eps: torch's F.layer_norm and the reference agree on NaN, and the bound of
+    an element whose reference is NaN is NaN too; 0/NaN was a NaN ratio, a FAIL of torch's own record (and of ViTDet's
+    channels-first LayerNorm on its rows of one channel, declared channels-first)."""
+    for case in (Case("layernorm", (6, 1), eps=0.0), Case("layernorm", (6, 1), "f64", eps=0.0, order=2)):
+        report = judge(case, resolve_impl("layernorm", "torch"))
+        assert report.verdict == PASS, report.summary()
 
 
 def test_overflow_to_inf_is_the_correct_rounding():

@@ -173,7 +173,8 @@ def reproduced(case: Case, bound: Bound, followed, tensors, message: str, output
     # A channels-first case's sets are the last K dims under torch's conventions: torch's record runs the same sets
     # moved last (as channels-first code built on torch's kernels hands them), its outputs moved back
     theirs, inputs, back = sets_last(case, theirs, inputs)
-    witness = bound.witness(issue, theirs) if bound.witness is not None else None
+    # (a failure of values is reproduced by values: the witness's outputs' dtypes are not its to answer for)
+    witness = bound.witness(issue, theirs, values_only=not message) if bound.witness is not None else None
     if witness is None:
         return FAIL, f"{failure} (resembles known issue {issue.key}; no record of torch's that has it takes this case)"
     why = _not_reproduced(case, theirs, witness, issue, tensors, message, outputs, constants, inputs, back)

@@ -27,7 +27,10 @@ chain's x̂ is ±1, exact in any dtype). A layer built from the declared sizes p
 Mamba2's gated RMSNorm (its last dim, its group size prod(normalized_shape)) was hinted channels-first sets on a
 1x1x1x7x4096 row, where it was built with groups of one value; its rows fail by their casting chain. Such a row
 carries a set found on a row where its declarations were judged on sets of several values (a channels-first
-layer's 4-D rows with C = 1 do, once a row with C > 1 found it).
+layer's 4-D rows with C = 1 do, once a row with C > 1 found it), and its search starts from such a declaration
+(given): what the row needs beyond it is searched on top, and judged as on any row (ViTDet's mixed rows of one
+channel need y promoted with its float32 parameters too, which no row of several channels found: in half precision
+its statistics fail them whatever is declared).
 
 Rows that fail alike (one kind: the input's rank, the dtype class, and how they fail: by their values, or with one
 message whatever its numbers) are explained alike. Every failing row is judged again under what explained its kind,
@@ -61,7 +64,8 @@ SEARCHES = 16  # kinds of failure per bound run that get a full search (each inp
 # yet explained is judged only under what explained other rows, and its kind waits for a smaller row
 SEARCH_NUMEL = 1 << 18
 # A kind whose search found nothing while a declaration made its row's sets one value each (untellable) waits for
-# another of its rows, this many times at most (ViTDet's and timm's channels-first rows of one channel come first)
+# another of its rows, this many times at most (ViTDet's and timm's channels-first rows of one channel come first); past
+# them it is closed until a set is found that its rows may take as given (HintSearch._reopen)
 DEFERRALS = 3
 HELPS = 4.0   # a probe whose worst budget ratio falls by this factor helped: the search builds on it
 # A declaration that only widens the budget (the same errors: compute_dtype) explains errors of at least this ratio
@@ -126,6 +130,7 @@ class HintSearch:
     probed: list[dict] = field(default_factory=list)     # every probe's declarations, in order (what tests count)
     hung: bool = False  # a probe ran out of its time limit: no more probes in this run (each would wait one out)
     deferred: dict = field(default_factory=dict)         # kind -> its searches that found nothing on one-value sets
+    untold: set = field(default_factory=set)  # kinds closed so, past their deferrals, until a set is found (_reopen)
 
     @property
     def probes(self) -> int:
@@ -152,11 +157,13 @@ class HintSearch:
             return None
         self.searches -= 1
         found = self._spelled(search(alternatives(case, bound.impl), probe))
-        if found is None and probe.untellable and self.deferred.get(kind, 0) < DEFERRALS:
-            # (a declaration its sets could not tell apart, one value each: a later row of its kind is searched)
-            self.deferred[kind] = self.deferred.get(kind, 0) + 1
-            self.searches += 1
-            return None
+        if found is None and probe.untellable:
+            if self.deferred.get(kind, 0) < DEFERRALS:
+                # (a declaration its sets could not tell apart, one value each: a later row of its kind is searched)
+                self.deferred[kind] = self.deferred.get(kind, 0) + 1
+                self.searches += 1
+                return None
+            self.untold.add(kind)
         self.kinds[kind] = found
         return None if found is None else hint_of(case, found)
 
@@ -177,7 +184,17 @@ class HintSearch:
         known = next((known for known in self.explained if known == found), None)
         if known is None:
             self.explained.append(found)
+            self._reopen()
         return known or found
+
+    def _reopen(self):
+        """A set found is what a row of one-value sets may take as given (_Prober.given): each kind whose search found
+        nothing on such rows is searched again on its next row (ViTDet's mixed rows of one channel had used up their
+        deferrals before a float32 row of several channels found channels-first sets)."""
+        for kind in self.untold:
+            del self.kinds[kind]
+            self.deferred.pop(kind, None)
+        self.untold.clear()
 
 
 @dataclass
@@ -239,14 +256,25 @@ class _Prober:
             return False
         return not elsewhere or self.at_other_eps(declared)
 
-    def one_value_sets(self, declared: dict) -> bool:
+    def one_value_sets(self, declared: dict, given: dict | None = None) -> bool:
         """Under `declared` every set is one value, where the row's sets held several: a pass there tells the declared
-        sets from no others (any normalisation of one value is the same), so the search does not judge it."""
+        sets from no others (any normalisation of one value is the same), so the search does not judge it; unless
+        the declarations that make them so are `given` (found where sets held several)."""
+        untold = dict(declared.items() - (given or {}).items())
         try:
-            probed = replace(self.case, **declared)
+            probed = replace(self.case, **untold)
         except UsageError:
             return False
         return probed.view.set_size == 1 < self.case.view.set_size
+
+    def given(self) -> dict:
+        """The declarations of a set found so far (HintSearch.explained) under which this row's sets are one value
+        each: found on rows whose sets held several, so taken as given on a row that cannot tell them apart."""
+        for found in self.state.explained:
+            told = {k: v for k, v in found.items() if self.one_value_sets({k: v})}
+            if told:
+                return told
+        return {}
 
     def coarsens(self, name: str, value) -> bool:
         """Declaring `name` = `value` makes the case accumulate in a coarser precision (compute_dtype f32 on f64)."""
@@ -285,14 +313,20 @@ def alternatives(case, impl) -> dict[str, tuple]:
 
 
 def search(remaining: dict[str, tuple], probe: _Prober) -> dict | None:
-    """Greedily, the declarations under which the row passes (None: nothing helps)."""
-    adopted, best = {}, probe.row
+    """Greedily, the declarations under which the row passes (None: nothing helps), from what is given (_Prober.given:
+    a declaration found where sets held several, under which this row's are one value each)."""
+    given = probe.given()
+    start = probe(given) if given else None
+    if passes(start):
+        return given if probe.explains(given, probe.row, elsewhere=True) else None
+    adopted, best = (dict(given), start) if start is not None else ({}, probe.row)
+    remaining = {k: v for k, v in remaining.items() if k not in adopted}
     while remaining:
         helped = []  # (gain, name, value, report)
         for name, values in remaining.items():
             for value in values:
                 trial = {**adopted, name: value}
-                if probe.one_value_sets(trial):
+                if probe.one_value_sets(trial, given):
                     probe.untellable = True
                     continue  # (sets of one value tell no declared sets from others: nothing found or built on)
                 probed = probe(trial)

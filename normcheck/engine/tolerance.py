@@ -124,7 +124,8 @@ def budget_ratio(
     got: np.ndarray, ref: np.ndarray, bound: np.ndarray, baseline: np.ndarray | None, dtype: str,
     c: Constants = CONSTANTS,
 ) -> np.ndarray:
-    """|got − ref| / allowed per element; non-finite mismatches are +inf, matching non-finites 0.
+    """|got − ref| / allowed per element; non-finite mismatches are +inf, matching non-finites 0 (whatever their
+    allowance: a singular set's reference and bound are NaN alike).
 
     A reference value beyond the range of `dtype` rounds to ±inf there, so ±inf is then right; so it is where the
     reference lies within its final rounding's reach of that range (Yardstick.overflowed).
@@ -155,8 +156,12 @@ class Yardstick:
         ref = self.ref
         if self.overflowed is not None:  # (±inf where the reference overflows the dtype is the right answer)
             ref = np.where(self.overflowed & (got == np.copysign(np.inf, ref)), got, ref)
+        error = _abs_error(got, ref)
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-            return _abs_error(got, ref) / self.denominator
+            ratios = error / self.denominator
+        # (an exact match is no error whatever its allowance: where the reference is NaN its bound is too, and 0/NaN
+        # is NaN, counted as inf: eps = 0 on a set of one value, 0/0 in the reference and in any correct layer)
+        return ratios if not np.isnan(np.sum(ratios)) else np.where(error == 0, 0.0, ratios)
 
 
 def _overflowed(ref: np.ndarray, allowed: np.ndarray, dtype: str, c: Constants = CONSTANTS) -> np.ndarray | None:

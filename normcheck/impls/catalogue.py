@@ -169,11 +169,14 @@ def layer(op, code: Code) -> Layer:
 
 
 def bind(impl: Impl | Bound, backend: str | None = None, timeout: CaseLimit | float | None = None,
-         device: str | None = None, triton_interpret: bool = False, hints: bool = True) -> Bound:
+         device: str | None = None, triton_interpret: bool = False, hints: bool = True,
+         values_only: bool = False) -> Bound:
     """The record bound (ops.core.Bound): its world chosen, its time limit, its device (`device`: see resolve_impl) and
     its runner: runner(case, inputs, runs=1) -> worlds.core.Run (outputs, path, ops, and what a later run changed).
     `triton_interpret`: its worker process runs Triton's interpreter, and the cases that cannot run there are SKIP rows
     (its `supports`). `hints`: it gets a hint search of its own (Bound.hints), which the bindings made from it share.
+    `values_only`: a witness's binding for a failure of values, whose outputs' dtypes are not checked
+    (Bound.values_only).
     A Bound is bound again from its record, in the world it was bound to unless `backend` says otherwise."""
     if isinstance(impl, Bound):
         backend, impl = backend or impl.world, impl.impl
@@ -192,7 +195,8 @@ def bind(impl: Impl | Bound, backend: str | None = None, timeout: CaseLimit | fl
     limit = as_limit(timeout)
     device = device_of(impl, world, device)
     supports = Interpreted(impl.supports) if triton_interpret else impl.supports
-    bound = Bound(impl, world.name, limit=limit, device=device, supports=supports, triton_interpret=triton_interpret)
+    bound = Bound(impl, world.name, limit=limit, device=device, supports=supports, triton_interpret=triton_interpret,
+                  values_only=values_only)
     # A worker process (the isolated world's, a devices world's) rebuilds the record; gloo ranks load the function
     bound = replace(bound, portable=portable(bound) if world.ranks in ("worker", "devices", "process") else None)
     if triton_interpret:
@@ -246,17 +250,19 @@ def check_interpretable(bound: Bound, world) -> None:
                          "(define it at module level)")
 
 
-def witness(limit: CaseLimit, bound: dict, device: str, issue, case) -> Bound | None:
+def witness(limit: CaseLimit, bound: dict, device: str, issue, case, values_only: bool = False) -> Bound | None:
     """torch's own record that `issue` is recorded on and that takes `case`, bound once per binding (`bound`, under
     `limit`: the witnesses' own) in its default world on the binding's `device`: its outputs on the case tell whether a
-    failure of code that calls torch's kernel is torch's."""
+    failure of code that calls torch's kernel is torch's. `values_only`: bound so (Bound.values_only), for a failure
+    of values."""
     for record in IMPLS.get(case.op, {}).values():
         if issue in record.known_issues and (record.op, record.name) in _BUILT_IN:
-            if record.name not in bound:
-                bound[record.name] = bind(record, timeout=limit, device=None if device == "cpu" else device,
-                                         hints=False)
-            if bound[record.name].unsupported(case) is None:
-                return bound[record.name]
+            key = record.name, values_only
+            if key not in bound:
+                bound[key] = bind(record, timeout=limit, device=None if device == "cpu" else device, hints=False,
+                                  values_only=values_only)
+            if bound[key].unsupported(case) is None:
+                return bound[key]
     return None
 
 
@@ -267,7 +273,7 @@ def portable(bound: Bound) -> Callable[[], Bound] | None:
     impl = bound.impl
     key = (impl.op, impl.name)
     if key in _BUILT_IN and _BUILT_IN[key] == replace(impl, world=_BUILT_IN[key].world):
-        return partial(built_in, *key, bound.world, bound.device, bound.triton_interpret)
+        return partial(built_in, *key, bound.world, bound.device, bound.triton_interpret, bound.values_only)
     target = absolute_spec(impl.target) if isinstance(impl.target, str) else impl.target
     travelling = replace(bound, impl=replace(impl, target=target, known_issues=(), supports=supports_everything,
                                              world=None), supports=supports_everything, limit=None)
@@ -278,9 +284,11 @@ def portable(bound: Bound) -> Callable[[], Bound] | None:
     return partial(_itself, travelling)
 
 
-def built_in(op: str, name: str, world: str, device: str = "cpu", triton_interpret: bool = False) -> Bound:
+def built_in(op: str, name: str, world: str, device: str = "cpu", triton_interpret: bool = False,
+             values_only: bool = False) -> Bound:
     """A built-in record bound in a worker process (by name: every process that imports normcheck has it)."""
-    return Bound(_BUILT_IN[(op, name)], world, device=device, triton_interpret=triton_interpret)
+    return Bound(_BUILT_IN[(op, name)], world, device=device, triton_interpret=triton_interpret,
+                 values_only=values_only)
 
 
 def _itself(bound: Bound) -> Bound:

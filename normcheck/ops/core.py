@@ -416,6 +416,12 @@ class Bound:
     # The run's --triton-interpret: its worker process runs Triton kernels in Triton's interpreter (TRITON_INTERPRET=1
     # there before the implementation is imported), and `supports` adds what that cannot run
     triton_interpret: bool = False
+    # A witness's (torch's record run to reproduce a known issue met by other code) where the code failed by its
+    # values: they are what is asked of it, and its outputs' dtypes are not checked (the torch adapter's to_numpy).
+    # Its forward-mode tangent of f16/bf16 y is float32 under the dispatch mode that watches aten ops
+    # (torch-ln-jvp-mixed-dtype), where code that moves y back through a view gets it in y's dtype: that raised, and
+    # hid the gradients in which timm's LayerNorm2d had met torch-ln-half-forward-ad
+    values_only: bool = False
     # The support rule it is judged under (None: the record's own; frameworks.torch.triton.Interpreted adds the
     # interpreter's gaps to it)
     supports: Callable[[Any], "str | None"] | None = None
@@ -424,7 +430,8 @@ class Bound:
     limit: Any = field(default=None, compare=False, repr=False)  # the bound run's CaseLimit
     # issue -> the bound record of torch's that a known issue is recorded on and that takes the case (None: none),
     # whose outputs tell whether a failure of code that called torch's kernel is torch's
-    witness: Callable[[KnownIssue, Any], "Bound | None"] | None = field(default=None, compare=False, repr=False)
+    # (values_only=True: one bound so, for a failure of values)
+    witness: Callable[..., "Bound | None"] | None = field(default=None, compare=False, repr=False)
     # The bound run's hint search (engine.hints.HintSearch: mutable, shared by the records made from this one), which
     # judges a failing row again under the conventions it did not declare; None: no hints
     hints: Any = field(default=None, compare=False, repr=False)

@@ -18,7 +18,7 @@ cotangents t = (ddx, ddγ, ddβ) of it, L = ⟨t, ∇f⟩ = ⟨ddx, dx⟩ + ⟨d
 So every second-order output is a directional derivative (forward mode) through the first-order formulas, taken
 here in closed form; ∂L/∂β = 0. With ẋ = ddx, γ̇ = ddγ, β̇ = ddβ (zero for an input that does not require grad):
   training:  ḋ = ẋ − mean(ẋ)  (uncentred: ẋ),  w = Σ(d·ḋ)/D,  ṙ = −λ·r³·w,  x̂̇ = ḋ·r + d·ṙ
-  eval:      x̂̇ = ẋ·r
+  eval:      x̂̇ = ẋ·r   (x̂ = (x − μ)·r, or folded, x·r − μ·r: either spelling)
   d2dy = γ·x̂̇ + γ̇·x̂ + β̇
   g = γ·dy, ġ = γ̇·dy, H = λ·h: dx = r·(g − mean(g) − x̂·H)  (eval: r·g)
   Ḣ = λ·Σ(ġ·x̂ + g·x̂̇)/D + λ̇·h,  λ̇ = 2λ'(s)·w  (the form's slope_rate; none where λ is constant in s)
@@ -153,11 +153,13 @@ def second_order(x, dy, gamma, ddx, ddweight, ddbias, eps: float, ar: Arithmetic
         mu, s = stats
         dev = spread = x - mu
         r = form.r(ar, s, eps)
+    # (eval mode: x̂ = (x − μ)·r, or as kernels fold the constant statistics, x·r − μ·r with the two products rounded
+    # apart, as the first-order y's bound has it: a frozen BatchNorm's y = x·(γr) + (β − μγr) carries it into y's JVP)
+    xhat = dev * r if stats is None else ar.either(dev * r, x * r - mu * r)
 
     def held(a):
         """λ·a: a itself where λ = 1, 0 in a set whose r eps floors (its statistics then enter nowhere)."""
         return a if slope is None else a * slope
-    xhat = dev * r
     out = {}
     if stats is None:
         d_dot = ddx - ar.mean(ddx) if centred else ddx

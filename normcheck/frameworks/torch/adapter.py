@@ -221,8 +221,9 @@ _NOT_TWICE = re.compile(r"once_differentiable|not implemented|does not require g
                         r"|no autograd formula was registered", re.I)  # (a custom op its backward calls: torch.library)
 
 
-def to_numpy(op, case, outputs: Outputs, x_shape: tuple[int, ...]) -> dict[str, np.ndarray]:
-    """The outputs the op defines, checked against their expected shapes and dtypes, as float64.
+def to_numpy(op, case, outputs: Outputs, x_shape: tuple[int, ...], dtypes: bool = True) -> dict[str, np.ndarray]:
+    """The outputs the op defines, checked against their expected shapes and dtypes (`dtypes`: False for a witness,
+    Bound.values_only), as float64.
 
     Saved statistics may legitimately come back in another float dtype; nothing else may.
     `running_mean[rank 2]` is checked like `running_mean`.
@@ -232,7 +233,7 @@ def to_numpy(op, case, outputs: Outputs, x_shape: tuple[int, ...]) -> dict[str, 
         base = name.split("[")[0]
         if value is None or base not in op.outputs_of(case) or (base in op.saved_stats and not case.training):
             continue  # (eval mode saves no statistics of the batch)
-        dtype = None if base in op.saved_stats else TORCH_DTYPES[op.output_dtype(case, base)]
+        dtype = None if base in op.saved_stats or not dtypes else TORCH_DTYPES[op.output_dtype(case, base)]
         value = check_tensor(name, value, op.output_shape(case, base, x_shape), dtype, partial(op.dtype_note, case, base))
         out[name] = value.detach().to(torch.float64).cpu().contiguous().numpy()
     return out
@@ -339,7 +340,7 @@ def run(op, bound, case, inputs) -> tuple[dict[str, np.ndarray], str, frozenset[
     try:
         with recorder if watch else contextlib.nullcontext():
             outputs = _guarded_run(t, partial(with_threads, impl.threads, *call), watch)
-        found = to_numpy(op, case, outputs, tuple(t.x.shape))
+        found = to_numpy(op, case, outputs, tuple(t.x.shape), dtypes=not bound.values_only)
     except BaseException as e:  # the kernels it ran before it raised (or before an output was refused): a known issue
         # of theirs may explain it
         e.ops_called = recorder.ops
