@@ -1,14 +1,12 @@
 """One `normcheck compare` run as a record: every option read, checked and turned into values once, before anything
 runs, so that the run (normcheck.cli) goes down through the layers with values and never reads option text again.
 
-A usage error found here is the run's one line before any case ran (or any framework loaded: nothing here imports
-torch). What only the bound implementation can say (the conventions it follows, what it cannot do) is applied when
+A usage error found here is the run's one line before any case ran or any implementation was loaded. What only the bound implementation can say (the conventions it follows, what it cannot do) is applied when
 it is bound: `Request.conventions` holds what the options declare."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from .arguments import _NO_EPS
 from .cases.case import CONVENTIONS, OP_FIELDS, Case
@@ -20,9 +18,7 @@ from .ops import PARALLEL_LAYOUTS, Op, distributed_ops, get_op, laid_out
 from .ops.layouts import ROWS
 from .option_text import field_value
 from .outputs.plot import require_matplotlib
-
-if TYPE_CHECKING:
-    from .worlds.env import EnvWorld
+from .worlds.env import EnvWorld, env_world
 
 # Case options beyond the path's (--mode, --frozen, --order, --eps, --momentum, --affine) and the conventions: every
 # one fixes its factor on every case of the sweep (cases.narrowing); --one-case builds one case from them instead.
@@ -100,7 +96,6 @@ def _launched_world(backend: str | None, timeout: float | None) -> EnvWorld | No
     """Under --backend env, this process's rank of the launcher's job, joined now (the launcher fixed its size)."""
     if backend != "env":
         return None
-    from .worlds.env import env_world  # (torch loads here only under a launcher: a usage error comes first)
     return env_world(timeout)
 
 
