@@ -2,6 +2,9 @@
 constructor's argument names, binds the case's weight, bias and running statistics by role, and judges forward like a
 function. Correct layers pass with the declarations their source implies; each broken one fails for its own
 deviation; a case the constructor cannot express is a SKIP saying which argument is missing."""
+from dataclasses import replace
+
+import numpy as np
 import pytest
 
 from normcheck import Case, UsageError, compare, resolve_impl
@@ -521,3 +524,44 @@ def test_what_a_forward_writes_narrows_the_sweep(op, layer, declared, factor, ta
     cases = default_sweep(op, narrowing=narrowing)
     read = (lambda c: c.normalized_dims) if factor == "normalized_dims" else (lambda c: len(c.shape))
     assert {read(c) for c in cases} == set(taken) and len(cases) > 50
+
+
+# -- a layer in place: x handed over as a network hands it (issue 62) -----------------------------------------------
+IN_PLACE = [Case("layernorm", (6, 5, 16), dtype, x_format=fmt, normalized_dims=1, order=order, **more)
+            for fmt, dtype, order, more in [("sliced", "f64", 1, {}), ("pitched", "f32", 1, {}),
+                                            ("strided", "f64", 2, {}), ("contiguous", "f64", "fwd-rev", {}),
+                                            ("transposed", "f32", 1, {"frozen": "x"})]]
+
+
+@pytest.mark.parametrize("case", IN_PLACE, ids=lambda case: case.label)
+def test_a_layer_in_place_passes_and_leaves_the_cases_inputs_as_they_were(case):
+    """A layer that overwrites x with y and returns it (InPlaceABN's way) failed every row, its write named (or torch's
+    'a leaf Variable that requires grad has been used in an in-place operation'): x now reaches it as a network hands
+    it, in the case's layout and memory of its own, and its gradients are x's, at order 2 and in forward mode too. Run
+    here, on the very arrays normcheck judges with (the cached inputs every later run, rerun and hint reads)."""
+    from normcheck.engine.compare import case_inputs
+
+    inputs = case_inputs(case)
+    before = inputs.copied()
+    report = judge(case, resolve_impl("layernorm", f"{LAYERS}:InPlaceLayerNorm", backend="in-process", hints=False))
+    assert report.verdict in OK, report.summary()
+    assert all(np.array_equal(getattr(before, k), getattr(inputs, k)) for k in ("x", "dy", "weight", "bias", "ddx"))
+
+
+def test_a_layer_that_writes_x_and_returns_y_elsewhere_is_named():
+    """The same writes, y returned in memory of its own: its caller's x changed for nothing it returns."""
+    report = judged("layernorm", "CopyReturningInPlaceLayerNorm", IN_PLACE[1])
+    assert report.verdict == FAIL, report.summary()
+    assert report.message.startswith("writes its input x in place (sub_ at _layer_classes.py:"), report.message
+
+
+@pytest.mark.parametrize("fmt", ["sliced", "pitched", "strided", "offset8", "transposed"])
+def test_x_is_handed_over_in_its_own_memory_and_the_cases_layout(fmt):
+    from normcheck.frameworks.torch import torch_inputs
+    from normcheck.frameworks.torch.adapter import handed
+
+    t = torch_inputs(Case("layernorm", (6, 5, 16), "f32", x_format=fmt, normalized_dims=1).make_inputs())
+    x = handed(replace(t, x=t.x.requires_grad_())).x
+    assert not x.is_leaf and x.untyped_storage().data_ptr() != t.x.untyped_storage().data_ptr()
+    assert (x.shape, x.stride(), x.storage_offset()) == (t.x.shape, t.x.stride(), t.x.storage_offset())
+    assert x.untyped_storage().nbytes() == t.x.untyped_storage().nbytes() and bool((x == t.x).all())

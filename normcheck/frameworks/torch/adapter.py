@@ -95,14 +95,43 @@ def reverse_mode(op, fn, case, t: TorchInputs, group=None, world_size: int = 1) 
 
 
 def called(op, fn, case, t: TorchInputs, group, world_size: int) -> dict[str, torch.Tensor]:
-    """fn's results under the op's contract, checked for shape, dtype and device. A layer given by its class
-    (frameworks.torch.layers.Layer) learns the case's own facts first (`for_case`)."""
+    """fn's results under the op's contract, checked for shape, dtype and device, x handed to it as a network hands it
+    (`handed`). A layer given by its class (frameworks.torch.layers.Layer) learns the case's own facts first
+    (`for_case`)."""
     fn = fn.for_case(case) if hasattr(fn, "for_case") else fn
-    returned = results(op, case, op.call(fn, t, case, group, world_size), t.x.shape)
+    returned = results(op, case, op.call(fn, handed(t), case, group, world_size), t.x.shape)
     for name, value in returned.items():
         if value.device != t.x.device:
             raise ImplError(f"{name} is on {value.device}, expected {t.x.device} (x's device)")
     return returned
+
+
+def handed(t: TorchInputs) -> TorchInputs:
+    """t with x as a network hands it to a layer: no leaf (a convolution's output, say), in memory the layer may
+    overwrite (InPlaceABN; a forward that writes x.sub_(mean), F.relu(x, inplace=True)), in the case's exact layout
+    (TorchInputs.x_handed). The case's x stays the leaf the gradients are taken of, which no implementation reaches:
+    dx, order 2's d2x and the check of x's bits after the run read the values the case made."""
+    return t if t.x_handed is None else replace(t, x=_Handed.apply(t.x, (t.x_handed,)))
+
+
+class _Handed(torch.autograd.Function):
+    """x_handed, holding x's values since the inputs were made, linked to x by autograd as the identity: the gradient
+    that reaches it is x's, in reverse mode, forward mode and the double backward alike. (Not x_handed.copy_(x), which
+    autograd records too: that copy would be a write into x_handed while the guard watches it, and the guard tells the
+    layer's own writes there by the memory they land in.)"""
+
+    @staticmethod
+    def forward(ctx, x, into):
+        return into[0]  # (passed in a tuple: a tensor argument returned as it is would come back as a view of itself,
+        # which autograd then refuses to let the layer write)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+    @staticmethod
+    def jvp(ctx, tangent, _):
+        return tangent
 
 
 def forward_mode(op, fn, case, t: TorchInputs, group=None, world_size: int = 1) -> Outputs:
@@ -274,27 +303,38 @@ def compiled(fn) -> bool:
 
 
 class InPlaceGuard(TorchFunctionMode):
-    """Names a write into an input the implementation must leave as it is (x, γ, β, dy: TorchInputs.guarded) where
-    the implementation's own code makes it: otherwise torch says it later and vaguely (a leaf used in an in-place
-    operation, a version counter that moved), or not at all when the values happen to stay the same. A write
-    from inside a custom Function's forward or backward (code torch runs, not the caller) is left to the
-    check of the values afterwards."""
+    """Names a write into an input the implementation must leave as it is (γ, β, dy; x where it is handed the case's
+    own, the direct convention: TorchInputs.guarded) where the implementation's own code makes it: otherwise torch
+    says it later and vaguely (a leaf used in an in-place operation, a version counter that moved), or not at all when
+    the values happen to stay the same. A write from inside a custom Function's forward or backward (code torch runs,
+    not the caller) is left to the check of the values afterwards. A write into an input handed over (x:
+    TorchInputs.handed) is the layer's to make where it returns y there, which only the end of the run tells: its first
+    is noted (`writes`) for _overwritten."""
 
-    def __init__(self, guarded: dict[str, torch.Tensor]):
+    def __init__(self, guarded: dict[str, torch.Tensor], handed: dict[str, torch.Tensor] | None = None):
         super().__init__()
         self.storages = {where: name for name, v in guarded.items() if (where := _storage(v))}
+        self.handed = {where: name for name, v in (handed or {}).items() if (where := _storage(v))}
+        self.writes: dict[str, str] = {}  # a handed input -> how and where it was first written ("mul_ at f.py:3 in g")
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
         written = kwargs.get("out") if "out" in kwargs else args[0] if args and _writes_self(name) else None
         for tensor in written if isinstance(written, (tuple, list)) else (written,):
-            which = self.storages.get(_storage(tensor)) if isinstance(tensor, torch.Tensor) else None
-            if which:
-                where = called_at()
-                raise ImplError(f"writes its input {which} in place ({name}{'(out=...)' if 'out' in kwargs else ''}"
-                                f"{' at ' + where if where else ''})")
+            where = _storage(tensor) if isinstance(tensor, torch.Tensor) else 0
+            if where in self.storages:
+                raise ImplError(f"writes its input {self.storages[where]} in place ({_write(name, kwargs)})")
+            if where in self.handed and self.handed[where] not in self.writes:
+                self.writes[self.handed[where]] = _write(name, kwargs)
         return func(*args, **kwargs)
+
+
+def _write(name: str, kwargs: dict) -> str:
+    """'mul_ at test.py:12 in forward': the write a hook of normcheck's is handling, and where the code under test made
+    it."""
+    where = called_at()
+    return f"{name}{'(out=...)' if 'out' in kwargs else ''}{' at ' + where if where else ''}"
 
 
 # Methods whose trailing underscore changes a tensor's flags, not its values
@@ -307,8 +347,10 @@ def _writes_self(name: str) -> bool:
     return name in _INPLACE_OPERATORS or (name.endswith("_") and not name.endswith("__") and name not in _FLAG_SETTERS)
 
 
-def _storage(tensor: torch.Tensor) -> int:
-    """Where a tensor's elements live (a view, `.data` and a detached alias share it); 0 for no elements."""
+def _storage(tensor: torch.Tensor | None) -> int:
+    """Where a tensor's elements live (a view, `.data` and a detached alias share it); 0 for no elements (or none)."""
+    if not isinstance(tensor, torch.Tensor):
+        return 0
     try:
         return tensor.untyped_storage().data_ptr() if tensor.numel() else 0
     except (RuntimeError, NotImplementedError):  # (a tensor subclass or meta tensor without storage)
@@ -317,14 +359,30 @@ def _storage(tensor: torch.Tensor) -> int:
 
 def _guarded_run(t: TorchInputs, produce, watch: bool = True) -> Outputs:
     before = t.snapshot()
-    with InPlaceGuard(t.guarded()) if watch else contextlib.nullcontext():
+    guard = InPlaceGuard(t.guarded(), t.handed())
+    with guard if watch else contextlib.nullcontext():
         outputs = produce()
     if not isinstance(outputs, dict):
         raise ImplError(f"runner returned {type(outputs).__name__}, expected a dict of outputs")
     modified = t.modified_since(before)
     if modified:
         raise ImplError(f"modified its input {', '.join(modified)} in place")
+    overwritten = _overwritten(t, outputs, guard.writes)
+    if overwritten:
+        raise ImplError(overwritten)
     return outputs
+
+
+def _overwritten(t: TorchInputs, outputs: Outputs, writes: dict[str, str]) -> str | None:
+    """What is wrong with the run's writes into the x it was handed, or None. A layer in place returns y in x's memory
+    (InPlaceABN; x.sub_(mean).div_(std)): its caller handed it x to overwrite and reads y there. One that writes x and
+    returns y elsewhere has changed its caller's tensor for nothing it returns (a residual stream read afterwards finds
+    it changed): named as a write into any other input is (`writes`: the first the guard saw, where it saw it)."""
+    if t.x_handed is None or _storage(outputs.get("y")) == _storage(t.x_handed):
+        return None
+    if "x" in writes:
+        return f"writes its input x in place ({writes['x']})"
+    return "modified its input x in place" if "x" in t.overwritten() else None
 
 
 def run(op, bound, case, inputs) -> tuple[dict[str, np.ndarray], str, frozenset[str]]:

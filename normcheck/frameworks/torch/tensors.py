@@ -100,6 +100,16 @@ def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     return storage.to(device).as_strided(t.shape, t.stride(), t.storage_offset())
 
 
+def own_copy(t: torch.Tensor) -> torch.Tensor:
+    """t's values in memory of their own, laid out exactly as t: its sizes, strides and storage offset in a copy of the
+    whole storage t views (the elements before an offset, the padding a pitch or a stride leaves; a rank's share, the
+    other ranks' rows), where `.clone()` or `t * 1` would make it dense. Not a view of anything: autograd lets code
+    write it in place."""
+    t = t.detach()
+    storage = t.untyped_storage().clone()
+    return torch.empty(0, dtype=t.dtype, device=t.device).set_(storage, t.storage_offset(), t.shape, t.stride())
+
+
 def device_missing(name: str) -> str | None:
     """Why this torch cannot hold a case's tensors on the device `name` (cpu, cuda, cuda:1, mps, xpu, ...), in a
     clause; None: it can. Asks the device's torch module (torch.cuda, torch.mps, ...) without initialising it."""
@@ -150,11 +160,20 @@ class TorchInputs:
     ddweight: torch.Tensor | None = None
     ddbias: torch.Tensor | None = None
     extra: dict[str, torch.Tensor] = field(default_factory=dict)  # the op's declared operands (Op.operands)
+    # x as the implementation receives it (the adapter's `handed`): x's values in memory of their own and its exact
+    # layout, which an in-place layer may overwrite; x itself stays the leaf the gradients are taken of. None: x is
+    # handed as it is
+    x_handed: torch.Tensor | None = None
 
     def guarded(self) -> dict[str, torch.Tensor]:
-        """The tensors an implementation must not modify (dy and the declared cotangents are grad_outputs)."""
+        """The tensors an implementation must not modify (dy and the declared cotangents are grad_outputs; x is handed
+        over as x_handed, and stays the case's own)."""
         named = {"x": self.x, "dy": self.dy, "weight": self.weight, "bias": self.bias, **self.extra}
         return {k: v for k, v in named.items() if v is not None}
+
+    def handed(self) -> dict[str, torch.Tensor]:
+        """The inputs handed over in memory of their own, which the implementation may write (by name)."""
+        return {} if self.x_handed is None else {"x": self.x_handed}
 
     def snapshot(self) -> dict[str, torch.Tensor]:
         return {k: v.detach().clone() for k, v in self.guarded().items()}
@@ -162,6 +181,19 @@ class TorchInputs:
     def modified_since(self, snap: dict[str, torch.Tensor]) -> list[str]:
         now = self.guarded()
         return [k for k, before in snap.items() if not _same_bits(now[k].detach(), before)]
+
+    def overwritten(self) -> list[str]:
+        """The inputs handed over whose bits now differ from the case's own: the implementation wrote them. (Compared
+        as integers: one pass, and a copy that nothing wrote has every bit of the original, its NaNs' too.)"""
+        return [k for k, v in self.handed().items() if not torch.equal(_bits(v), _bits(getattr(self, k)))]
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """t's elements as the integers of their bits (a view: t's layout, no copy)."""
+    return t.detach().view(_INTEGERS[t.element_size()])
+
+
+_INTEGERS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -196,8 +228,9 @@ def torch_inputs(inputs, shard: tuple[tuple, tuple] | None = None, device: torch
 
     extra = {o.name: operand(o) for o in op.operands_of(case)}
 
+    x = data(inputs.x, case.x_format)
     return TorchInputs(
-        x=data(inputs.x, case.x_format), dy=data(inputs.dy, case.dy_format),
+        x=x, dy=data(inputs.dy, case.dy_format), x_handed=own_copy(x),
         weight=param(inputs.weight), bias=param(inputs.bias),
         running_mean=param(inputs.running_mean), running_var=param(inputs.running_var),
         ddx=None if inputs.ddx is None else data(inputs.ddx, "contiguous"),
