@@ -60,7 +60,10 @@ def _judged(case: Case, bound: Bound, constants: Constants, against: Case | None
     path, ops, stack, time_limit = "", frozenset(), "", None
 
     def report(verdict: str, tensors=(), message: str = "") -> Report:
+        nonlocal ops
         if verdict == FAIL:
+            if case.forward_mode and not ops:  # (a forward-mode run watches no kernels: frameworks.torch.adapter)
+                ops = kernels_run(case, bound)
             issues = bound.applicable_issues(case, ops, op.known_issues)
             kernels = kernels_case(case)  # (torch's kernels run in the precision the code declares it computes in)
             if kernels is not None:
@@ -129,6 +132,16 @@ def _judged(case: Case, bound: Bound, constants: Constants, against: Case | None
         if found:
             return report(FAIL, tensors, found)
     return report(verdict, tensors)
+
+
+def kernels_run(case: Case, bound: Bound) -> frozenset[str]:
+    """The aten ops `bound` dispatches on `case`, from a run of its first order: a forward-mode run watches none,
+    since a dispatch mode changes what torch's forward-AD formulas return (frameworks.torch.adapter.records_ops)."""
+    first = case.with_(order=1)
+    try:
+        return bound.runner(first, case_inputs(first))[2]
+    except Exception as e:  # noqa: BLE001 - what it ran before it raised is all there is to learn
+        return frozenset(getattr(e, "ops_called", ()))
 
 
 def tensor_reports(case: Case, outputs: dict, constants: Constants = CONSTANTS) -> list:

@@ -418,9 +418,9 @@ class Bound:
     triton_interpret: bool = False
     # A witness's (torch's record run to reproduce a known issue met by other code) where the code failed by its
     # values: they are what is asked of it, and its outputs' dtypes are not checked (the torch adapter's to_numpy).
-    # Its forward-mode tangent of f16/bf16 y is float32 under the dispatch mode that watches aten ops
-    # (torch-ln-jvp-mixed-dtype), where code that moves y back through a view gets it in y's dtype: that raised, and
-    # hid the gradients in which timm's LayerNorm2d had met torch-ln-half-forward-ad
+    # Its forward-mode tangent of f16/bf16 y may be float32 (torch-ln-jvp-mixed-dtype) where code that moves y back
+    # through a view gets it in y's dtype: that raised, and hid the gradients in which timm's LayerNorm2d had met
+    # torch-ln-half-forward-ad
     values_only: bool = False
     # The support rule it is judged under (None: the record's own; frameworks.torch.triton.Interpreted adds the
     # interpreter's gaps to it)

@@ -13,8 +13,9 @@ def forward_ad_issues(op: str, name: str, formula: str, kernel: str, example: st
         KnownIssue(
             f"torch-{op}-jvp-mixed-dtype",
             f"torch's {name} forward-mode derivative ({formula}) of f16/bf16 input with f32 parameters returns y's "
-            f"tangent in float32 while y is f16/bf16: a tangent in another dtype than its primal (make_dual refuses "
-            f"one for an input). The values are right",
+            f"tangent in float32 while y is f16/bf16 where x, γ and β do not all carry a tangent (all three: y's "
+            f"dtype): a tangent in another dtype than its primal (make_dual refuses one for an input). The values are "
+            f"right",
             lambda c: c.forward_mode and c.dtypes.is_mixed,
             Signature(message=r"jvp_y has dtype f32, expected (f16|bf16)"),
             code=(kernel,),

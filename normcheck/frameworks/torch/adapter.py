@@ -385,6 +385,14 @@ def _overwritten(t: TorchInputs, outputs: Outputs, writes: dict[str, str]) -> st
     return "modified its input x in place" if "x" in t.overwritten() else None
 
 
+def records_ops(case) -> bool:
+    """Whether a run of `case` watches the aten ops it dispatches. Not in forward mode: under a dispatch mode torch's
+    norms' forward-AD formulas return y's tangent in float32 for f16/bf16 y with float32 parameters (without one, in
+    y's dtype, as every caller gets it), so watching would change what is judged; a forward-mode row that fails
+    learns its kernels from a run of its first order instead (engine.compare)."""
+    return not case.forward_mode
+
+
 def run(op, bound, case, inputs) -> tuple[dict[str, np.ndarray], str, frozenset[str]]:
     """One process: the bound record's target under its convention ("contract": the op's --impl contract through
     autograd; "direct": target(case, tensors) returns every output itself). Returns the outputs, the
@@ -396,7 +404,7 @@ def run(op, bound, case, inputs) -> tuple[dict[str, np.ndarray], str, frozenset[
     call = (fn, case, t) if impl.convention == "direct" else (differentiate, op, fn, case, t)
     recorder, watch = OpRecorder(), impl.dispatch_mode and not compiled(fn)  # (modes would change compiled code)
     try:
-        with recorder if watch else contextlib.nullcontext():
+        with recorder if watch and records_ops(case) else contextlib.nullcontext():
             outputs = _guarded_run(t, partial(with_threads, impl.threads, *call), watch)
         found = to_numpy(op, case, outputs, tuple(t.x.shape), dtypes=not bound.values_only)
     except BaseException as e:  # the kernels it ran before it raised (or before an output was refused): a known issue
