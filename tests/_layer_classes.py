@@ -682,3 +682,62 @@ class CopyReturningInPlaceLayerNorm(InPlaceLayerNorm):
 
     def forward(self, x):
         return super().forward(x).clone()
+
+
+# -- a forward that calls module-level helpers (issue 62) -------------------------------------------------------------
+FUSED_RMS_NORM = None  # (a fused channels-last kernel where one is installed: apex's, for timm)
+
+
+def rms_norm2d(v, normalized_shape, weight=None, eps=1e-5):
+    """timm's rms_norm2d: the mean of squares over dim 1 of (N, C, H, W), the weight broadcast to it."""
+    assert len(normalized_shape) == 1
+    v = v * torch.rsqrt(torch.mean(v.pow(2), dim=1, keepdim=True) + eps)
+    return v if weight is None else v * weight.reshape(1, -1, 1, 1)
+
+
+def fast_rms_norm2d(x, normalized_shape, weight=None, eps=1e-5):
+    """timm's fast path: the fused kernel on the channels-last view, else rms_norm2d."""
+    if FUSED_RMS_NORM is not None:
+        return FUSED_RMS_NORM(x.permute(0, 2, 3, 1), normalized_shape, weight, eps).permute(0, 3, 1, 2)
+    return rms_norm2d(x, normalized_shape, weight, eps)
+
+
+class HelperRmsNorm2d(nn.Module):
+    """timm's RmsNorm2d: a channels-first RMSNorm whose forward is module-level functions, a fast path and its
+    fallback, both written for 4-D input. Declares --normalized-at channels."""
+
+    def __init__(self, channels, eps=1e-6, affine=True):
+        super().__init__()
+        self.normalized_shape, self.eps, self._fast_norm = (channels,), eps, False
+        self.weight = nn.Parameter(torch.ones(channels)) if affine else None
+
+    def forward(self, x):
+        if self._fast_norm:
+            return fast_rms_norm2d(x, self.normalized_shape, self.weight, self.eps)
+        return rms_norm2d(x, self.normalized_shape, self.weight, self.eps)
+
+
+def rms_over(x, dim, eps):
+    """A generic helper: the RMS norm over the dims it is given."""
+    return x * torch.rsqrt(x.pow(2).mean(dim, keepdim=True) + eps)
+
+
+def broadcast_3d(w):
+    """A channels weight shaped for (N, C, L) input."""
+    return w.view(1, -1, 1)
+
+
+class GenericHelperRMSNorm(LlamaStyleRMSNorm):
+    """An RMSNorm whose helper takes the dim it reduces over: the helper writes no dim of its own."""
+
+    def forward(self, hidden_states):
+        return self.weight * rms_over(hidden_states, -1, self.variance_epsilon)
+
+
+class DisagreeingHelpersRmsNorm2d(HelperRmsNorm2d):
+    """Its fast path written for 4-D input, its fallback's weight for 3-D: which runs is not in the source."""
+
+    def forward(self, x):
+        if self._fast_norm:
+            return fast_rms_norm2d(x, self.normalized_shape, self.weight, self.eps)
+        return x * broadcast_3d(self.weight)

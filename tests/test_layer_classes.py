@@ -565,3 +565,30 @@ def test_x_is_handed_over_in_its_own_memory_and_the_cases_layout(fmt):
     assert not x.is_leaf and x.untyped_storage().data_ptr() != t.x.untyped_storage().data_ptr()
     assert (x.shape, x.stride(), x.storage_offset()) == (t.x.shape, t.x.stride(), t.x.storage_offset())
     assert x.untyped_storage().nbytes() == t.x.untyped_storage().nbytes() and bool((x == t.x).all())
+
+@pytest.mark.parametrize("shape", [(4, 3, 5), (2, 3, 4, 4, 2), (2, 3, 4, 5)])
+def test_what_a_forwards_module_level_helpers_write_is_the_layers(shape):
+    """timm's RmsNorm2d calls rms_norm2d (or fast_rms_norm2d, which calls it): mean(dim=1) and weight.reshape(1, -1,
+    1, 1) written there, not in forward (3-D and 5-D rows FAILed: 'y has shape ...'); they SKIP naming the code, and
+    4-D ones are judged, channels-first."""
+    report = judged("rmsnorm", "HelperRmsNorm2d", Case("rmsnorm", shape, "f32", normalized_at="channels"))
+    if len(shape) == 4:
+        assert report.verdict in OK, report.summary()
+    else:
+        assert report.verdict == SKIP and ("forward is written for its input's rank (reshape(1, -1, 1, 1) in "
+                                           f"rms_norm2d): it takes 4-D input, the case's is {len(shape)}-D"
+                                           ) in report.message, report.summary()
+
+
+def test_a_helper_given_its_dims_or_helpers_that_disagree_read_nothing():
+    """A helper that takes the dim it reduces over writes no dim of the layer's; a fast path written for 4-D input
+    and a fallback for 3-D leave the rank unread (which runs is not in the source); the helpers two calls deep are
+    read (forward -> fast_rms_norm2d -> rms_norm2d)."""
+    from normcheck.frameworks.torch.layer_source import reduced_dims, written_ranks
+    from normcheck.frameworks.torch.layers import RANKS
+    from tests import _layer_classes as L
+    assert reduced_dims(L.HelperRmsNorm2d.forward) == (1, "mean(1) in rms_norm2d")
+    assert written_ranks(L.HelperRmsNorm2d.forward, RANKS) == ((4,), "reshape(1, -1, 1, 1) in rms_norm2d")
+    assert reduced_dims(L.GenericHelperRMSNorm.forward) is None
+    assert written_ranks(L.GenericHelperRMSNorm.forward, RANKS) is None
+    assert written_ranks(L.DisagreeingHelpersRmsNorm2d.forward, RANKS) is None

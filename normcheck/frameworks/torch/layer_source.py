@@ -1,7 +1,7 @@
 """What a layer's code says that its parameters' names do not, read from its source (ast; nothing runs): whether a
 size argument takes one int or a shape, the parameters of the constructor its `**kwargs` reaches, the constants it
 passes where an eps or a group count goes (or leaves to a default), and the dims and ranks its forward writes as
-constants.
+constants, in its own code or in the methods and module-level functions it calls (_with_helpers).
 
     ViTDet's LayerNorm(normalized_shape)      self.normalized_shape = (normalized_shape,)   one int, not a shape
     timm's LayerNorm(num_channels)            super().__init__(num_channels, ...)           nn.LayerNorm's shape
@@ -15,6 +15,8 @@ constants.
     DETR's FrozenBatchNorm2d.forward          self.weight.reshape(1, -1, 1, 1)              4-D input only
     ViTDet's LayerNorm.forward                self.weight[:, None, None] * x                4-D input only
     timm's LayerNorm2d.forward                x.permute(0, 2, 3, 1)                         4-D input only
+    timm's RmsNorm2d.forward                  rms_norm2d(x, ...): its mean(dim=1) and       one dim, 4-D input only
+                                              weight.reshape(1, -1, 1, 1)                   (a function it calls)
 
 Code whose source cannot be read (a builtin, a class made at run time) says nothing: None, or nothing found.
 """
@@ -32,6 +34,7 @@ from typing import Callable
 
 SMALL = 1e-2  # a positive constant added below this is an eps (Flux's `mean(x²) + 1e-6`), not a shift of the data
 DEPTH = 3     # how far an argument is followed into the constructors it is passed to
+HELPERS = 2   # how many calls deep a forward's own methods and functions are read (forward -> fast path -> fallback)
 
 
 @lru_cache(maxsize=256)
@@ -214,17 +217,49 @@ def written(method: Callable, roles: dict[str, tuple[str, ...]], added: str | No
 
 @lru_cache(maxsize=256)
 def _with_helpers(method: Callable) -> list[Callable]:
-    """`method` and the methods it calls on self (`self._norm(x)`), bound or not."""
+    """`method` and the code of its own it runs, to HELPERS calls deep: the methods it calls on self (`self._norm(x)`),
+    bound or not, and the functions it calls by name (timm's RmsNorm2d.forward: `rms_norm2d(x, ...)`, and through
+    `fast_rms_norm2d` the same), so that what they write is the layer's. Each branch's helper is read (a fast path
+    and its fallback): where they write different dims, ranks or constants, the readers read nothing."""
     fn = getattr(method, "__func__", method)
-    owner, tree = _owner(fn), _tree(fn)
-    helpers = [fn]
-    for node in ast.walk(tree) if tree is not None and owner is not None else ():
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                and isinstance(node.func.value, ast.Name) and node.func.value.id == "self"):
-            helper = inspect.getattr_static(owner, node.func.attr, None)
-            if isinstance(helper, types.FunctionType) and helper not in helpers:
-                helpers.append(helper)
-    return helpers
+    owner = _owner(fn)
+    found, level = [fn], [(fn, owner)]
+    for _ in range(HELPERS):
+        level = [(h, held) for f, by in level for h, held in _called(f, by) if h not in found]
+        level = list({h: (h, held) for h, held in level}.values())  # (one helper called twice is read once)
+        found += [h for h, _ in level]
+    return found
+
+
+@lru_cache(maxsize=256)
+def _called(fn: Callable, owner: type | None) -> tuple[tuple[Callable, type | None], ...]:
+    """(function, the class whose method it is) for each helper `fn` calls whose source normcheck reads: a method of
+    `owner` called on self, or a module-level function called by a name of `fn`'s module (its globals; a name `fn`
+    binds itself, a parameter or a local, is not that function). torch's own functions are not read: the readers know
+    them by name (mean, F.layer_norm), and their code is generic in the dims it is given."""
+    tree = _tree(fn)
+    if tree is None:
+        return ()
+    bound = {a.arg for a in ast.walk(tree) if isinstance(a, ast.arg)} | \
+        {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    found = []
+    for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call)):
+        func = call.func
+        if owner is not None and isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) \
+                and func.value.id == "self":
+            helper = inspect.getattr_static(owner, func.attr, None)
+            if isinstance(helper, types.FunctionType):
+                found.append((helper, owner))
+        elif isinstance(func, ast.Name) and func.id not in bound:
+            helper = _resolve(fn, func)
+            if isinstance(helper, types.FunctionType) and not _is_torchs(helper) and _tree(helper) is not None:
+                found.append((helper, None))
+    return tuple(found)
+
+
+def _is_torchs(fn: Callable) -> bool:
+    """Whether `fn` is torch's own (torch.nn.functional's layer_norm, torch's own helpers)."""
+    return (getattr(fn, "__module__", None) or "").split(".")[0] == "torch"
 
 
 # The calls that reduce over the dims they name (a tensor's method, or torch's function of the same name), and those
@@ -239,14 +274,14 @@ REGROUPS = ("flatten", "unflatten") + RESHAPES
 
 @lru_cache(maxsize=256)
 def reduced_dims(method: Callable) -> tuple[int, str] | None:
-    """(how many dims, the code that says so) a forward (and the methods of its own it calls on self) reduces over
+    """(how many dims, the code that says so) a forward (and the code of its own it calls: _with_helpers) reduces over
     where every reduction it makes names its dims as constants, and as many each: `h.pow(2).mean(-1, keepdim=True)`,
-    F.normalize(x, dim=-1): (1, "mean(-1)"); F.layer_norm(x, (x.shape[-1],)): one dim, a 1-tuple. None where one
-    reduction names them otherwise (a variable, all dims), a norm is given a shape (F.layer_norm(x,
-    self.normalized_shape)), the forward regroups a tensor's dims by sizes it computes (x.flatten(-2) before mean(-1)),
-    or it reduces nothing its source shows."""
-    found = []
-    for fn in _with_helpers(method):
+    F.normalize(x, dim=-1): (1, "mean(-1)"); F.layer_norm(x, (x.shape[-1],)): one dim, a 1-tuple; timm's RmsNorm2d:
+    (1, "mean(1) in rms_norm2d"). None where one reduction names them otherwise (a variable, all dims: a helper given
+    its dims, `mean(dim)`), a norm is given a shape (F.layer_norm(x, self.normalized_shape)), the forward regroups a
+    tensor's dims by sizes it computes (x.flatten(-2) before mean(-1)), or it reduces nothing its source shows."""
+    found, helpers = [], _with_helpers(method)
+    for fn in helpers:
         tree = _tree(fn)
         if tree is None:
             return None
@@ -255,18 +290,28 @@ def reduced_dims(method: Callable) -> tuple[int, str] | None:
                 call.func.id if isinstance(call.func, ast.Name) else None
             if name in REGROUPS and not (name in RESHAPES and _literal_shape(call)):
                 return None
-            if name in REDUCTIONS:
+            if name in REDUCTIONS and not _is_read(_resolve(fn, call.func), helpers):
                 dims = _reduction_dims(fn, call)
                 if dims is None:
                     return None
-                found.append((len(dims), f"{name}({dims[0] if len(dims) == 1 else dims})"))
-        for p, arg, _ in _calls(fn):
-            if p.name in SHAPED and isinstance(arg, ast.AST):
+                found.append((len(dims), f"{name}({dims[0] if len(dims) == 1 else dims}){_in(fn, helpers)}"))
+        for p, arg, callee in _calls(fn):  # (a shape passed on to a helper is read where the helper uses it)
+            if p.name in SHAPED and isinstance(arg, ast.AST) and not _is_read(callee, helpers):
                 if not isinstance(arg, (ast.Tuple, ast.List)) or any(isinstance(e, ast.Starred) for e in arg.elts):
                     return None
-                found.append((len(arg.elts), f"{p.name}={ast.unparse(arg)}"))
+                found.append((len(arg.elts), f"{p.name}={ast.unparse(arg)}{_in(fn, helpers)}"))
     counts = {n for n, _ in found}
     return found[0] if len(counts) == 1 else None
+
+
+def _is_read(target, helpers: list[Callable]) -> bool:
+    """Whether a call runs one of the helpers whose own code is read (a helper named `normalize` is not F.normalize)."""
+    return isinstance(target, types.FunctionType) and any(target is h for h in helpers)
+
+
+def _in(fn: Callable, helpers: list[Callable]) -> str:
+    """Where code a reader quotes is written, where it is not the forward's own: " in rms_norm2d"."""
+    return "" if fn is helpers[0] else f" in {fn.__name__}"
 
 
 def _reduction_dims(fn: Callable, call: ast.Call) -> tuple[int, ...] | None:
@@ -304,40 +349,58 @@ def _literal_shape(call: ast.Call) -> tuple[int, ...] | None:
 
 @lru_cache(maxsize=256)
 def written_ranks(method: Callable, ranks: tuple[int, ...]) -> tuple[tuple[int, ...], str] | None:
-    """(the input ranks of `ranks` it takes, the code that says so) where a forward (and the methods of its own it
-    calls on self) broadcasts a tensor against its input by a shape it writes as constants, the batch dim's 1 first:
+    """(the input ranks of `ranks` it takes, the code that says so) where a forward (and the code of its own it calls:
+    _with_helpers) broadcasts a tensor against its input by a shape it writes as constants, the batch dim's 1 first:
     w.reshape(1, -1, 1, 1) meets the input's dim 1 only where the input is 4-D (another rank puts w on another dim,
     or makes y of another rank); w.view(1, 1, -1) meets the last dim of an input of 3 dims or more; w[:, None, None]
     meets dim 1 of 4-D input; and where it permutes a tensor's dims in an order it writes, x.permute(0, 2, 3, 1) takes
-    4-D input. None: it writes no such shape, or it asks its input's rank (x.dim(), x.ndim: it adapts to it)."""
-    found, said = set(), None
-    for fn in _with_helpers(method):
-        tree = _tree(fn)
-        for node in ast.walk(tree) if tree is not None else ():
-            if _asks_rank(node):
-                return None
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "permute":
-                order = _literal_shape(node)  # (x.permute(0, 2, 3, 1): its input has as many dims as it names)
-                if order is not None and sorted(order) == list(range(len(order))):
-                    found |= {r for r in ranks if r == len(order)}
-                    said = said or f"permute{order}"
-                continue
-            if isinstance(node, ast.Subscript):
-                shape = _indexed_shape(node)
-                how = None if shape is None else f"[{', '.join(':' if n == -1 else 'None' for n in shape)}]"
-            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in RESHAPES:
-                shape, how = _literal_shape(node), None
-            else:
-                continue
-            if shape is None or len(shape) < 2 or shape.count(-1) != 1 or set(shape) - {1, -1}:
-                continue
-            if shape[0] == 1:  # (the batch dim's 1 first: the whole input's shape)
-                found |= {r for r in ranks if r == len(shape) or (shape[-1] == -1 and r > len(shape))}
-            elif shape[0] == -1:  # (the channels first, the batch dim left to broadcasting: w[:, None, None])
-                found |= {r for r in ranks if r == len(shape) + 1}
-            else:
-                continue
-            said = said or how or f"{node.func.attr}{shape}"
+    4-D input. timm's RmsNorm2d writes both in its helpers (a fast path's permute, the fallback's reshape): 4-D. None:
+    it writes no such shape, it asks its input's rank (x.dim(), x.ndim: it adapts to it), or two of the functions it
+    runs take other ranks (a fast path and a fallback that disagree: which one runs is not in the source)."""
+    readings, helpers = [], _with_helpers(method)
+    for fn in helpers:
+        read = _ranks_written(fn, ranks)
+        if read is ADAPTS:
+            return None
+        if read is not None:
+            readings.append((read[0], read[1] + _in(fn, helpers)))
+    return readings[0] if len({taken for taken, _ in readings}) == 1 else None
+
+
+ADAPTS = ((), "")  # (what _ranks_written reads of code that asks its input's rank)
+
+
+@lru_cache(maxsize=256)
+def _ranks_written(fn: Callable, ranks: tuple[int, ...]) -> tuple[tuple[int, ...], str] | None:
+    """What one function's code says of its input's rank (written_ranks): (the ranks of `ranks` its broadcast shapes
+    and permutations take, the first of them as written), ADAPTS where it asks a tensor's rank, None where it writes
+    none."""
+    found, said, tree = set(), None, _tree(fn)
+    for node in ast.walk(tree) if tree is not None else ():
+        if _asks_rank(node):
+            return ADAPTS
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "permute":
+            order = _literal_shape(node)  # (x.permute(0, 2, 3, 1): its input has as many dims as it names)
+            if order is not None and sorted(order) == list(range(len(order))):
+                found |= {r for r in ranks if r == len(order)}
+                said = said or f"permute{order}"
+            continue
+        if isinstance(node, ast.Subscript):
+            shape = _indexed_shape(node)
+            how = None if shape is None else f"[{', '.join(':' if n == -1 else 'None' for n in shape)}]"
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in RESHAPES:
+            shape, how = _literal_shape(node), None
+        else:
+            continue
+        if shape is None or len(shape) < 2 or shape.count(-1) != 1 or set(shape) - {1, -1}:
+            continue
+        if shape[0] == 1:  # (the batch dim's 1 first: the whole input's shape)
+            found |= {r for r in ranks if r == len(shape) or (shape[-1] == -1 and r > len(shape))}
+        elif shape[0] == -1:  # (the channels first, the batch dim left to broadcasting: w[:, None, None])
+            found |= {r for r in ranks if r == len(shape) + 1}
+        else:
+            continue
+        said = said or how or f"{node.func.attr}{shape}"
     return (tuple(sorted(found)), said) if said is not None else None
 
 
