@@ -15,7 +15,7 @@ import numpy as np
 from ..cases import Case, CaseInputs
 from ..cases.case import default_conventions
 from ..core.caching import cache_by_bytes
-from ..core.errors import ImplError, RaisedElsewhere, UsageError, Unsupported
+from ..core.errors import CaseTimeout, ImplError, RaisedElsewhere, UsageError, Unsupported
 from ..core.text import exception_text, raised_at
 from ..numerics.dtypes import quantise
 from ..ops import Bound
@@ -58,11 +58,12 @@ def _judged(case: Case, bound: Bound, constants: Constants, against: Case | None
     op = case.record
     start = time.perf_counter()
     path, ops, stack, time_limit = "", frozenset(), "", None
+    ran = True  # (the run returned or raised: not one that hung, which a rerun would repeat)
 
     def report(verdict: str, tensors=(), message: str = "") -> Report:
         nonlocal ops
         if verdict == FAIL:
-            if case.forward_mode and not ops:  # (a forward-mode run watches no kernels: frameworks.torch.adapter)
+            if case.forward_mode and not ops and ran:  # (a forward-mode run watches no kernels: torch's adapter)
                 ops = kernels_run(case, bound)
             issues = bound.applicable_issues(case, ops, op.known_issues)
             kernels = kernels_case(case)  # (torch's kernels run in the precision the code declares it computes in)
@@ -107,6 +108,7 @@ def _judged(case: Case, bound: Bound, constants: Constants, against: Case | None
             return as_far_as_it_goes(str(e))
         return report(SKIP, message=f"not supported: {str(e) or 'the implementation declined the case'}")
     except ImplError as e:
+        ran = not isinstance(e, CaseTimeout)
         stack = getattr(e, "stack", "")  # RaisedElsewhere: an exception in the implementation's worker
         ops = getattr(e, "ops_called", ops)
         time_limit = getattr(e, "seconds", None) or time_limit  # (a timeout: the limit that applied)
