@@ -1,4 +1,4 @@
-"""What the statistic-form ops' tests (tests/test_layernorm_std.py, tests/test_rmsnorm_eps_out.py) check their
+"""What the statistic-form ops' tests (tests/test_layernorm_std.py, test_rmsnorm_eps_out.py, test_simplenorm.py) check their
 float64 references with: torch's float64 autograd of the op's formula (double backward, forward-over-reverse) and
 central differences of the first-order reference. `formula(t)`: y from the dict of tensors `tensors` makes."""
 from __future__ import annotations
@@ -47,6 +47,17 @@ def forward_over_reverse(case, inputs, formula) -> dict:
                                                          create_graph=True)))
         primals = {"y": y, **grads}
         return {name: fwAD.unpack_dual(primals[p]).tangent.detach().numpy() for name, p in case.tangents.items()}
+
+
+def assert_directional_derivatives_are_torchs(inputs, formula) -> None:
+    """The reference's double backward (order 2) or forward-over-reverse (fwd-rev) of the case of `inputs`: torch's
+    float64 autograd of `formula`."""
+    case = inputs.case
+    ref = expected_outputs(case, inputs)
+    theirs = (second_order if case.order == 2 else forward_over_reverse)(case, inputs, formula)
+    assert theirs
+    for name, value in theirs.items():
+        np.testing.assert_allclose(ref[name], value, rtol=1e-9, atol=1e-9, err_msg=name)
 
 
 def first_order_loss(case, inputs) -> float:

@@ -15,7 +15,7 @@ from normcheck import Case, compare
 from normcheck.engine import FAIL, KNOWN
 from normcheck.engine.expected import expected_outputs
 from tests._form_checks import (WRT, assert_double_backward_is_the_derivative_of_the_first_order,
-                                 forward_over_reverse, second_order, tensors)
+                                 assert_directional_derivatives_are_torchs, tensors)
 from normcheck.ops.rmsnorm_eps_out import ZERO_ROW_DOUBLE_BACKWARD
 from tests.mutants import bound
 from tests.mutants.rmsnorm_eps_out import CORRECT
@@ -67,12 +67,7 @@ def test_the_directional_derivatives_are_torchs_float64_ones(order, path):
     x = inputs.x.copy()
     x[1] *= 1e-3 / np.sqrt(np.mean(x[1] ** 2))  # rms = eps/10
     inputs = replace(inputs, x=x)
-    case = inputs.case
-    ref = expected_outputs(case, inputs)
-    theirs = (second_order if order == 2 else forward_over_reverse)(case, inputs, _formula)
-    assert theirs
-    for name, value in theirs.items():
-        np.testing.assert_allclose(ref[name], value, rtol=1e-9, atol=1e-9, err_msg=name)
+    assert_directional_derivatives_are_torchs(inputs, _formula)
 
 
 @pytest.mark.parametrize("profile", ["normal", "near_constant"])

@@ -15,7 +15,7 @@ from normcheck import Case, compare
 from normcheck.engine import FAIL
 from normcheck.engine.expected import expected_outputs
 from tests._form_checks import (WRT, assert_double_backward_is_the_derivative_of_the_first_order,
-                                 forward_over_reverse, second_order, tensors)
+                                 assert_directional_derivatives_are_torchs, tensors)
 from tests.mutants import bound
 from tests.mutants.simplenorm import CORRECT, MUTANTS
 
@@ -66,12 +66,7 @@ def test_the_directional_derivatives_are_torchs_float64_ones(order, path):
     """The double backward and forward-over-reverse, the statistic's deviations and their tangent (ẋ − mean(ẋ)) where
     x̂·H enters, x's elsewhere: torch's float64 autograd, a row far off its mean among them."""
     inputs = _rows(_case((6, 3, 4), order=order, **path).make_inputs())
-    case = inputs.case
-    ref = expected_outputs(case, inputs)
-    theirs = (second_order if order == 2 else forward_over_reverse)(case, inputs, _formula)
-    assert theirs
-    for name, value in theirs.items():
-        np.testing.assert_allclose(ref[name], value, rtol=1e-9, atol=1e-9, err_msg=name)
+    assert_directional_derivatives_are_torchs(inputs, _formula)
 
 
 @pytest.mark.parametrize("profile", ["normal", "near_constant"])
