@@ -387,9 +387,9 @@ def _overwritten(t: TorchInputs, outputs: Outputs, writes: dict[str, str]) -> st
 
 def records_ops(case) -> bool:
     """Whether a run of `case` watches the aten ops it dispatches. Not in forward mode: under a dispatch mode torch's
-    norms' forward-AD formulas return y's tangent in float32 for f16/bf16 y with float32 parameters (without one, in
-    y's dtype, as every caller gets it), so watching would change what is judged; a forward-mode row that fails
-    learns its kernels from a run of its first order instead (engine.compare)."""
+    norms' forward-AD formulas return other last bits in every dtype, and y's tangent in float32 for f16/bf16 y with
+    float32 parameters (in y's dtype without one, as its callers get it), so watching would change what is judged; a
+    forward-mode row that fails learns its kernels from a run of its first order instead (engine.compare)."""
     return not case.forward_mode
 
 
