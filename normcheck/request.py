@@ -1,8 +1,9 @@
 """One `normcheck compare` run as a record: every option read, checked and turned into values once, before anything
 runs, so that the run (normcheck.cli) goes down through the layers with values and never reads option text again.
 
-A usage error found here is the run's one line before any case ran or any implementation was loaded. What only the bound implementation can say (the conventions it follows, what it cannot do) is applied when
-it is bound: `Request.conventions` holds what the options declare."""
+A usage error found here is the run's one line before any case ran or any implementation was loaded. What only the
+bound implementation can say (the conventions it follows, what it cannot do) is applied when it is bound:
+`Request.conventions` holds what the options declare."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace

@@ -180,12 +180,11 @@ class TorchInputs:
 
     def modified_since(self, snap: dict[str, torch.Tensor]) -> list[str]:
         now = self.guarded()
-        return [k for k, before in snap.items() if not _same_bits(now[k].detach(), before)]
+        return [k for k, before in snap.items() if not _same_bits(now[k], before)]
 
     def overwritten(self) -> list[str]:
-        """The inputs handed over whose bits now differ from the case's own: the implementation wrote them. (Compared
-        as integers: one pass, and a copy that nothing wrote has every bit of the original, its NaNs' too.)"""
-        return [k for k, v in self.handed().items() if not torch.equal(_bits(v), _bits(getattr(self, k)))]
+        """The inputs handed over whose bits now differ from the case's own: the implementation wrote them."""
+        return [k for k, v in self.handed().items() if not _same_bits(v, getattr(self, k))]
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
@@ -197,9 +196,9 @@ _INTEGERS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a.isnan(), b.isnan())) and bool(
-        torch.equal(torch.nan_to_num(a), torch.nan_to_num(b))
-    )
+    """a and b hold the same elements bit for bit (compared as the integers of their bits: one pass, NaNs and the
+    sign of zero included)."""
+    return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(_bits(a), _bits(b)))
 
 
 def torch_inputs(inputs, shard: tuple[tuple, tuple] | None = None, device: torch.device | None = None) -> TorchInputs:
