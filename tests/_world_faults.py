@@ -24,6 +24,15 @@ def hangs_on_rank1(x, weight, bias, running_mean, running_var, eps, momentum, gr
     return sync_batch_norm(x, weight, bias, running_mean, running_var, eps, momentum, group, world_size)
 
 
+def sleeps_on_rank1(seconds: float):
+    """Rank 1 sleeps `seconds` before the first collective (a hang that ends): its run gives up on it first."""
+    def sleeps(x, weight, bias, running_mean, running_var, eps, momentum, group, world_size):
+        if collectives.rank(group) == 1:
+            time.sleep(seconds)
+        return sync_batch_norm(x, weight, bias, running_mean, running_var, eps, momentum, group, world_size)
+    return sleeps
+
+
 def dies_on_rank1(x, weight, bias, running_mean, running_var, eps, momentum, group, world_size):
     if collectives.rank(group) == 1:
         os._exit(3)

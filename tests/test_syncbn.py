@@ -5,6 +5,7 @@ import pytest
 from hypothesis import given, settings
 
 from normcheck import Case, compare, resolve_impl
+from normcheck.core.errors import CaseTimeout
 from normcheck.outputs.replay import report_replay as replay_command
 from normcheck.engine import FAIL, PASS, SKIP
 from normcheck.cases.strategies import cases
@@ -138,7 +139,24 @@ def test_os_exit_on_a_lockstep_rank_is_a_failing_row_not_normcheck_gone():
 
     with pytest.raises(Exception, match=r"^rank 1: called os._exit\(3\): the implementation exits the process"):
         run_lockstep(Case("syncbn", (6, 3, 4), split=(2, 2, 2)), dies_on_rank1, timeout=5)
-    assert os._exit is lockstep._REAL_EXIT  # (restored once no rank runs)
+    with lockstep._EXIT_LOCK:  # (restored once no rank runs: a rank another test's run abandoned may still run)
+        assert (os._exit is lockstep._REAL_EXIT) == (not lockstep._RANK_THREADS)
+
+
+def test_a_rank_its_run_abandoned_keeps_os_exit_guarded_until_it_leaves():
+    import os
+    import threading
+
+    from normcheck.worlds import lockstep
+    from tests._world_faults import sleeps_on_rank1
+
+    before = set(threading.enumerate())
+    with pytest.raises(CaseTimeout):
+        run_lockstep(Case("syncbn", (6, 3, 4), split=(2, 2, 2)), sleeps_on_rank1(2.0), timeout=0.3)
+    abandoned = [t for t in threading.enumerate() if t not in before and t.name == "rank1"]
+    assert abandoned and os._exit is not lockstep._REAL_EXIT  # (it may still call os._exit: a failure of its own)
+    abandoned[0].join(10)
+    assert not abandoned[0].is_alive() and os._exit is lockstep._REAL_EXIT
 
 
 def test_master_worker_needs_the_lockstep_world():

@@ -106,6 +106,7 @@ class _Exited(ImplError):
 _REAL_EXIT = os._exit
 _RANK_THREADS: set[int] = set()  # the running lockstep ranks' thread idents, whose os._exit is a failure of theirs
 _EXIT_LOCK = threading.Lock()
+_RUNS = 0  # the lockstep runs under way (their ranks may not have started yet)
 
 
 def _exit(status):
@@ -117,15 +118,29 @@ def _exit(status):
 @contextlib.contextmanager
 def _ranks_cannot_exit():
     """os._exit on a rank thread raises there instead of ending normcheck silently (exit 4, no summary): the rank
-    fails and the row says why. Any other thread's call exits as always."""
+    fails and the row says why. Any other thread's call exits as always. os._exit is the real one again once no run is
+    under way and no rank runs, a hung rank that its run abandoned included (it may still call it: _rank_left)."""
+    global _RUNS
     with _EXIT_LOCK:
+        _RUNS += 1
         os._exit = _exit
     try:
         yield
     finally:
         with _EXIT_LOCK:
-            if not _RANK_THREADS:
-                os._exit = _REAL_EXIT
+            _RUNS -= 1
+            _restore_exit()
+
+
+def _rank_left() -> None:
+    with _EXIT_LOCK:
+        _RANK_THREADS.discard(threading.get_ident())
+        _restore_exit()
+
+
+def _restore_exit() -> None:
+    if not _RUNS and not _RANK_THREADS:  # (under _EXIT_LOCK)
+        os._exit = _REAL_EXIT
 
 
 class LockstepGroup:
@@ -181,7 +196,7 @@ def run_lockstep(case: Case, fn: Callable, timeout: float = DEFAULT_TIMEOUT,
         except BaseException as e:  # noqa: BLE001 - every failure is reported, none escapes the thread
             errors[rank] = e
         finally:
-            _RANK_THREADS.discard(threading.get_ident())
+            _rank_left()
             if rank in errors:
                 rendezvous.abort()  # peers waiting in a collective stop waiting
             rendezvous.leave(rank)
