@@ -84,27 +84,25 @@ def compare_request(args) -> Request:
     seeds = tuple(range(first, first + (args.cases or 1)))
     named = _named_cases(args, op, declared, seeds)
     narrowing = options_narrowing(args, op, declared) if named is None else None
-    world = _launched_world(backend, args.timeout)
-    if world is not None and narrowing is not None:
-        narrowing = _launched_size(narrowing, world.world_size)
+    world, narrowing = _launched(backend, args.timeout, narrowing)
     return Request(op, args.impl, backend, args.framework, args.device, args.triton_interpret, not args.no_hints,
                    tuple(args.check), args.timeout, declared, named, args.case is not None, narrowing,
                    seeds, args.budget, args.seed,
                    Reports(args.json, args.junit_xml, args.plot, args.traceback, args.maxfail, args.strict), world)
 
 
-def _launched_world(backend: str | None, timeout: float | None) -> EnvWorld | None:
-    """Under --backend env, this process's rank of the launcher's job, joined now (the launcher fixed its size)."""
+def _launched(backend: str | None, timeout: float | None, narrowing: Narrowing | None
+              ) -> tuple[EnvWorld | None, Narrowing | None]:
+    """Under --backend env, this process's rank of the launcher's job, joined now, and the sweep's narrowing in the
+    job's world size (torchrun fixed it: a --world-size that differs is the run's one line)."""
     if backend != "env":
-        return None
-    return env_world(timeout)
-
-
-def _launched_size(narrowing: Narrowing, size: int) -> Narrowing:
-    """The sweep's world size is the job's: torchrun started `size` ranks."""
-    if narrowing.world_size not in (None, size):
-        raise UsageError(f"--world-size {narrowing.world_size}: torchrun started {size} ranks")
-    return replace(narrowing, world_size=size)
+        return None, narrowing
+    world = env_world(timeout)
+    if narrowing is None:
+        return world, None
+    if narrowing.world_size not in (None, world.world_size):
+        raise UsageError(f"--world-size {narrowing.world_size}: torchrun started {world.world_size} ranks")
+    return world, replace(narrowing, world_size=world.world_size)
 
 
 def declared_conventions(args) -> dict:

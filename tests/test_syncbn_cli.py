@@ -77,6 +77,17 @@ def test_torchrun_env_backend():
     assert len(rows) == 2 and all(r.startswith("PASS") for r in rows)  # only rank 0 reports
 
 
+def test_torchrun_fixes_the_world_size_a_sweep_asks_for():
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "normcheck",
+         "compare", "--op", "syncbn", "--backend", "env", "--impl", "torch19", "--world-size", "3"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    # (each rank says it, before any case ran; their lines may share a line of the launcher's stderr)
+    said = proc.stderr.count("normcheck: error: --world-size 3: torchrun started 2 ranks")
+    assert proc.returncode != 0 and said == 2 and "PASS" not in proc.stdout, proc.stdout + proc.stderr
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--split", "3,0,5", "--world-size", "2"], "--split has 3 ranks but --world-size is 2"),
     (["--split", "3,-1,5"], "negative size"),
