@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from normcheck.cases.sweep import case_of, probe_rows
+from normcheck.cases.probing import probe_rows
+from normcheck.cases.sweep import case_of
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -2,7 +2,8 @@
 goes; what it cannot do (a backward only once differentiable, no forward-mode formula, normcheck.Unsupported, a layer
 constructor that takes one size or has no bias, an input rank) narrows the covering design as an option does, so every
 other pair is judged; every report gives the pairs judged against the pairs designed and names what none judged.
-Real torch, real worker processes; the reports of the arithmetic test are built from the design's own cases."""
+Real torch, real worker processes; the reports of the arithmetic test are built from the design's own cases, and the
+probing test asks a plain function."""
 from __future__ import annotations
 
 import io
@@ -14,6 +15,7 @@ import pytest
 
 from normcheck import Case, compare
 from normcheck.cases.narrowing import Limit, Narrowing
+from normcheck.cases.probing import probed_narrowing
 from normcheck.cases.sweep import admits, coverage, default_sweep, narrowed_design
 from normcheck.cli import main
 from normcheck.core.errors import NotDifferentiable, Unsupported
@@ -195,3 +197,29 @@ def test_what_a_record_declares_narrows_even_once_the_probes_budget_is_spent(mon
     narrowing = learned(get_op(impl.op), impl, DESIGN)
     assert {v for lim in narrowing.limits for v in lim.declines} == {2, "fwd", "fwd-rev"}
     assert all(lim.why == "once is only once differentiable (as recorded)" for lim in narrowing.limits)
+
+
+class Answers:
+    """An implementation as cases.probing asks it, with nothing run: `answer(case)` is a plain function's."""
+    def __init__(self, answer, spent: bool = False):
+        self.answer, self.spent = answer, spent
+
+
+def test_probing_reads_limits_off_the_answers_alone():
+    layernorm = get_op("layernorm")
+    no_order_2 = Answers(lambda c: ("no double backward", {}, {}) if c.order == 2 else None)
+    assert probed_narrowing(layernorm, DESIGN, no_order_2).limits == (
+        Limit("order", declines=(2,), why="no double backward"),)
+    # its usual case declined: the levels are probed from the first probe it runs (4-D)
+    no_2d = probed_narrowing(layernorm, DESIGN, Answers(lambda c: ("no 2-D", {}, {}) if len(c.shape) == 2 else None))
+    assert no_2d.limits == (Limit("rank", declines=(2,), why="no 2-D"),)
+    # what the answer says it takes wins over the level its probe changed, even once nothing more may run
+    f32_only = ("f32 only", {"dtype": (("f32", "f32"),)}, {})
+    for spent in (False, True):
+        takes = probed_narrowing(layernorm, DESIGN, Answers(lambda c: None if c.dtype == "f32" else f32_only, spent))
+        assert takes.limits == (Limit("dtype", takes=(("f32", "f32"),), why="f32 only"),)
+    # the run's --dtype f64 leaves it nothing it runs: probed outside the run's fields, each other level is declined
+    f64 = Narrowing.of({"dtype": "f64"}, scans="without")
+    declined = probed_narrowing(layernorm, f64, Answers(lambda c: None if c.dtype == "f32" else ("f32 only", {}, {})))
+    assert {v for lim in declined.limits for v in lim.declines} == {
+        v for f in narrowed_design("layernorm")[0] if f.name == "dtype" for v in f.values} - {("f32", "f32")}

@@ -27,7 +27,7 @@ from ..ops.design import (CLASSES, REMAINDERS, SCAN_DTYPES, SCAN_ELEMENTS, SCAN_
                           Exclusion, Factor, remainder_of)
 from .case import Case
 from .covering import covering_array
-from .narrowing import OPTION, SPLIT, Narrowing, fits, narrowed
+from .narrowing import OPTION, Narrowing, fits, narrowed
 
 
 def on_record(fn):
@@ -255,32 +255,6 @@ def scan_rows(op: Op, narrowing: Narrowing = Narrowing()) -> tuple[tuple[str, in
                 row = next((row for row in candidates if _fits_scan(op, row, narrowing, read, n, limit)), None)
                 if row is not None:
                     rows.append((f.name, n, row))
-    return tuple(rows)
-
-
-@on_record
-def probe_rows(op: Op, narrowing: Narrowing = Narrowing(), base: dict | None = None
-               ) -> tuple[tuple[str | None, object, dict | None], ...]:
-    """(factor, value, row) of the cases an implementation's limits are probed on: the base row (factor None: `base`,
-    or every factor at its usual level), then each other level of each factor with the others as in the base (or,
-    where that meets an exclusion, at their usual levels), each size at the level just below its usual one (a probe
-    needs the answer, not the work). The sizes' own levels (scanned factors) and a world's split are not probed: what a
-    kernel declines there it declines by size, which no level of a design stands for, and each split would start a
-    world."""
-    fs, excluded = narrowed_design(op, narrowing)
-
-    def row_of(given):
-        return filled(op, given, fs, excluded, smaller=True) or filled(op, given, fs, excluded)
-
-    base = base or row_of({})
-    rows, seen = [(None, None, base)], [base]
-    for f in fs:
-        for value in (() if f.name == SPLIT or f.name in op.design.scans else f.values):
-            row = (filled(op, {f.name: value}, fs, excluded, prefer=base) if base is not None else None) \
-                or row_of({f.name: value})  # (the base's other levels wherever they meet this one)
-            if row is not None and row not in seen:
-                seen.append(row)
-                rows.append((f.name, value, row))
     return tuple(rows)
 
 
