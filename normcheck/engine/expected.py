@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..cases import Case, CaseInputs
+from ..numerics.dtypes import ROUNDS_XHAT, weight_sees
 from ..ops.core import DIRECTIONAL, X_SHAPED
 from ..ops.fused import reference_of
 from ..reference.setwise import Arithmetic, eval_mode, numpy_arithmetic, second_order
@@ -83,12 +84,17 @@ def expected_outputs(case: Case, inputs: CaseInputs) -> dict[str, np.ndarray]:
     return ref
 
 
-def directional_outputs(case: Case, g: Grouped, ar: Arithmetic) -> dict:
+def directional_outputs(case: Case, g: Grouped, ar: Arithmetic, rounds: bool = True) -> dict:
     """The case's directional derivatives (Case.directional) from grouped inputs under `ar` (grouped, or per
-    parameter: as_output), each from the setwise formula that gives it (ops.DIRECTIONAL)."""
+    parameter: as_output), each from the setwise formula that gives it (ops.DIRECTIONAL); the x̂ the weight sees
+    rounded as the case's casting chain rounds it (numerics.dtypes.weight_sees), as the first-order reference has it
+    (`rounds` False: x̂ itself, for values that are not arrays: the running error's, whose bound adds the chain's
+    flips instead)."""
+    chain = case.casting if rounds and case.casting in ROUNDS_XHAT else None
     out = second_order(g.x, g.dy, g.gamma, g.ddx, g.ddweight, g.ddbias, case.eps_value, ar,
                        centred=case.record.centred, stats=g.running,
-                       wanted={DIRECTIONAL[name] for name in case.directional})
+                       wanted={DIRECTIONAL[name] for name in case.directional},
+                       seen=None if chain is None else lambda xhat, x, r: weight_sees(xhat, chain, case.dtype, x, r))
     return {name: out[DIRECTIONAL[name]] for name in case.directional}
 
 

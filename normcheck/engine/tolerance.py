@@ -90,17 +90,19 @@ def element_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS, *, 
     if op.tracks(case):
         bounds.update(running_update_errors(case, inputs, sums, stats, u, rounding))
     if case.order != 1:
-        bounds.update(directional_bounds(case, inputs, c, norm=norm, sums=sums))
+        bounds.update(directional_bounds(case, inputs, c, norm=norm, sums=sums, flips=flips))
     return bounds
 
 
 def directional_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS, *, norm=None,
-                       sums=None) -> dict[str, np.ndarray]:
+                       sums=None, flips=0.0) -> dict[str, np.ndarray]:
     """K₂ × the running-error bound (engine.running_error) of the directional-derivative formulas (reference.setwise:
     order 2's outputs and forward mode's JVPs alike),
     every element-wise step rounded in the storage dtype and every sum accumulated at u_a. Not derived by hand
     like the first-order bounds above; calibrated (docs/tolerance.md). Given the first order's `norm` and `sums`,
-    plus what a set whose λ·h jumps may move them by (error_terms.kink_spread; none in the other forms)."""
+    plus what a set whose λ·h jumps may move them by (error_terms.kink_spread; none in the other forms), and in
+    y's JVP |γ̇|·`flips`: where a casting chain's rounding of x̂ may flip it (error_terms.casting_flips), the x̂
+    that the weight's direction meets may be the other neighbour of the reference's, as y's own bound has it."""
     view = case.view
     uo, ua = case.dtypes.unit(case.dtype), UNIT_ROUNDOFF[case.dtypes.accumulation]
     g = grouped(case, inputs)
@@ -113,10 +115,12 @@ def directional_bounds(case: Case, inputs: CaseInputs, c: Constants = CONSTANTS,
                       None if g.running is None else tuple(map(known, g.running)),
                       known(g.ddx), known(g.ddweight), known(g.ddbias))
     ar = tracked_arithmetic(view, ua, c.growth)
-    out = directional_outputs(case, tracked, ar)
-    if spread is None:
-        return {name: c.second_order * as_output(case, name, t.bound) for name, t in out.items()}
-    return {name: c.second_order * as_output(case, name, t.bound) + as_output(case, name, spread[DIRECTIONAL[name]])
+    out = directional_outputs(case, tracked, ar, rounds=False)
+    extra = dict(spread or {})
+    if np.any(flips):
+        extra["d2dy"] = extra.get("d2dy", 0.0) + np.abs(g.ddweight) * flips
+    return {name: c.second_order * as_output(case, name, t.bound)
+            + (as_output(case, name, extra[DIRECTIONAL[name]]) if DIRECTIONAL[name] in extra else 0.0)
             for name, t in out.items()}
 
 

@@ -134,12 +134,14 @@ SECOND_ORDER = ("d2x", "d2weight", "d2dy")
 
 
 def second_order(x, dy, gamma, ddx, ddweight, ddbias, eps: float, ar: Arithmetic, *, centred: bool = True,
-                 stats: tuple | None = None, wanted=SECOND_ORDER) -> dict:
+                 stats: tuple | None = None, wanted=SECOND_ORDER, seen=None) -> dict:
     """The `wanted` ones of d2x, d2weight and d2dy: the gradients of ⟨ddx, dx⟩ + ⟨ddγ, dγ⟩ + ⟨ddβ, dβ⟩
     (module docstring). Only those are computed: forward mode's y JVP (d2dy) needs none of d2x's backward terms.
 
     `stats`: None for the batch's statistics (training), or the constant (μ, σ²) of eval mode. The cotangents
-    are broadcast like x, γ and β (zeros for a gradient not asked for)."""
+    are broadcast like x, γ and β (zeros for a gradient not asked for). `seen(x̂, x, r)`: x̂ as the weight multiply
+    sees it, where a casting chain rounds it first (the first-order reference's `rounding`: y = γ·seen(x̂), so the
+    weight's direction meets seen(x̂) in d2dy; autograd passes derivatives through the rounding unchanged)."""
     form = ar.form
     slope = rate = None
     if stats is None:
@@ -192,5 +194,5 @@ def second_order(x, dy, gamma, ddx, ddweight, ddbias, eps: float, ar: Arithmetic
     if "d2weight" in wanted:
         out["d2weight"] = ar.param_sum(dy * xhat_dot)
     if "d2dy" in wanted:
-        out["d2dy"] = gamma * xhat_dot + ddweight * xhat + ddbias
+        out["d2dy"] = gamma * xhat_dot + ddweight * (xhat if seen is None else seen(xhat, x, r)) + ddbias
     return out
