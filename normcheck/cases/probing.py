@@ -14,7 +14,7 @@ from ..core.errors import CaseTimeout, UsageError
 from ..ops import Op
 from .case import CONVENTIONS, Case
 from .narrowing import SPLIT, Limit, Narrowing
-from .sweep import case_of, filled, narrowed_design, on_record
+from .sweep import case_or_none, filled, narrowed_design, on_record
 
 ROUNDS = 3  # a limit changes the usual levels the next probes start from; more rounds than this find nothing new
 
@@ -89,13 +89,8 @@ def probe(op: Op, narrowing: Narrowing, asked: Asked) -> tuple[list[Limit], bool
 
 def _answer(op: Op, row: dict | None, narrowing: Narrowing, asked: Asked) -> Answer | None:
     """What the `asked` implementation answers of the case of `row`; None where it runs it, or no case is made."""
-    if row is None:
-        return None
-    try:
-        case = case_of(op, row, 0, narrowing)
-    except UsageError:
-        return None
-    return asked.answer(case)
+    case = case_or_none(op, row, narrowing)
+    return None if case is None else asked.answer(case)
 
 
 @on_record

@@ -159,10 +159,8 @@ def _triple_case(op, combo, classes, sizes, turn, fs, excluded, narrowing, seed)
                 break
         else:
             return None
-    row = row_of(row)
-    try:
-        case = case_of(op, row, seed, narrowing)
-    except UsageError:
+    case = case_or_none(op, row_of(row), narrowing, seed)
+    if case is None:
         return None
     if not sizes:
         return narrowing.apply(case)
@@ -301,13 +299,8 @@ def _fixed_by_run(f: Factor, fixed: dict) -> bool:
 
 def _fits_scan(op: Op, row: dict | None, narrowing: Narrowing, read, n: int, limit: float) -> bool:
     """A scan's row makes a case of size `n` (read back) of at most `limit` elements, in the run's world size."""
-    if row is None:
-        return False
-    try:
-        case = case_of(op, row, 0, narrowing)
-    except UsageError:
-        return False
-    return read(case) == n and case.numel <= limit and narrowing.apply(case) is not None
+    case = case_or_none(op, row, narrowing)
+    return case is not None and read(case) == n and case.numel <= limit and narrowing.apply(case) is not None
 
 
 @on_record
@@ -321,6 +314,16 @@ def case_of(op: Op, row: dict, seed: int = 0, narrowing: Narrowing = Narrowing()
     fixed = narrowing.fixed
     geometry = op.sweep.shape({**fixed, **row})  # (a shape may follow a convention)
     return Case(op.name, seed=seed, **{**fields, **geometry, **fixed})
+
+
+def case_or_none(op: Op, row: dict | None, narrowing: Narrowing = Narrowing(), seed: int = 0) -> Case | None:
+    """The case of `row` (case_of), None where there is no row or it makes no case of the op."""
+    if row is None:
+        return None
+    try:
+        return case_of(op, row, seed, narrowing)
+    except UsageError:
+        return None
 
 
 @on_record
