@@ -51,6 +51,15 @@ def test_a_llama_style_rms_norm_passes_forward_over_reverse_with_x_frozen_in_mix
     assert report.tensor("jvp_y").max_ratio > 0  # (judged by its values, not waved through)
 
 
+def test_a_llama_style_rms_norm_passes_where_the_gradient_its_cast_rounds_is_subnormal():
+    # (x = 0 and eps = None: r = 1/√eps ≈ 2896, x̂ = 0 and dx = r·round16(γ·dy); γ·dy down to 2e-6 is subnormal in f16,
+    # where the cast's rounding is absolute, up to u·tiny: found by --budget's search, dx 1.01 budgets before)
+    case = Case("rmsnorm", (1, 400), "f16", profile="near_constant", eps=None, gamma_scale=0.001, normalized_dims=1,
+                **LLAMA)
+    report = judge(case, resolve_impl("rmsnorm", f"{LAYERS}:llama_rms_norm"))
+    assert report.verdict != FAIL and report.tensor("dx").max_ratio > 0, report.summary()
+
+
 @pytest.mark.parametrize("order", ["fwd-rev", 2])
 def test_the_directional_reference_meets_the_x_hat_a_casting_chain_rounds(order):
     # (y = γ·round(x̂): along γ̇ alone, y's JVP (and at order 2, d2dy = ∂⟨ddγ, dγ⟩/∂dy) is γ̇·round(x̂), in float64 here)

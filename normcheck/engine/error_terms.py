@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..cases import Case, CaseInputs
-from ..numerics.dtypes import ROUNDS_XHAT, UNIT_ROUNDOFF, may_round_across, quantise
+from ..numerics.dtypes import ROUNDS_XHAT, TINY, UNIT_ROUNDOFF, may_round_across, quantise
 
 
 @dataclass(frozen=True)
@@ -258,13 +258,14 @@ def input_gradient_error(case: Case, sums: SetSums, norm: Normalised, gamma, dy,
     on x; an uncentred op has no ḡ; λ = 1 unless the statistic form says otherwise; x̂·λh's x̂ is the statistic's
     (x − μ)·r where the output's is not, Normalised.shat): the three terms' own rounding at u_o, each sum's growth at
     u_a, what δx̂, δr/r and δλ carry in, and the error of the dy received (a fused epilogue's). A casting chain that
-    rounds x̂ rounds the gradient reaching it too (autograd casts it to x̂'s dtype, the input's): δg gains u_o·|g|."""
+    rounds x̂ rounds the gradient reaching it too (autograd casts it to x̂'s dtype, the input's): δg gains
+    u_o·(|g| + tiny), a subnormal g's rounding being absolute."""
     xhat, rstd = norm.xhat, norm.rstd
     zeros = np.zeros_like(sums.mean(xhat))
     g = gamma * dy
     g_error = np.abs(gamma) * dy_error
-    if case.casting in ROUNDS_XHAT:
-        g_error = g_error + u.storage * np.abs(g)
+    if case.casting in ROUNDS_XHAT:  # (below the dtype's smallest normal, a rounding is up to u_o·tiny away)
+        g_error = g_error + u.storage * (np.abs(g) + TINY[case.dtype])
     with_gbar = case.record.centred and case.training
     gbar = sums.mean(g) if with_gbar else zeros
     h = sums.statistic(g * xhat) if case.training else zeros
