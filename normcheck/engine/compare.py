@@ -176,27 +176,36 @@ def reproduced(case: Case, bound: Bound, followed, tensors, message: str, output
     failure = message or worst_failure(tensors)
     known = attribute(followed, tensors, message)[1]
     issue = next(k for k in followed if _explained([k], tensors, message)[0])
-    # torch's record runs the case under its own conventions: what the code under test declared of its own outputs
-    # (--output-dtype promote, --compute-dtype f32) says nothing of torch's kernel. An issue of torch's kernels in
-    # the precision the code declares it computes in, and not in the case's own, is reproduced there: torch's record
-    # on the case's inputs rounded as those kernels were handed them, judged as the code is
-    theirs, inputs, alike, where = case.with_(**default_conventions(case.op)), None, "alike", ""
-    if not issue.applies(case):
-        kernels = kernels_case(case)
-        theirs, inputs = kernels, kernels_inputs(case, kernels)
-        alike, where = f"alike in {kernels.dtype}, the precision this code computes in", f" in {kernels.dtype}"
-    # A channels-first case's sets are the last K dims under torch's conventions: torch's record runs the same sets
-    # moved last (as channels-first code built on torch's kernels hands them), its outputs moved back
-    theirs, inputs, back = sets_last(case, theirs, inputs)
-    # (a failure of values is reproduced by values: the witness's outputs' dtypes are not its to answer for)
-    witness = bound.witness(issue, theirs, values_only=not message) if bound.witness is not None else None
-    if witness is None:
-        return FAIL, f"{failure} (resembles known issue {issue.key}; no record of torch's that has it takes this case)"
-    why = _not_reproduced(case, theirs, witness, issue, tensors, message, outputs, constants, inputs, back)
-    if why is None:
-        return KNOWN, f"{known} (torch's own `{witness.name}` record fails this case {alike})"
-    return FAIL, (f"{failure} (resembles known issue {issue.key}, but torch's own `{witness.name}` record does not "
-                  f"reproduce it on this case{where}: {why})")
+    why = []  # (why each run of torch's did not reproduce it: the first is the row's)
+    for theirs, inputs, alike, where in _torch_runs(case, issue):
+        # A channels-first case's sets are the last K dims under torch's conventions: torch's record runs the same
+        # sets moved last (as channels-first code built on torch's kernels hands them), its outputs moved back
+        theirs, inputs, back = sets_last(case, theirs, inputs)
+        # (a failure of values is reproduced by values: the witness's outputs' dtypes are not its to answer for)
+        witness = bound.witness(issue, theirs, values_only=not message) if bound.witness is not None else None
+        if witness is None:
+            why.append(f"{failure} (resembles known issue {issue.key}; no record of torch's that has it takes this case)")
+            continue
+        not_alike = _not_reproduced(case, theirs, witness, issue, tensors, message, outputs, constants, inputs, back)
+        if not_alike is None:
+            return KNOWN, f"{known} (torch's own `{witness.name}` record fails this case {alike})"
+        why.append(f"{failure} (resembles known issue {issue.key}, but torch's own `{witness.name}` record does not "
+                   f"reproduce it on this case{where}: {not_alike})")
+    return FAIL, why[0]
+
+
+def _torch_runs(case: Case, issue) -> list[tuple[Case, CaseInputs | None, str, str]]:
+    """(the case torch's record runs, its inputs or None for its own, how it then fails, where) in the order tried:
+    the case under torch's conventions where the issue applies to it, then, where the code declares it computes in
+    another precision than the case's (--compute-dtype f32 on float64 or half input: diffusers' FP32LayerNorm calls
+    F.layer_norm on x.float()), the case's inputs rounded as those kernels were handed them, judged as the code is.
+    What the code under test declared of its own outputs (--output-dtype promote) says nothing of torch's kernel."""
+    runs = [(case.with_(**default_conventions(case.op)), None, "alike", "")] if issue.applies(case) else []
+    kernels = kernels_case(case)
+    if kernels is not None and issue.applies(kernels):
+        runs.append((kernels, kernels_inputs(case, kernels), f"alike in {kernels.dtype}, the precision this code "
+                     "computes in", f" in {kernels.dtype}"))
+    return runs
 
 
 def _not_reproduced(case, own: Case, witness: Bound, issue, tensors, message: str, outputs: dict,
@@ -238,12 +247,12 @@ def _not_reproduced(case, own: Case, witness: Bound, issue, tensors, message: st
 
 
 def kernels_case(case: Case) -> Case | None:
-    """The case as torch's kernels see it in code that declares it computes in a coarser precision than the case's
-    (--compute-dtype f32 on float64 input: diffusers' FP32LayerNorm calls F.layer_norm on x.float()): the case in that
-    precision, parameters included, under torch's conventions (None: the kernels see the case's own dtype). A known
-    issue of torch's kernels in that precision may explain what the code returns; torch's record, run on the case's
-    inputs so rounded (kernels_inputs), tells whether it does."""
-    if case.compute_dtype == "f64" or case.dtype != "f64":
+    """The case as torch's kernels see it in code that declares it computes in another precision than the case's
+    (--compute-dtype f32 on float64 or half input: diffusers' FP32LayerNorm calls F.layer_norm on x.float()): the case
+    in that precision, parameters included, under torch's conventions (None: the kernels see the case's own dtype). A
+    known issue of torch's kernels in that precision may explain what the code returns; torch's record, run on the
+    case's inputs so rounded (kernels_inputs), tells whether it does."""
+    if case.compute_dtype == "f64" or (case.dtype, case.param_dtype) == (case.compute_dtype,) * 2:
         return None
     return case.with_(**default_conventions(case.op), dtype=case.compute_dtype, param_dtype=case.compute_dtype)
 
