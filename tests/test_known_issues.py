@@ -276,6 +276,19 @@ def test_a_torch_issue_that_half_input_code_meets_in_its_float32_kernels_is_know
     assert undeclared.verdict == FAIL, undeclared.summary()
 
 
+def test_of_two_issues_that_explain_a_failure_the_one_torch_reproduces_makes_it_known():
+    """One-value rows of float64 offset data in code computing in f32: torch-ln-f64-one-value-rows (the case's own
+    precision) explains dx's shape of failure but torch's f64 record is right there; torch-ln-tiny-row-statistics (f32,
+    the precision the code computes in) is reproduced by torch's f32 record (found by --budget's search: a FAIL that
+    named only the first, 1.7e4 budgets from torch's f64 output)."""
+    case = Case("layernorm", (864, 1), "f64", profile="offset", normalized_dims=1, compute_dtype="f32")
+    report = compare("layernorm", "tests._real_layers:fp32_layer_norm", case)
+    assert report.verdict == KNOWN, report.summary()
+    keys = report.message.split(":")[0].removeprefix("known issue ").split(", ")
+    assert "torch-ln-tiny-row-statistics" in keys and report.message.endswith("alike in f32, the precision this code "
+                                                                                "computes in)"), report.message
+
+
 # timm's LayerNorm2d's FAILs declared --normalized-at channels (issue 62): 54 of 685, each a torch issue its
 # F.layer_norm on the permuted input met, which torch's record, run on the trailing sets, could not be compared with
 CHANNELS_FIRST_HALF = Case("layernorm", (4, 1025, 8, 8), "f16", profile="tiny", eps=0.0, frozen="x",

@@ -172,12 +172,13 @@ def reproduced(case: Case, bound: Bound, followed, tensors, message: str, output
     """(verdict, message) of a failure that a known issue of torch's kernels would explain, in code that called
     those kernels: KNOWN only when torch's own record, run on the same case, reproduces it — every failing tensor
     within the case's rounding of torch's output, or failing there too by a comparable amount (a raise: torch's
-    record raises what the signature names). Otherwise FAIL, saying how far it is from torch's output."""
+    record raises what the signature names). Each issue that explains it is tried in turn (an issue of the case's
+    own precision, one of the precision the code computes in: _torch_runs) until one is reproduced. Otherwise FAIL,
+    saying how far it is from torch's output."""
     failure = message or worst_failure(tensors)
-    known = attribute(followed, tensors, message)[1]
-    issue = next(k for k in followed if _explained([k], tensors, message)[0])
     why = []  # (why each run of torch's did not reproduce it: the first is the row's)
-    for theirs, inputs, alike, where in _torch_runs(case, issue):
+    explaining = [k for k in followed if _explained([k], tensors, message)[0]]
+    for issue, (theirs, inputs, alike, where) in ((k, run) for k in explaining for run in _torch_runs(case, k)):
         # A channels-first case's sets are the last K dims under torch's conventions: torch's record runs the same
         # sets moved last (as channels-first code built on torch's kernels hands them), its outputs moved back
         theirs, inputs, back = sets_last(case, theirs, inputs)
@@ -188,6 +189,7 @@ def reproduced(case: Case, bound: Bound, followed, tensors, message: str, output
             continue
         not_alike = _not_reproduced(case, theirs, witness, issue, tensors, message, outputs, constants, inputs, back)
         if not_alike is None:
+            known = attribute(followed, tensors, message)[1]
             return KNOWN, f"{known} (torch's own `{witness.name}` record fails this case {alike})"
         why.append(f"{failure} (resembles known issue {issue.key}, but torch's own `{witness.name}` record does not "
                    f"reproduce it on this case{where}: {not_alike})")
