@@ -18,14 +18,10 @@ import torch
 from normcheck.frameworks.torch import accumulation_dtype
 
 from ._records import test_code
+from ._rows import reciprocal, root, rows_of
 
 BUGS = ("biased_std", "eps_inside_root", "eps_dropped_in_backward", "layer_norm_backward", "detached_std",
         "half_statistic")
-
-
-def rows_of(input, normalized_shape):
-    """input as (rows, H)."""
-    return input.reshape(-1, input.shape[input.dim() - len(normalized_shape):].numel())
 
 
 def _statistics(u, eps, bug=None):
@@ -35,8 +31,7 @@ def _statistics(u, eps, bug=None):
     squares = (d.to(torch.float16) * d.to(torch.float16)).sum(1, keepdim=True).to(u.dtype) \
         if bug == "half_statistic" else (d * d).sum(1, keepdim=True)
     var = squares / divisor
-    positive = var > 0  # (√var written so that its derivative is finite, 0, where var = 0, as x.std()'s is)
-    std = torch.where(positive, torch.where(positive, var, torch.ones_like(var)).sqrt(), torch.zeros_like(var))
+    std = root(var)
     r = (var + eps).rsqrt() if bug == "eps_inside_root" else 1 / (std + eps)
     return d, std, r
 
@@ -57,8 +52,7 @@ class LayerNormStdFunction(torch.autograd.Function):
         bug, eps = ctx.bug, ctx.eps
         d, std, r = _statistics(u, eps, bug)
         hidden = u.shape[1]
-        moving = std > 0  # (1/std where std > 0, written so that its own derivative is finite where std = 0)
-        inv_std = torch.where(moving, 1 / torch.where(moving, std, torch.ones_like(std)), torch.zeros_like(std))
+        inv_std = reciprocal(std)
         if bug == "eps_dropped_in_backward":
             r = inv_std
         g = dy if weight is None else dy * weight.to(u.dtype)

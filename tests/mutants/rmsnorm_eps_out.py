@@ -20,14 +20,10 @@ import torch
 from normcheck.frameworks.torch import accumulation_dtype
 
 from ._records import test_code
+from ._rows import reciprocal, root, rows_of
 
 BUGS = ("eps_inside_root", "eps_dropped_in_backward", "rms_norm_backward", "detached_rms", "norm_without_scale",
         "half_statistic", "sqrt_of_mean_square")
-
-
-def rows_of(input, normalized_shape):
-    """input as (rows, H)."""
-    return input.reshape(-1, input.shape[input.dim() - len(normalized_shape):].numel())
 
 
 def _statistics(u, eps, bug=None):
@@ -35,8 +31,7 @@ def _statistics(u, eps, bug=None):
     squares = (u.to(torch.float16) * u.to(torch.float16)).sum(1, keepdim=True).to(u.dtype) \
         if bug == "half_statistic" else (u * u).sum(1, keepdim=True)
     ms = squares if bug == "norm_without_scale" else squares / u.shape[1]
-    positive = ms > 0  # (√ms written so that its derivative is finite, 0, in a zero row, as x.norm()'s is)
-    rms = torch.where(positive, torch.where(positive, ms, torch.ones_like(ms)).sqrt(), torch.zeros_like(ms))
+    rms = root(ms)
     r = (ms + eps).rsqrt() if bug == "eps_inside_root" else 1 / (rms + eps)
     return rms, r
 
@@ -55,8 +50,7 @@ class RMSNormEpsOutFunction(torch.autograd.Function):
         u, weight = ctx.saved_tensors
         bug, eps = ctx.bug, ctx.eps
         rms, r = _statistics(u, eps, bug)
-        moving = rms > 0  # (1/rms where rms > 0, written so that its own derivative is finite in a zero row)
-        inv_rms = torch.where(moving, 1 / torch.where(moving, rms, torch.ones_like(rms)), torch.zeros_like(rms))
+        inv_rms = reciprocal(rms)
         if bug == "eps_dropped_in_backward":
             r = inv_rms
         g = dy if weight is None else dy * weight.to(u.dtype)

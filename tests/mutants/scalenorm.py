@@ -17,15 +17,11 @@ import torch
 from normcheck.frameworks.torch import accumulation_dtype
 
 from ._records import test_code
+from ._rows import rows_of
 
 BUGS = ("rms_statistic", "eps_added", "detached_norm", "floor_ignored_in_backward", "dg_one_row",
         "half_sum_of_squares")
 FOLLOWS = {"weight_offset": 0.0, "eps_at": "floor"}
-
-
-def rows_of(input, normalized_shape):
-    """input as (rows, H)."""
-    return input.reshape(-1, input.shape[input.dim() - len(normalized_shape):].numel())
 
 
 def rstd_of(u, eps, bug=None):

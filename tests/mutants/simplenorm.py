@@ -19,14 +19,10 @@ import torch
 from normcheck.frameworks.torch import accumulation_dtype
 
 from ._records import test_code
+from ._rows import reciprocal, root, rows_of
 
 BUGS = ("biased_var", "centred_output", "uncentred_statistic", "eps_outside_root", "rms_norm_backward",
         "detached_var", "half_statistic")
-
-
-def rows_of(input, normalized_shape):
-    """input as (rows, H)."""
-    return input.reshape(-1, input.shape[input.dim() - len(normalized_shape):].numel())
 
 
 def _statistics(u, eps, bug=None):
@@ -36,8 +32,7 @@ def _statistics(u, eps, bug=None):
     squares = (d.to(torch.float16) * d.to(torch.float16)).sum(1, keepdim=True).to(u.dtype) \
         if bug == "half_statistic" else (d * d).sum(1, keepdim=True)
     var = squares / (u.shape[1] - (0 if bug == "biased_var" else 1))
-    positive = var > 0  # (√var written so that its derivative is finite, 0, where var = 0)
-    std = torch.where(positive, torch.where(positive, var, torch.ones_like(var)).sqrt(), torch.zeros_like(var))
+    std = root(var)
     r = 1 / (std + eps) if bug == "eps_outside_root" else (var + eps).rsqrt()
     return d, std, r
 
@@ -62,8 +57,7 @@ class SimpleNormFunction(torch.autograd.Function):
         # dx = r·(g − d·c), c = r²·Σ(g·x)/(H − 1) (d·r times h = Σ(g·x̂)/(H − 1)), or the bug's
         c = (g * out).sum(1, keepdim=True) / divisor * r * r
         if bug == "eps_outside_root":  # its own form, consistently: λ = (std + eps)/std
-            moving = std > 0
-            inv_std = torch.where(moving, 1 / torch.where(moving, std, torch.ones_like(std)), torch.zeros_like(std))
+            inv_std = reciprocal(std)
             c = c * (std + eps) * inv_std
         if bug == "detached_var":
             c = torch.zeros_like(c)
