@@ -398,10 +398,12 @@ def run(op, bound, case, inputs) -> tuple[dict[str, np.ndarray], str, frozenset[
     autograd; "direct": target(case, tensors) returns every output itself). Returns the outputs, the
     path the implementation reports, and the aten ops it ran. The case's tensors live on bound.device (the run's
     --device), in the case's exact strides and storage offsets."""
-    impl = bound.impl
-    t = torch_inputs(inputs, device=None if bound.device == "cpu" else torch.device(bound.device))
+    impl, direct = bound.impl, bound.impl.convention == "direct"
+    # (a direct record reads the case's own x: a copy to hand over would go unused)
+    device = None if bound.device == "cpu" else torch.device(bound.device)
+    t = torch_inputs(inputs, device=device, hand_over_x=not direct)
     fn = impl.callable()
-    call = (fn, case, t) if impl.convention == "direct" else (differentiate, op, fn, case, t)
+    call = (fn, case, t) if direct else (differentiate, op, fn, case, t)
     recorder, watch = OpRecorder(), impl.dispatch_mode and not compiled(fn)  # (modes would change compiled code)
     try:
         with recorder if watch and records_ops(case) else contextlib.nullcontext():

@@ -201,10 +201,12 @@ def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(_bits(a), _bits(b)))
 
 
-def torch_inputs(inputs, shard: tuple[tuple, tuple] | None = None, device: torch.device | None = None) -> TorchInputs:
+def torch_inputs(inputs, shard: tuple[tuple, tuple] | None = None, device: torch.device | None = None,
+                 hand_over_x: bool = True) -> TorchInputs:
     """Fresh tensors (new storage on every call) in the case's dtypes and layouts from its NumPy
     master inputs; `shard`: one rank's (index into x and dy, index into γ and β), Case.rank_shard;
-    `device`: where they live (same layout)."""
+    `device`: where they live (same layout); `hand_over_x`: x is handed over in memory of its own (x_handed; False:
+    the implementation gets the case's own x, as a direct record does)."""
     case = inputs.case
     dt, pdt = TORCH_DTYPES[case.dtype], TORCH_DTYPES[case.param_dtype]
 
@@ -229,7 +231,7 @@ def torch_inputs(inputs, shard: tuple[tuple, tuple] | None = None, device: torch
 
     x = data(inputs.x, case.x_format)
     return TorchInputs(
-        x=x, dy=data(inputs.dy, case.dy_format), x_handed=own_copy(x),
+        x=x, dy=data(inputs.dy, case.dy_format), x_handed=own_copy(x) if hand_over_x else None,
         weight=param(inputs.weight), bias=param(inputs.bias),
         running_mean=param(inputs.running_mean), running_var=param(inputs.running_var),
         ddx=None if inputs.ddx is None else data(inputs.ddx, "contiguous"),
